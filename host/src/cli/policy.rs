@@ -1,0 +1,96 @@
+//! `chitin policy …`: inspect components and run fixtures against them.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use chitin::policy::{Limits, Plugin, PluginSource, Slot, fixture};
+use clap::Subcommand;
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Show which policy slots a component exports, and at which interface version.
+    Inspect {
+        /// A component file, or `default` for the embedded default policies.
+        plugin: String,
+    },
+    /// Run fixture files (or directories of them) against a component.
+    Test {
+        /// A component file, or `default` for the embedded default policies.
+        #[arg(long)]
+        plugin: String,
+        /// Deadline of each call in milliseconds.
+        #[arg(long, default_value_t = 100)]
+        deadline_ms: u64,
+        /// Fixture files or directories (searched for *.json and *.toml).
+        #[arg(required = true)]
+        fixtures: Vec<PathBuf>,
+    },
+}
+
+pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PolicyCommand::Inspect { plugin } => inspect(&plugin),
+        PolicyCommand::Test {
+            plugin,
+            deadline_ms,
+            fixtures,
+        } => test(&plugin, deadline_ms, &fixtures),
+    }
+}
+
+fn load(plugin: &str) -> anyhow::Result<Plugin> {
+    Ok(Plugin::load(&PluginSource::parse(plugin), None)?)
+}
+
+fn inspect(plugin: &str) -> anyhow::Result<ExitCode> {
+    let plugin = load(plugin)?;
+    println!("plugin: {}", plugin.name());
+    println!("{:<12} {:<10} {}", "SLOT", "STATUS", "EXPORT");
+    for slot in Slot::ALL {
+        match plugin.slot_version(slot) {
+            Ok(version) => println!("{:<12} {:<10} chitin:policy/{slot}@{version}", slot.to_string(), "ok"),
+            Err(e) => {
+                let status = if plugin.exports().iter().any(|x| x.slot == Some(slot)) {
+                    "unsupported"
+                } else {
+                    "absent"
+                };
+                println!("{:<12} {:<10} {e}", slot.to_string(), status);
+            }
+        }
+    }
+    let others: Vec<&str> = plugin.exports().iter().filter(|e| e.slot.is_none()).map(|e| e.name.as_str()).collect();
+    if !others.is_empty() {
+        println!("other exports: {}", others.join(", "));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn test(plugin: &str, deadline_ms: u64, paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let limits = Limits::new(std::time::Duration::from_millis(deadline_ms), Limits::default().memory_bytes)?;
+    let plugin = Arc::new(load(plugin)?);
+    let files = fixture::collect(paths).context("cannot list the fixtures")?;
+    anyhow::ensure!(!files.is_empty(), "no fixture files (*.json, *.toml) found under {paths:?}");
+    let mut runner = fixture::Runner::new(plugin, limits);
+    let (mut passed, mut failed) = (0, 0);
+    for file in files {
+        let outcome = runner.run_file(&file);
+        match &outcome.failure {
+            None => {
+                passed += 1;
+                println!("ok   {}  {}", file.display(), outcome.description);
+            }
+            Some(why) => {
+                failed += 1;
+                println!("FAIL {}  {}", file.display(), outcome.description);
+                for line in why.lines() {
+                    println!("     {line}");
+                }
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}

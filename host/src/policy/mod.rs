@@ -1,0 +1,306 @@
+//! The WebAssembly policy host.
+//!
+//! Every policy decision of chitin — the node's name, replica placement,
+//! split points, drain order — is made by a WebAssembly component exporting
+//! an interface of the `chitin:policy` WIT package. This module loads such
+//! components and calls them in a sandbox.
+//!
+//! Layout:
+//! - [`engine`]: the one wasmtime engine, its epoch ticker and the per-call limits;
+//! - [`cache`]: precompiled components on disk, keyed by content and engine;
+//! - [`plugin`]: loading a component (file or embedded default), checking its exports;
+//! - [`since_v0_1_0`]: bindings of interface version 0.1.0 and their conversions
+//!   to the SDK's plain types (one module per supported interface version);
+//! - [`slot`]: a loaded slot: a warm instance, deadlines and error mapping;
+//! - [`fixture`]: the fixture runner behind `chitin policy test`.
+//!
+//! Calls are synchronous and take microseconds; from async code call them
+//! through `tokio::task::spawn_blocking` (WASI host calls, such as a guest's
+//! panic message, block on a runtime of their own).
+
+pub mod cache;
+pub mod engine;
+pub mod fixture;
+pub mod plugin;
+pub mod since_v0_1_0;
+pub mod slot;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use chitin_policy_sdk as sdk;
+use chitin_policy_sdk::{
+    DrainRequest, Handoff, HolderRanking, InstanceContext, PlacementRequest, RankingRequest,
+    RebalanceRequest, ReplicaMove, ShardPlacement, SplitRequest,
+};
+pub use engine::Limits;
+pub use plugin::{Plugin, PluginSource};
+pub use slot::SlotRunner;
+
+/// The four policy slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Slot {
+    InstanceId,
+    Placement,
+    Split,
+    Drain,
+}
+
+impl Slot {
+    /// Every slot, in a fixed order.
+    pub const ALL: [Slot; 4] = [Slot::InstanceId, Slot::Placement, Slot::Split, Slot::Drain];
+
+    /// The WIT interface name of the slot (`instance-id`, `placement`, …).
+    pub fn interface(self) -> &'static str {
+        match self {
+            Slot::InstanceId => "instance-id",
+            Slot::Placement => "placement",
+            Slot::Split => "split",
+            Slot::Drain => "drain",
+        }
+    }
+
+    /// The slot whose interface is `name`.
+    pub fn from_interface(name: &str) -> Option<Slot> {
+        Slot::ALL.into_iter().find(|s| s.interface() == name)
+    }
+}
+
+impl std::fmt::Display for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.interface())
+    }
+}
+
+/// `[policies]` of `chitin.toml`: each slot maps to `"default"` (the
+/// component embedded in the binary) or to the path of a component file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicySettings {
+    #[serde(rename = "instance-id", alias = "instance_id")]
+    pub instance_id: String,
+    pub placement: String,
+    pub split: String,
+    pub drain: String,
+    /// Deadline of one call, in milliseconds.
+    pub deadline_ms: u64,
+    /// Linear-memory limit of one instance, in MiB.
+    pub memory_limit_mib: u64,
+    /// Where precompiled components are cached; default `<data dir>/policy-cache`.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for PolicySettings {
+    fn default() -> Self {
+        PolicySettings {
+            instance_id: "default".into(),
+            placement: "default".into(),
+            split: "default".into(),
+            drain: "default".into(),
+            deadline_ms: Limits::default().deadline.as_millis() as u64,
+            memory_limit_mib: (Limits::default().memory_bytes >> 20) as u64,
+            cache_dir: None,
+        }
+    }
+}
+
+impl PolicySettings {
+    /// The configured source of `slot`.
+    pub fn source(&self, slot: Slot) -> PluginSource {
+        let value = match slot {
+            Slot::InstanceId => &self.instance_id,
+            Slot::Placement => &self.placement,
+            Slot::Split => &self.split,
+            Slot::Drain => &self.drain,
+        };
+        PluginSource::parse(value)
+    }
+
+    /// The per-call limits these settings ask for.
+    pub fn limits(&self) -> Result<Limits, PolicyLoadError> {
+        Limits::new(
+            std::time::Duration::from_millis(self.deadline_ms),
+            self.memory_limit_mib << 20,
+        )
+    }
+}
+
+/// A plugin could not be loaded for a slot.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyLoadError {
+    #[error("cannot read plugin {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "plugin {plugin} is not a WebAssembly component ({reason}); build it for wasm32-wasip2 \
+         (`cargo build --target wasm32-wasip2`) or wrap a core module with `wasm-tools component new`"
+    )]
+    NotAComponent { plugin: String, reason: String },
+    #[error(
+        "plugin {plugin} cannot serve slot `{slot}`: it exports {found}, but this chitin supports \
+         {supported}; rebuild the plugin against a supported `chitin:policy` version \
+         (the WIT under wit/since_v<version>/)"
+    )]
+    UnsupportedVersion {
+        plugin: String,
+        slot: Slot,
+        found: String,
+        supported: String,
+    },
+    #[error(
+        "plugin {plugin} does not export the `{slot}` interface (expected {expected}; it exports: {exports}); \
+         point this slot at a component that implements it, or at \"default\""
+    )]
+    MissingSlot {
+        plugin: String,
+        slot: Slot,
+        expected: String,
+        exports: String,
+    },
+    #[error("plugin {plugin} cannot be instantiated for slot `{slot}`: {reason}")]
+    Instantiate {
+        plugin: String,
+        slot: Slot,
+        reason: String,
+    },
+    #[error("invalid policy limits: {0}")]
+    Limits(String),
+}
+
+/// A call into a policy failed. The slot keeps working: the next call gets
+/// a fresh instance.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyCallError {
+    #[error("policy `{slot}` ({plugin}) refused the request: {error}")]
+    Refused {
+        plugin: String,
+        slot: Slot,
+        error: sdk::PolicyError,
+    },
+    #[error("policy `{slot}` ({plugin}) ran past its deadline of {deadline_ms} ms and was stopped")]
+    Timeout {
+        plugin: String,
+        slot: Slot,
+        deadline_ms: u64,
+    },
+    #[error("policy `{slot}` ({plugin}) exceeded its memory limit of {limit_mib} MiB and was stopped")]
+    OutOfMemory {
+        plugin: String,
+        slot: Slot,
+        limit_mib: u64,
+    },
+    #[error("policy `{slot}` ({plugin}) trapped: {reason}")]
+    Trap {
+        plugin: String,
+        slot: Slot,
+        reason: String,
+    },
+    #[error(
+        "policy `instance-id` ({plugin}) returned the name {name:?}, which {why}; \
+         set `[cluster] instance_id` or CHITIN__CLUSTER__INSTANCE_ID to a name without `:`"
+    )]
+    InvalidName {
+        plugin: String,
+        name: String,
+        why: &'static str,
+    },
+    #[error(transparent)]
+    Load(#[from] PolicyLoadError),
+}
+
+/// The four loaded slots of a node.
+pub struct Policies {
+    instance_id: SlotRunner,
+    placement: SlotRunner,
+    split: SlotRunner,
+    drain: SlotRunner,
+}
+
+impl Policies {
+    /// Loads the slots as `settings` map them; components are precompiled
+    /// once into `settings.cache_dir` (or `default_cache_dir`).
+    pub fn load(settings: &PolicySettings, default_cache_dir: Option<PathBuf>) -> Result<Self, PolicyLoadError> {
+        let limits = settings.limits()?;
+        let cache = settings.cache_dir.clone().or(default_cache_dir).map(cache::Cache::new);
+        let mut loaded: Vec<(PluginSource, std::sync::Arc<Plugin>)> = Vec::new();
+        let mut runner = |slot: Slot| -> Result<SlotRunner, PolicyLoadError> {
+            let source = settings.source(slot);
+            // One component serving several slots is compiled once.
+            let plugin = match loaded.iter().find(|(s, _)| *s == source) {
+                Some((_, p)) => p.clone(),
+                None => {
+                    let p = std::sync::Arc::new(Plugin::load(&source, cache.as_ref())?);
+                    loaded.push((source, p.clone()));
+                    p
+                }
+            };
+            SlotRunner::new(plugin, slot, limits)
+        };
+        Ok(Policies {
+            instance_id: runner(Slot::InstanceId)?,
+            placement: runner(Slot::Placement)?,
+            split: runner(Slot::Split)?,
+            drain: runner(Slot::Drain)?,
+        })
+    }
+
+    /// The embedded default policies in every slot, with default limits and no disk cache.
+    pub fn embedded_defaults() -> Result<Self, PolicyLoadError> {
+        Self::load(&PolicySettings::default(), None)
+    }
+
+    /// The runner of `slot`.
+    pub fn slot(&self, slot: Slot) -> &SlotRunner {
+        match slot {
+            Slot::InstanceId => &self.instance_id,
+            Slot::Placement => &self.placement,
+            Slot::Split => &self.split,
+            Slot::Drain => &self.drain,
+        }
+    }
+
+    /// The node's name, validated: never empty, never containing `:`.
+    pub fn instance_id(&self, ctx: InstanceContext) -> Result<String, PolicyCallError> {
+        self.instance_id.resolve(ctx)
+    }
+
+    /// Nodes for the replicas of new shards.
+    pub fn place_replicas(&self, req: PlacementRequest) -> Result<Vec<ShardPlacement>, PolicyCallError> {
+        self.placement.place_replicas(req)
+    }
+
+    /// Replica moves that even out replicas across nodes.
+    pub fn rebalance(&self, req: RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyCallError> {
+        self.placement.rebalance(req)
+    }
+
+    /// Each shard's eligible replica nodes, best first.
+    pub fn preferred_holders(&self, req: RankingRequest) -> Result<Vec<HolderRanking>, PolicyCallError> {
+        self.placement.preferred_holders(req)
+    }
+
+    /// Split points of a shard.
+    pub fn split_points(&self, req: SplitRequest) -> Result<Vec<u32>, PolicyCallError> {
+        self.split.split_points(req)
+    }
+
+    /// The handoff rounds of a draining node.
+    pub fn plan_drain(&self, req: DrainRequest) -> Result<Vec<Vec<Handoff>>, PolicyCallError> {
+        self.drain.plan_drain(req)
+    }
+}
+
+/// Why `name` may not be a node name, if it may not.
+pub fn invalid_name_reason(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("is empty")
+    } else if name.contains(':') {
+        Some("contains `:` (store keys use `:` as separator)")
+    } else {
+        None
+    }
+}
