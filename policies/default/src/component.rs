@@ -47,13 +47,22 @@ impl From<wit::ShardState> for sdk::ShardState {
 
 impl From<wit::Label> for sdk::Label {
     fn from(l: wit::Label) -> Self {
-        Self { key: l.key, value: l.value }
+        Self {
+            key: l.key,
+            value: l.value,
+        }
     }
 }
 
 impl From<wit::Node> for sdk::Node {
     fn from(n: wit::Node) -> Self {
-        Self { id: n.id, address: n.address, zone: n.zone, labels: conv(n.labels), state: n.state.into() }
+        Self {
+            id: n.id,
+            address: n.address,
+            zone: n.zone,
+            labels: conv(n.labels),
+            state: n.state.into(),
+        }
     }
 }
 
@@ -72,31 +81,52 @@ impl From<wit::Shard> for sdk::Shard {
 
 impl From<wit::Replica> for sdk::Replica {
     fn from(r: wit::Replica) -> Self {
-        Self { id: r.id, shard: r.shard, node: r.node }
+        Self {
+            id: r.id,
+            shard: r.shard,
+            node: r.node,
+        }
     }
 }
 
 impl From<wit::Holder> for sdk::Holder {
     fn from(h: wit::Holder) -> Self {
-        Self { shard: h.shard, node: h.node }
+        Self {
+            shard: h.shard,
+            node: h.node,
+        }
     }
 }
 
 impl From<wit::ShardLoad> for sdk::ShardLoad {
     fn from(l: wit::ShardLoad) -> Self {
-        Self { shard: l.shard, keys: l.keys, bytes: l.bytes, ops_per_sec: l.ops_per_sec }
+        Self {
+            shard: l.shard,
+            keys: l.keys,
+            bytes: l.bytes,
+            ops_per_sec: l.ops_per_sec,
+        }
     }
 }
 
 impl From<wit::RangeLoad> for sdk::RangeLoad {
     fn from(l: wit::RangeLoad) -> Self {
-        Self { lower: l.lower, upper: l.upper, keys: l.keys, bytes: l.bytes, ops_per_sec: l.ops_per_sec }
+        Self {
+            lower: l.lower,
+            upper: l.upper,
+            keys: l.keys,
+            bytes: l.bytes,
+            ops_per_sec: l.ops_per_sec,
+        }
     }
 }
 
 impl From<instance_id::InstanceContext> for sdk::InstanceContext {
     fn from(c: instance_id::InstanceContext) -> Self {
-        Self { env: c.env, hostname: c.hostname }
+        Self {
+            env: c.env,
+            hostname: c.hostname,
+        }
     }
 }
 
@@ -126,7 +156,11 @@ impl From<placement::RebalanceRequest> for sdk::RebalanceRequest {
 
 impl From<placement::RankingRequest> for sdk::RankingRequest {
     fn from(r: placement::RankingRequest) -> Self {
-        Self { nodes: conv(r.nodes), shards: conv(r.shards), replicas: conv(r.replicas) }
+        Self {
+            nodes: conv(r.nodes),
+            shards: conv(r.shards),
+            replicas: conv(r.replicas),
+        }
     }
 }
 
@@ -161,9 +195,10 @@ impl From<drain::DrainRequest> for sdk::DrainRequest {
 impl From<sdk::PolicyError> for wit::PolicyError {
     fn from(e: sdk::PolicyError) -> Self {
         match e {
-            sdk::PolicyError::InsufficientNodes(s) => {
-                Self::InsufficientNodes(wit::NodeShortage { needed: s.needed, eligible: s.eligible })
-            }
+            sdk::PolicyError::InsufficientNodes(s) => Self::InsufficientNodes(wit::NodeShortage {
+                needed: s.needed,
+                eligible: s.eligible,
+            }),
             sdk::PolicyError::UnknownShard(id) => Self::UnknownShard(id),
             sdk::PolicyError::UnknownNode(id) => Self::UnknownNode(id),
             sdk::PolicyError::InvalidSplit(why) => Self::InvalidSplit(why),
@@ -175,25 +210,40 @@ impl From<sdk::PolicyError> for wit::PolicyError {
 
 impl From<sdk::ShardPlacement> for wit::ShardPlacement {
     fn from(p: sdk::ShardPlacement) -> Self {
-        Self { shard: p.shard, nodes: p.nodes }
+        Self {
+            shard: p.shard,
+            nodes: p.nodes,
+        }
     }
 }
 
 impl From<sdk::ReplicaMove> for wit::ReplicaMove {
     fn from(m: sdk::ReplicaMove) -> Self {
-        Self { shard: m.shard, replica: m.replica, source: m.source, target: m.target }
+        Self {
+            shard: m.shard,
+            replica: m.replica,
+            source: m.source,
+            target: m.target,
+        }
     }
 }
 
 impl From<sdk::HolderRanking> for wit::HolderRanking {
     fn from(h: sdk::HolderRanking) -> Self {
-        Self { shard: h.shard, nodes: h.nodes }
+        Self {
+            shard: h.shard,
+            nodes: h.nodes,
+        }
     }
 }
 
 impl From<sdk::Handoff> for wit::Handoff {
     fn from(h: sdk::Handoff) -> Self {
-        Self { shard: h.shard, source: h.source, target: h.target }
+        Self {
+            shard: h.shard,
+            source: h.source,
+            target: h.target,
+        }
     }
 }
 
@@ -209,17 +259,25 @@ impl placement::Guest for Defaults {
     fn place_replicas(
         request: placement::PlacementRequest,
     ) -> Result<Vec<wit::ShardPlacement>, wit::PolicyError> {
-        <Defaults as PlacementPolicy>::place_replicas(request.into()).map(conv).map_err(Into::into)
+        <Defaults as PlacementPolicy>::place_replicas(request.into())
+            .map(conv)
+            .map_err(Into::into)
     }
 
-    fn rebalance(request: placement::RebalanceRequest) -> Result<Vec<wit::ReplicaMove>, wit::PolicyError> {
-        <Defaults as PlacementPolicy>::rebalance(request.into()).map(conv).map_err(Into::into)
+    fn rebalance(
+        request: placement::RebalanceRequest,
+    ) -> Result<Vec<wit::ReplicaMove>, wit::PolicyError> {
+        <Defaults as PlacementPolicy>::rebalance(request.into())
+            .map(conv)
+            .map_err(Into::into)
     }
 
     fn preferred_holders(
         request: placement::RankingRequest,
     ) -> Result<Vec<wit::HolderRanking>, wit::PolicyError> {
-        <Defaults as PlacementPolicy>::preferred_holders(request.into()).map(conv).map_err(Into::into)
+        <Defaults as PlacementPolicy>::preferred_holders(request.into())
+            .map(conv)
+            .map_err(Into::into)
     }
 }
 
@@ -230,7 +288,9 @@ impl split::Guest for Defaults {
 }
 
 impl drain::Guest for Defaults {
-    fn plan_drain(request: drain::DrainRequest) -> Result<Vec<Vec<wit::Handoff>>, wit::PolicyError> {
+    fn plan_drain(
+        request: drain::DrainRequest,
+    ) -> Result<Vec<Vec<wit::Handoff>>, wit::PolicyError> {
         <Defaults as DrainPolicy>::plan_drain(request.into())
             .map(|rounds| rounds.into_iter().map(conv).collect())
             .map_err(Into::into)

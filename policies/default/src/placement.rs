@@ -6,9 +6,10 @@
 //! (rendezvous rank or node id), so the same request always gets the same
 //! answer, natively and in the component.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
-use chitin_policy_sdk::rank::rank;
+use chitin_policy_sdk::rank::{Weigher, rank};
 use chitin_policy_sdk::{
     HolderRanking, Node, NodeShortage, PlacementRequest, PolicyError, RankingRequest,
     RebalanceRequest, ReplicaMove, Shard, ShardPlacement, ShardState,
@@ -16,8 +17,11 @@ use chitin_policy_sdk::{
 
 /// Ids of the eligible (joining or active) nodes, sorted, without duplicates.
 pub fn eligible_nodes(nodes: &[Node]) -> Vec<&str> {
-    let mut ids: Vec<&str> =
-        nodes.iter().filter(|n| n.state.is_eligible()).map(|n| n.id.as_str()).collect();
+    let mut ids: Vec<&str> = nodes
+        .iter()
+        .filter(|n| n.state.is_eligible())
+        .map(|n| n.id.as_str())
+        .collect();
     ids.sort_unstable();
     ids.dedup();
     ids
@@ -46,19 +50,40 @@ fn shortage(needed: usize, eligible: usize) -> PolicyError {
 pub fn place_replicas(req: &PlacementRequest) -> Result<Vec<ShardPlacement>, PolicyError> {
     let shards = shard_index(&req.shards);
     let eligible = eligible_nodes(&req.nodes);
+    let index: HashMap<&str, usize> = eligible.iter().enumerate().map(|(i, n)| (*n, i)).collect();
     let rf = req.replication_factor as usize;
 
-    // Replicas per node, and nodes per shard, updated as this call places them.
-    let mut per_node: HashMap<&str, usize> = HashMap::new();
+    // Replicas per eligible node, updated as this call places them.
+    let mut load = vec![0usize; eligible.len()];
+    // The nodes of every shard that is the parent of an activating shard.
+    let parents: HashSet<&str> = req
+        .shards
+        .iter()
+        .filter(|s| s.state == ShardState::Activating)
+        .filter_map(|s| s.parent.as_deref())
+        .collect();
     let mut nodes_of: HashMap<&str, Vec<&str>> = HashMap::new();
     for r in &req.replicas {
-        *per_node.entry(r.node.as_str()).or_default() += 1;
-        nodes_of.entry(r.shard.as_str()).or_default().push(r.node.as_str());
+        if let Some(&i) = index.get(r.node.as_str()) {
+            load[i] += 1;
+        }
+        if parents.contains(r.shard.as_str()) {
+            nodes_of
+                .entry(r.shard.as_str())
+                .or_default()
+                .push(r.node.as_str());
+        }
     }
 
+    // (replicas, reversed rendezvous weight, node id, eligible index): the
+    // first `rf` in this order are the least loaded nodes, ties broken by rank.
+    let mut candidates: Vec<(usize, Reverse<u64>, &str, usize)> =
+        Vec::with_capacity(eligible.len());
     let mut out = Vec::with_capacity(req.new_shards.len());
     for id in &req.new_shards {
-        let shard = shards.get(id.as_str()).ok_or_else(|| PolicyError::UnknownShard(id.clone()))?;
+        let shard = shards
+            .get(id.as_str())
+            .ok_or_else(|| PolicyError::UnknownShard(id.clone()))?;
         if rf == 0 {
             return Err(PolicyError::InvalidInput(format!(
                 "replication factor is 0; shard {id} needs at least one replica"
@@ -78,23 +103,40 @@ pub fn place_replicas(req: &PlacementRequest) -> Result<Vec<ShardPlacement>, Pol
                      an activating shard takes its parent's replica nodes"
                 )));
             }
+            for n in &nodes {
+                if let Some(&i) = index.get(n) {
+                    load[i] += 1;
+                }
+            }
             nodes
         } else {
             if eligible.len() < rf {
                 return Err(shortage(rf, eligible.len()));
             }
-            let mut ranked: Vec<(usize, usize, &str)> = rank(id, eligible.iter().copied())
-                .into_iter()
-                .enumerate()
-                .map(|(pos, n)| (per_node.get(n).copied().unwrap_or(0), pos, n))
-                .collect();
-            ranked.sort_unstable();
-            ranked.into_iter().take(rf).map(|(_, _, n)| n).collect()
+            let weigher = Weigher::new(id);
+            candidates.clear();
+            candidates.extend(
+                eligible
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| (load[i], Reverse(weigher.weight(n)), *n, i)),
+            );
+            if rf < candidates.len() {
+                candidates.select_nth_unstable(rf - 1);
+                candidates.truncate(rf);
+            }
+            candidates.sort_unstable();
+            for c in &candidates {
+                load[c.3] += 1;
+            }
+            candidates.iter().map(|c| c.2).collect()
         };
-        for n in &chosen {
-            *per_node.entry(n).or_default() += 1;
+        if parents.contains(shard.id.as_str()) {
+            nodes_of
+                .entry(shard.id.as_str())
+                .or_default()
+                .extend(chosen.iter().copied());
         }
-        nodes_of.entry(shard.id.as_str()).or_default().extend(chosen.iter().copied());
         out.push(ShardPlacement {
             shard: id.clone(),
             nodes: chosen.into_iter().map(str::to_owned).collect(),
@@ -117,25 +159,26 @@ pub fn place_replicas(req: &PlacementRequest) -> Result<Vec<ShardPlacement>, Pol
 /// then shard and replica id).
 pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError> {
     let shards = shard_index(&req.shards);
+    // Eligible nodes are sorted by id, so index order is id order.
     let eligible = eligible_nodes(&req.nodes);
-    let is_eligible: HashSet<&str> = eligible.iter().copied().collect();
+    let index: HashMap<&str, usize> = eligible.iter().enumerate().map(|(i, n)| (*n, i)).collect();
 
-    let mut count: BTreeMap<&str, usize> = eligible.iter().map(|n| (*n, 0)).collect();
-    // (node, shard) -> replicas of that shard on that node.
-    let mut held: HashMap<(&str, &str), usize> = HashMap::new();
-    // Replicas that may move for balance: node -> (shard id, replica id).
-    let mut movable: BTreeMap<&str, BTreeSet<(&str, &str)>> = BTreeMap::new();
+    let mut count = vec![0usize; eligible.len()];
+    // (eligible index, shard) -> replicas of that shard on that node.
+    let mut held: HashMap<(usize, &str), usize> = HashMap::new();
+    // Replicas that may move for balance, per eligible node: (shard id, replica id).
+    let mut movable: Vec<BTreeSet<(&str, &str)>> = vec![BTreeSet::new(); eligible.len()];
     let mut must_move = Vec::new();
     for r in &req.replicas {
         let shard = shards
             .get(r.shard.as_str())
             .ok_or_else(|| PolicyError::UnknownShard(r.shard.clone()))?;
         let active = shard.state == ShardState::Active;
-        if is_eligible.contains(r.node.as_str()) {
-            *count.get_mut(r.node.as_str()).expect("eligible node counted") += 1;
-            *held.entry((r.node.as_str(), r.shard.as_str())).or_default() += 1;
+        if let Some(&i) = index.get(r.node.as_str()) {
+            count[i] += 1;
+            *held.entry((i, r.shard.as_str())).or_default() += 1;
             if active {
-                movable.entry(r.node.as_str()).or_default().insert((&r.shard, &r.id));
+                movable[i].insert((&r.shard, &r.id));
             }
         } else if active {
             must_move.push(r);
@@ -144,34 +187,34 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
     must_move.sort_by(|a, b| (&a.node, &a.shard, &a.id).cmp(&(&b.node, &b.shard, &b.id)));
 
     if eligible.is_empty() {
-        return if must_move.is_empty() { Ok(Vec::new()) } else { Err(shortage(1, 0)) };
+        return if must_move.is_empty() {
+            Ok(Vec::new())
+        } else {
+            Err(shortage(1, 0))
+        };
     }
 
-    let total: usize = count.values().sum::<usize>() + must_move.len();
+    let total: usize = count.iter().sum::<usize>() + must_move.len();
     let (base, extra) = (total / eligible.len(), total % eligible.len());
-    let mut by_load: Vec<&str> = eligible.clone();
-    by_load.sort_by(|a, b| count[b].cmp(&count[a]).then_with(|| a.cmp(b)));
-    let target: HashMap<&str, usize> =
-        by_load.iter().enumerate().map(|(i, n)| (*n, base + usize::from(i < extra))).collect();
+    let mut by_load: Vec<usize> = (0..eligible.len()).collect();
+    by_load.sort_by_key(|&i| (Reverse(count[i]), i));
+    let mut target = vec![base; eligible.len()];
+    for &i in &by_load[..extra] {
+        target[i] += 1;
+    }
 
     let mut moves = Vec::new();
 
     // 1. Evacuate leaving, down and unknown nodes: to the node with the largest
     //    deficit that lacks the shard, else to the least loaded one that does.
     for r in must_move {
-        let free: Vec<&str> = eligible
-            .iter()
-            .copied()
-            .filter(|n| !held.contains_key(&(*n, r.shard.as_str())))
-            .collect();
+        let shard = r.shard.as_str();
+        let free = (0..eligible.len()).filter(|&i| !held.contains_key(&(i, shard)));
         let dest = free
-            .iter()
-            .filter(|n| count[*n] < target[*n])
-            .max_by(|a, b| {
-                (target[*a] - count[*a]).cmp(&(target[*b] - count[*b])).then_with(|| b.cmp(a))
-            })
-            .or_else(|| free.iter().min_by(|a, b| count[*a].cmp(&count[*b]).then_with(|| a.cmp(b))))
-            .copied();
+            .clone()
+            .filter(|&i| count[i] < target[i])
+            .min_by_key(|&i| (Reverse(target[i] - count[i]), i))
+            .or_else(|| free.min_by_key(|&i| (count[i], i)));
         let Some(dest) = dest else {
             return Err(PolicyError::InvalidInput(format!(
                 "replica {} of shard {} sits on node {}, which is not joining or active, and every \
@@ -179,37 +222,50 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
                 r.id, r.shard, r.node, r.shard
             )));
         };
-        *count.get_mut(dest).expect("eligible") += 1;
-        *held.entry((dest, r.shard.as_str())).or_default() += 1;
-        record(&mut moves, &r.shard, &r.id, &r.node, dest);
+        count[dest] += 1;
+        *held.entry((dest, shard)).or_default() += 1;
+        record(&mut moves, shard, &r.id, &r.node, eligible[dest]);
     }
 
     // 2. Even out: move from the node furthest over its target to the node
     //    furthest under, until no move is possible.
     loop {
-        let mut over: Vec<&str> = eligible.iter().copied().filter(|n| count[n] > target[n]).collect();
-        let mut under: Vec<&str> = eligible.iter().copied().filter(|n| count[n] < target[n]).collect();
+        let mut over: Vec<(Reverse<usize>, usize)> = (0..eligible.len())
+            .filter(|&i| count[i] > target[i])
+            .map(|i| (Reverse(count[i] - target[i]), i))
+            .collect();
+        let mut under: Vec<(Reverse<usize>, usize)> = (0..eligible.len())
+            .filter(|&i| count[i] < target[i])
+            .map(|i| (Reverse(target[i] - count[i]), i))
+            .collect();
         if over.is_empty() || under.is_empty() {
             break;
         }
-        over.sort_by(|a, b| (count[b] - target[b]).cmp(&(count[a] - target[a])).then_with(|| a.cmp(b)));
-        under.sort_by(|a, b| (target[b] - count[b]).cmp(&(target[a] - count[a])).then_with(|| a.cmp(b)));
-        let found = over.iter().find_map(|s| {
-            under.iter().find_map(|d| {
-                movable.get(s)?.iter().find(|(shard, _)| !held.contains_key(&(*d, *shard))).map(|r| (*s, *d, *r))
+        over.sort_unstable();
+        under.sort_unstable();
+        let found = over.iter().find_map(|&(_, s)| {
+            under.iter().find_map(|&(_, d)| {
+                movable[s]
+                    .iter()
+                    .find(|(shard, _)| !held.contains_key(&(d, *shard)))
+                    .map(|&r| (s, d, r))
             })
         });
-        let Some((source, dest, (shard, replica))) = found else { break };
-        movable.get_mut(source).expect("source has movable replicas").remove(&(shard, replica));
-        *count.get_mut(source).expect("eligible") -= 1;
-        *count.get_mut(dest).expect("eligible") += 1;
-        let left = held.get_mut(&(source, shard)).expect("source holds the shard");
+        let Some((source, dest, (shard, replica))) = found else {
+            break;
+        };
+        movable[source].remove(&(shard, replica));
+        count[source] -= 1;
+        count[dest] += 1;
+        let left = held
+            .get_mut(&(source, shard))
+            .expect("source holds the shard");
         *left -= 1;
         if *left == 0 {
             held.remove(&(source, shard));
         }
         *held.entry((dest, shard)).or_default() += 1;
-        record(&mut moves, shard, replica, source, dest);
+        record(&mut moves, shard, replica, eligible[source], eligible[dest]);
     }
     Ok(moves)
 }
@@ -232,7 +288,10 @@ pub fn preferred_holders(req: &RankingRequest) -> Vec<HolderRanking> {
     let mut nodes_of: HashMap<&str, BTreeSet<&str>> = HashMap::new();
     for r in &req.replicas {
         if is_eligible.contains(r.node.as_str()) {
-            nodes_of.entry(r.shard.as_str()).or_default().insert(r.node.as_str());
+            nodes_of
+                .entry(r.shard.as_str())
+                .or_default()
+                .insert(r.node.as_str());
         }
     }
     req.shards
@@ -241,7 +300,12 @@ pub fn preferred_holders(req: &RankingRequest) -> Vec<HolderRanking> {
             shard: s.id.clone(),
             nodes: nodes_of
                 .get(s.id.as_str())
-                .map(|set| rank(&s.id, set.iter().copied()).into_iter().map(str::to_owned).collect())
+                .map(|set| {
+                    rank(&s.id, set.iter().copied())
+                        .into_iter()
+                        .map(str::to_owned)
+                        .collect()
+                })
                 .unwrap_or_default(),
         })
         .collect()
@@ -253,11 +317,18 @@ mod tests {
     use chitin_policy_sdk::{NodeState, Replica};
 
     fn node(id: &str, state: NodeState) -> Node {
-        Node { id: id.into(), address: format!("{id}:7000"), state, ..Node::default() }
+        Node {
+            id: id.into(),
+            address: format!("{id}:7000"),
+            state,
+            ..Node::default()
+        }
     }
 
     fn nodes(n: usize) -> Vec<Node> {
-        (1..=n).map(|i| node(&format!("n{i}"), NodeState::Active)).collect()
+        (1..=n)
+            .map(|i| node(&format!("n{i}"), NodeState::Active))
+            .collect()
     }
 
     fn shard(id: &str, state: ShardState, parent: Option<&str>) -> Shard {
@@ -272,15 +343,24 @@ mod tests {
     }
 
     fn active(n: usize) -> Vec<Shard> {
-        (0..n).map(|i| shard(&format!("s{i:02}"), ShardState::Active, None)).collect()
+        (0..n)
+            .map(|i| shard(&format!("s{i:02}"), ShardState::Active, None))
+            .collect()
     }
 
     fn replica(shard: &str, node: &str) -> Replica {
-        Replica { id: format!("{shard}@{node}"), shard: shard.into(), node: node.into() }
+        Replica {
+            id: format!("{shard}@{node}"),
+            shard: shard.into(),
+            node: node.into(),
+        }
     }
 
     fn per_node(replicas: &[Replica], nodes: &[&str]) -> Vec<usize> {
-        nodes.iter().map(|n| replicas.iter().filter(|r| r.node == *n).count()).collect()
+        nodes
+            .iter()
+            .map(|n| replicas.iter().filter(|r| r.node == *n).count())
+            .collect()
     }
 
     /// Places `shards` one request at a time, as the control plane would.
@@ -303,8 +383,14 @@ mod tests {
 
     fn apply(replicas: &mut [Replica], moves: &[ReplicaMove]) {
         for m in moves {
-            let r = replicas.iter_mut().find(|r| r.id == m.replica).expect("moved replica exists");
-            assert_eq!((r.shard.as_str(), r.node.as_str()), (m.shard.as_str(), m.source.as_str()));
+            let r = replicas
+                .iter_mut()
+                .find(|r| r.id == m.replica)
+                .expect("moved replica exists");
+            assert_eq!(
+                (r.shard.as_str(), r.node.as_str()),
+                (m.shard.as_str(), m.source.as_str())
+            );
             r.node = m.target.clone();
         }
     }
@@ -312,7 +398,12 @@ mod tests {
     fn assert_no_duplicates(replicas: &[Replica]) {
         let mut seen = HashSet::new();
         for r in replicas {
-            assert!(seen.insert((&r.shard, &r.node)), "two replicas of {} on {}", r.shard, r.node);
+            assert!(
+                seen.insert((&r.shard, &r.node)),
+                "two replicas of {} on {}",
+                r.shard,
+                r.node
+            );
         }
     }
 
@@ -324,7 +415,10 @@ mod tests {
                 nodes(2),
                 vec!["s00"],
                 3,
-                PolicyError::InsufficientNodes(NodeShortage { needed: 3, eligible: 2 }),
+                PolicyError::InsufficientNodes(NodeShortage {
+                    needed: 3,
+                    eligible: 2,
+                }),
             ),
             (
                 vec![
@@ -335,9 +429,17 @@ mod tests {
                 ],
                 vec!["s00"],
                 3,
-                PolicyError::InsufficientNodes(NodeShortage { needed: 3, eligible: 2 }),
+                PolicyError::InsufficientNodes(NodeShortage {
+                    needed: 3,
+                    eligible: 2,
+                }),
             ),
-            (nodes(3), vec!["s00", "nope"], 1, PolicyError::UnknownShard("nope".into())),
+            (
+                nodes(3),
+                vec!["s00", "nope"],
+                1,
+                PolicyError::UnknownShard("nope".into()),
+            ),
             (
                 nodes(3),
                 vec!["s00"],
@@ -366,7 +468,10 @@ mod tests {
         ns[3].state = NodeState::Down;
         ns.push(node("n5", NodeState::Joining));
         let replicas = place_all(&ns, &active(30), 3);
-        assert_eq!(per_node(&replicas, &["n1", "n2", "n3", "n4", "n5"]), vec![30, 0, 30, 0, 30]);
+        assert_eq!(
+            per_node(&replicas, &["n1", "n2", "n3", "n4", "n5"]),
+            vec![30, 0, 30, 0, 30]
+        );
         assert_no_duplicates(&replicas);
     }
 
@@ -387,8 +492,10 @@ mod tests {
             };
             let batch: Vec<ShardPlacement> = place_replicas(&req).unwrap();
             assert_eq!(batch.len(), 97);
-            let batch: Vec<Replica> =
-                batch.iter().flat_map(|p| p.nodes.iter().map(|n| replica(&p.shard, n))).collect();
+            let batch: Vec<Replica> = batch
+                .iter()
+                .flat_map(|p| p.nodes.iter().map(|n| replica(&p.shard, n)))
+                .collect();
             for replicas in [one_by_one, batch] {
                 assert_no_duplicates(&replicas);
                 let counts = per_node(&replicas, &ids);
@@ -438,8 +545,17 @@ mod tests {
         );
     }
 
-    fn rebalance_req(ns: Vec<Node>, shards: Vec<Shard>, replicas: Vec<Replica>) -> RebalanceRequest {
-        RebalanceRequest { nodes: ns, shards, replicas, ..RebalanceRequest::default() }
+    fn rebalance_req(
+        ns: Vec<Node>,
+        shards: Vec<Shard>,
+        replicas: Vec<Replica>,
+    ) -> RebalanceRequest {
+        RebalanceRequest {
+            nodes: ns,
+            shards,
+            replicas,
+            ..RebalanceRequest::default()
+        }
     }
 
     #[test]
@@ -457,7 +573,10 @@ mod tests {
             apply(&mut replicas, &moves);
             assert_no_duplicates(&replicas);
             // Balanced now: a second plan is empty.
-            assert_eq!(rebalance(&rebalance_req(more, active(shards), replicas)).unwrap(), vec![]);
+            assert_eq!(
+                rebalance(&rebalance_req(more, active(shards), replicas)).unwrap(),
+                vec![]
+            );
         }
     }
 
@@ -479,7 +598,11 @@ mod tests {
 
     #[test]
     fn only_active_shards_move() {
-        let ns = vec![node("a", NodeState::Active), node("b", NodeState::Active), node("z", NodeState::Down)];
+        let ns = vec![
+            node("a", NodeState::Active),
+            node("b", NodeState::Active),
+            node("z", NodeState::Down),
+        ];
         let shards = vec![
             shard("s1", ShardState::Active, None),
             shard("s2", ShardState::Splitting, None),
@@ -497,28 +620,54 @@ mod tests {
         ];
         // T = 5 on 2 nodes: a (5, holds most) targets 3, b targets 2; s1 and s4 move.
         let moves = rebalance(&rebalance_req(ns.clone(), shards.clone(), replicas)).unwrap();
-        let moved: Vec<(&str, &str, &str)> =
-            moves.iter().map(|m| (m.shard.as_str(), m.source.as_str(), m.target.as_str())).collect();
+        let moved: Vec<(&str, &str, &str)> = moves
+            .iter()
+            .map(|m| (m.shard.as_str(), m.source.as_str(), m.target.as_str()))
+            .collect();
         assert_eq!(moved, vec![("s1", "a", "b"), ("s4", "a", "b")]);
 
         // Nothing movable: the plan is empty even though a is over its target.
         let pinned = vec![replica("s2", "a"), replica("s3", "a"), replica("s5", "a")];
-        assert_eq!(rebalance(&rebalance_req(ns, shards, pinned)).unwrap(), vec![]);
+        assert_eq!(
+            rebalance(&rebalance_req(ns, shards, pinned)).unwrap(),
+            vec![]
+        );
     }
 
     #[test]
     fn rebalance_errors() {
         let shards = active(2);
         let down = vec![node("a", NodeState::Down), node("b", NodeState::Leaving)];
-        let err = rebalance(&rebalance_req(down.clone(), shards.clone(), vec![replica("s00", "a")]));
-        assert_eq!(err.unwrap_err(), PolicyError::InsufficientNodes(NodeShortage { needed: 1, eligible: 0 }));
-        assert_eq!(rebalance(&rebalance_req(down, shards.clone(), vec![])).unwrap(), vec![]);
+        let err = rebalance(&rebalance_req(
+            down.clone(),
+            shards.clone(),
+            vec![replica("s00", "a")],
+        ));
+        assert_eq!(
+            err.unwrap_err(),
+            PolicyError::InsufficientNodes(NodeShortage {
+                needed: 1,
+                eligible: 0
+            })
+        );
+        assert_eq!(
+            rebalance(&rebalance_req(down, shards.clone(), vec![])).unwrap(),
+            vec![]
+        );
 
-        let err = rebalance(&rebalance_req(nodes(2), shards.clone(), vec![replica("zz", "n1")]));
+        let err = rebalance(&rebalance_req(
+            nodes(2),
+            shards.clone(),
+            vec![replica("zz", "n1")],
+        ));
         assert_eq!(err.unwrap_err(), PolicyError::UnknownShard("zz".into()));
 
         // s00 is already on both eligible nodes: its replica on the gone node cannot move.
-        let replicas = vec![replica("s00", "n1"), replica("s00", "n2"), replica("s00", "gone")];
+        let replicas = vec![
+            replica("s00", "n1"),
+            replica("s00", "n2"),
+            replica("s00", "gone"),
+        ];
         let err = rebalance(&rebalance_req(nodes(2), shards, replicas)).unwrap_err();
         assert_eq!(
             err,
@@ -542,7 +691,10 @@ mod tests {
         replicas.push(replica("s05", "n3"));
         // Add two more shards on n1 only, to make n1 the heaviest.
         let mut shards = shards;
-        shards.extend([shard("t1", ShardState::Active, None), shard("t2", ShardState::Active, None)]);
+        shards.extend([
+            shard("t1", ShardState::Active, None),
+            shard("t2", ShardState::Active, None),
+        ]);
         replicas.push(replica("t1", "n1"));
         replicas.push(replica("t2", "n1"));
         let moves = rebalance(&rebalance_req(nodes(3), shards.clone(), replicas.clone())).unwrap();
@@ -564,12 +716,28 @@ mod tests {
             replica("s01", "n4"),
             replica("s01", "ghost"),
         ];
-        let out = preferred_holders(&RankingRequest { nodes: ns, shards, replicas });
+        let out = preferred_holders(&RankingRequest {
+            nodes: ns,
+            shards,
+            replicas,
+        });
         assert_eq!(out.len(), 3);
         assert_eq!(out[0].shard, "s00");
         assert_eq!(out[0].nodes, rank("s00", ["n1", "n2"]));
-        assert_eq!(out[1], HolderRanking { shard: "s01".into(), nodes: vec![] });
-        assert_eq!(out[2], HolderRanking { shard: "s02".into(), nodes: vec![] });
+        assert_eq!(
+            out[1],
+            HolderRanking {
+                shard: "s01".into(),
+                nodes: vec![]
+            }
+        );
+        assert_eq!(
+            out[2],
+            HolderRanking {
+                shard: "s02".into(),
+                nodes: vec![]
+            }
+        );
     }
 
     #[test]
@@ -577,19 +745,29 @@ mod tests {
         let ns = nodes(5);
         let shards = active(40);
         let replicas = place_all(&ns, &shards, 3);
-        let before =
-            preferred_holders(&RankingRequest { nodes: ns.clone(), shards: shards.clone(), replicas: replicas.clone() });
+        let before = preferred_holders(&RankingRequest {
+            nodes: ns.clone(),
+            shards: shards.clone(),
+            replicas: replicas.clone(),
+        });
         // A new node without replicas changes nothing.
         let mut more = ns.clone();
         more.push(node("n6", NodeState::Joining));
-        let same =
-            preferred_holders(&RankingRequest { nodes: more, shards: shards.clone(), replicas: replicas.clone() });
+        let same = preferred_holders(&RankingRequest {
+            nodes: more,
+            shards: shards.clone(),
+            replicas: replicas.clone(),
+        });
         assert_eq!(before, same);
         // n5 going down changes only the shards with a replica on n5, and for
         // them only by dropping n5.
         let mut fewer = ns.clone();
         fewer[4].state = NodeState::Down;
-        let after = preferred_holders(&RankingRequest { nodes: fewer, shards, replicas });
+        let after = preferred_holders(&RankingRequest {
+            nodes: fewer,
+            shards,
+            replicas,
+        });
         for (b, a) in before.iter().zip(&after) {
             let kept: Vec<String> = b.nodes.iter().filter(|n| *n != "n5").cloned().collect();
             assert_eq!(a.nodes, kept, "{}", b.shard);
