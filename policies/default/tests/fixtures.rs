@@ -1,6 +1,7 @@
 //! Runs every fixture of `tests/fixtures/policies/` against the native
 //! [`Defaults`], so the expectations the host's `chitin policy test` checks
-//! against the component are proven against the same logic here.
+//! against the component are proven against the same logic here. The files are
+//! written by `gen_fixtures.py` next to this file.
 
 use std::path::{Path, PathBuf};
 
