@@ -1,0 +1,357 @@
+//! `chitin config …`: build, check, compare and show `cluster_config.json`.
+//!
+//! Exit status: 0 when the command succeeded (for `validate` and
+//! `validate-transition`: when the config or transition is valid), 1 when it
+//! found violations or could not read a file, 2 for a usage error.
+//! Commands that write (`init`, `add-node`, `add-application`) validate the
+//! result — and the transition to it — and refuse to write anything invalid.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use chitin::topology::diff::diff;
+use chitin::topology::file;
+use chitin::topology::model::{ClusterConfig, LoadError, Metadata};
+use chitin::topology::ops::{self, NewApplication, OpsError};
+use chitin::topology::summary::summarize;
+use chitin::topology::transition::{TransitionReport, validate_transition};
+use chitin::topology::{Router, Violation, bounds, validate};
+
+const DEFAULT_FILE: &str = "cluster_config.json";
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Create a new config: version 1, the given nodes (at least 3), no applications.
+    Init {
+        /// A node id; repeat, paired in order with --node-address.
+        #[arg(long = "node-id", required = true, value_name = "ID")]
+        node_ids: Vec<String>,
+        /// The node's gRPC address (host:port); repeat, one per --node-id.
+        #[arg(long = "node-address", required = true, value_name = "ADDR")]
+        node_addresses: Vec<String>,
+        /// Where to write the config.
+        #[arg(long, default_value = DEFAULT_FILE, value_name = "FILE")]
+        output: PathBuf,
+        /// Overwrite an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Add a node (the version increases by one).
+    AddNode {
+        #[arg(long, default_value = DEFAULT_FILE, value_name = "FILE")]
+        config: PathBuf,
+        #[arg(long, value_name = "ID")]
+        node_id: String,
+        #[arg(long, value_name = "ADDR")]
+        node_address: String,
+        /// Node metadata as KEY=VALUE, repeatable (`zone=us-west-2a` reaches the policies as the zone).
+        #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_metadata)]
+        metadata: Vec<Metadata>,
+    },
+    /// Add an application with N equal shards placed by the placement policy (the version increases by one).
+    AddApplication {
+        #[arg(long, default_value = DEFAULT_FILE, value_name = "FILE")]
+        config: PathBuf,
+        #[arg(long)]
+        name: String,
+        /// Defaults to the name.
+        #[arg(long)]
+        implementation: Option<String>,
+        /// A power of two; shard i of N covers [i·2³²/N, (i+1)·2³²/N − 1].
+        #[arg(long, default_value_t = ops::DEFAULT_SHARDS, value_name = "N")]
+        shards_count: u32,
+        #[arg(long, default_value_t = 3, value_name = "N")]
+        replication_factor: u32,
+    },
+    /// Check one config against every single-config rule.
+    Validate {
+        file: PathBuf,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check that going from one config to another is safe (both must be valid too).
+    ValidateTransition {
+        #[arg(long, value_name = "OLD")]
+        from: PathBuf,
+        #[arg(long, value_name = "NEW")]
+        to: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what changed between two configs.
+    Diff {
+        old: PathBuf,
+        new: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a config: nodes with their replicas, applications with shards by state.
+    Show {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+        /// List every shard (by default only shards in a split are listed).
+        #[arg(long)]
+        shards: bool,
+    },
+    /// Which shard serves a key.
+    Route {
+        file: PathBuf,
+        #[arg(long)]
+        application: String,
+        /// The key in hex: 8 digits, or a shorter even-length prefix padded with 00.
+        #[arg(long)]
+        key: String,
+    },
+}
+
+fn parse_metadata(s: &str) -> Result<Metadata, String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok(Metadata::new(k, v)),
+        _ => Err(format!("`{s}` is not KEY=VALUE")),
+    }
+}
+
+pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ConfigCommand::Init { node_ids, node_addresses, output, force } => init(node_ids, node_addresses, &output, force),
+        ConfigCommand::AddNode { config, node_id, node_address, metadata } => {
+            let Some(old) = load_or_report(&config, false) else { return Ok(ExitCode::FAILURE) };
+            let what = format!("node `{node_id}` ({node_address})");
+            write_result(&config, &old, ops::add_node(&old, &node_id, &node_address, metadata), &what)
+        }
+        ConfigCommand::AddApplication { config, name, implementation, shards_count, replication_factor } => {
+            let Some(old) = load_or_report(&config, false) else { return Ok(ExitCode::FAILURE) };
+            let policies = chitin::policy::Policies::embedded_defaults()
+                .context("cannot load the embedded default policies")?;
+            let spec = NewApplication {
+                implementation: implementation.unwrap_or_else(|| name.clone()),
+                name: name.clone(),
+                shards_count,
+                replication_factor,
+                metadata: vec![],
+            };
+            let result = ops::add_application(&old, spec, |req| policies.place_replicas(req));
+            let what = format!("application `{name}` with {shards_count} shard(s), replication factor {replication_factor}");
+            write_result(&config, &old, result, &what)
+        }
+        ConfigCommand::Validate { file, json } => Ok(validate_one(&file, json)),
+        ConfigCommand::ValidateTransition { from, to, json } => Ok(validate_pair(&from, &to, json)),
+        ConfigCommand::Diff { old, new, json } => {
+            let (Some(a), Some(b)) = (load_or_report(&old, false), load_or_report(&new, false)) else {
+                return Ok(ExitCode::FAILURE);
+            };
+            let d = diff(&a, &b);
+            let report = validate_transition(&a, &b);
+            if json {
+                let v = serde_json::json!({ "diff": d, "transition_valid": report.is_valid(), "violations": report_json(&report) });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{d}");
+                if report.is_valid() {
+                    println!("transition: valid");
+                } else {
+                    println!(
+                        "transition: INVALID, {} violation(s); run `chitin config validate-transition --from {} --to {}`",
+                        report.len(),
+                        old.display(),
+                        new.display()
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Show { file, json, shards } => {
+            let Some(c) = load_or_report(&file, false) else { return Ok(ExitCode::FAILURE) };
+            let s = summarize(&c, shards);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                print!("{}", s.render());
+            }
+            let v = validate(&c);
+            if !v.is_empty() {
+                eprintln!(
+                    "warning: this config breaks {} rule(s); run `chitin config validate {}`",
+                    v.len(),
+                    file.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Route { file, application, key } => {
+            let Some(c) = load_or_report(&file, false) else { return Ok(ExitCode::FAILURE) };
+            let k = bounds::parse_key(&key).map_err(|e| anyhow::anyhow!("--key `{key}`: {e}"))?;
+            if c.application(&application).is_none() {
+                eprintln!("error: no application `{application}` in `{}`", file.display());
+                return Ok(ExitCode::FAILURE);
+            }
+            match Router::new(&c).shard(&c, &application, k) {
+                Some(s) => {
+                    let nodes: Vec<&str> = s.replicas.iter().map(|r| r.node_id.as_str()).collect();
+                    println!("{} {}  {}  nodes {}", s.id, s.range_string(), s.state, nodes.join(","));
+                    Ok(ExitCode::SUCCESS)
+                }
+                None => {
+                    eprintln!("error: no active or splitting shard of `{application}` covers key {k:08x}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+    }
+}
+
+/// Loads a config; on failure prints the error (with its code) and returns None.
+fn load_or_report(path: &Path, json: bool) -> Option<ClusterConfig> {
+    match file::load(path) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            report_load_error(path, &e, json);
+            None
+        }
+    }
+}
+
+fn report_load_error(path: &Path, e: &LoadError, json: bool) {
+    if json {
+        let v = serde_json::json!({
+            "file": path.display().to_string(),
+            "valid": false,
+            "error": { "code": e.code(), "message": e.to_string() },
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return;
+    }
+    match e {
+        LoadError::Bounds(errors) => {
+            for b in errors {
+                eprintln!("error[{}]: {}: {b}", e.code(), path.display());
+            }
+        }
+        _ => eprintln!("error[{}]: {}: {e}", e.code(), path.display()),
+    }
+}
+
+fn print_violations<'a>(items: impl Iterator<Item = (Option<&'static str>, &'a Violation)>) {
+    for (scope, v) in items {
+        match scope {
+            Some(s) => println!("  error[{}] ({s}): {}", v.code, v.message),
+            None => println!("  error[{}]: {}", v.code, v.message),
+        }
+    }
+}
+
+fn report_json(r: &TransitionReport) -> serde_json::Value {
+    serde_json::Value::Array(
+        r.all()
+            .map(|(scope, v)| serde_json::json!({ "scope": scope, "code": v.code, "message": v.message }))
+            .collect(),
+    )
+}
+
+fn validate_one(path: &Path, json: bool) -> ExitCode {
+    let Some(c) = load_or_report(path, json) else { return ExitCode::FAILURE };
+    let v = validate(&c);
+    if json {
+        let out = serde_json::json!({ "file": path.display().to_string(), "valid": v.is_empty(), "violations": v });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    } else if v.is_empty() {
+        println!(
+            "{}: valid (version {}: {} node(s), {} application(s), {} shard(s), {} replica(s))",
+            path.display(),
+            c.version,
+            c.nodes.len(),
+            c.applications.len(),
+            c.shard_count(),
+            c.replica_count()
+        );
+    } else {
+        println!("{}: INVALID, {} violation(s):", path.display(), v.len());
+        print_violations(v.iter().map(|v| (None, v)));
+    }
+    if v.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn validate_pair(from: &Path, to: &Path, json: bool) -> ExitCode {
+    let a = load_or_report(from, json);
+    let b = load_or_report(to, json);
+    let (Some(a), Some(b)) = (a, b) else { return ExitCode::FAILURE };
+    let report = validate_transition(&a, &b);
+    if json {
+        let out = serde_json::json!({
+            "from": from.display().to_string(),
+            "to": to.display().to_string(),
+            "valid": report.is_valid(),
+            "violations": report_json(&report),
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    } else if report.is_valid() {
+        println!(
+            "{} (version {}) → {} (version {}): valid transition",
+            from.display(),
+            a.version,
+            to.display(),
+            b.version
+        );
+    } else {
+        println!(
+            "{} (version {}) → {} (version {}): INVALID, {} violation(s):",
+            from.display(),
+            a.version,
+            to.display(),
+            b.version,
+            report.len()
+        );
+        print_violations(report.all().map(|(s, v)| (Some(s.as_str()), v)));
+    }
+    if report.is_valid() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn init(ids: Vec<String>, addresses: Vec<String>, output: &Path, force: bool) -> anyhow::Result<ExitCode> {
+    if ids.len() != addresses.len() {
+        eprintln!(
+            "error: {} --node-id but {} --node-address; give one address per node, in the same order",
+            ids.len(),
+            addresses.len()
+        );
+        return Ok(ExitCode::from(2));
+    }
+    if output.exists() && !force {
+        eprintln!("error: `{}` already exists; pass --force to overwrite it", output.display());
+        return Ok(ExitCode::FAILURE);
+    }
+    let nodes: Vec<(String, String)> = ids.into_iter().zip(addresses).collect();
+    match ops::init(&nodes) {
+        Ok(c) => {
+            file::save(output, &c)?;
+            println!("wrote {}: version 1 with {} node(s)", output.display(), c.nodes.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => Ok(refuse(output, e)),
+    }
+}
+
+fn refuse(path: &Path, e: OpsError) -> ExitCode {
+    match e {
+        OpsError::Invalid(report) => {
+            println!("refusing to write {}: the result would be invalid, {} violation(s):", path.display(), report.len());
+            let scoped = report.old.len() + report.transition.len() > 0;
+            print_violations(report.all().map(|(s, v)| (scoped.then_some(s.as_str()), v)));
+        }
+        other => eprintln!("error: {other}; nothing written to {}", path.display()),
+    }
+    ExitCode::FAILURE
+}
+
+fn write_result(path: &Path, old: &ClusterConfig, result: Result<ClusterConfig, OpsError>, what: &str) -> anyhow::Result<ExitCode> {
+    match result {
+        Ok(c) => {
+            file::save(path, &c)?;
+            println!("wrote {}: version {} → {}, added {what}", path.display(), old.version, c.version);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => Ok(refuse(path, e)),
+    }
+}

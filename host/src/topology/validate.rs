@@ -1,0 +1,768 @@
+//! Single-config rules.
+//!
+//! [`validate`] checks every rule of a config and returns every violation it
+//! finds, in config order (nodes, then applications and their shards, then
+//! each application's keyspace). It runs in O(n log n) over shards and
+//! replicas: ids are indexed in hash maps and ranges are sorted once, so a
+//! config of 100,000 shards × 3 replicas validates in tens of milliseconds.
+
+use std::collections::{HashMap, HashSet};
+
+use super::model::{ClusterConfig, Metadata, Shard, ShardState};
+use super::rules::{RuleCode, Violation, Violations};
+
+/// The minimum number of nodes of a config.
+pub const MIN_NODES: usize = 3;
+/// The minimum replication factor of an application.
+pub const MIN_REPLICATION_FACTOR: u32 = 3;
+
+/// Every violation of the single-config rules; empty when the config is valid.
+pub fn validate(config: &ClusterConfig) -> Vec<Violation> {
+    let mut c = Checker::default();
+    c.run(config);
+    c.out
+}
+
+/// [`validate`] as a `Result`.
+pub fn check(config: &ClusterConfig) -> Result<(), Violations> {
+    let v = validate(config);
+    if v.is_empty() { Ok(()) } else { Err(Violations(v)) }
+}
+
+#[derive(Default)]
+struct Checker {
+    out: Vec<Violation>,
+}
+
+/// A shard with its application, by position in the config.
+struct Entry<'a> {
+    app: usize,
+    shard: &'a Shard,
+}
+
+/// Gaps and overlaps of a set of ranges over `[lo, hi]`.
+pub(crate) struct Coverage<'a> {
+    pub gaps: Vec<(u32, u32)>,
+    /// (shard reaching furthest so far, next shard, overlapping keys)
+    pub overlaps: Vec<(&'a str, &'a str, u32, u32)>,
+}
+
+/// Sorts `ranges` (inclusive, `lower <= upper`) and finds what of `[lo, hi]`
+/// they leave uncovered and where they overlap. Ranges are clipped to
+/// `[lo, hi]`; arithmetic is done in u64 so `ffffffff` cannot overflow.
+pub(crate) fn coverage<'a>(mut ranges: Vec<(u32, u32, &'a str)>, lo: u32, hi: u32) -> Coverage<'a> {
+    ranges.sort_unstable();
+    let mut gaps = Vec::new();
+    let mut overlaps = Vec::new();
+    let mut next = u64::from(lo); // first key not covered yet
+    let mut reach: Option<&str> = None; // the shard covering up to `next - 1`
+    for (l, u, id) in ranges {
+        let (l, u) = (l.max(lo), u.min(hi));
+        if l > u {
+            continue;
+        }
+        let (l64, u64_) = (u64::from(l), u64::from(u));
+        if l64 > next {
+            gaps.push((next as u32, l - 1));
+        } else if l64 < next {
+            let end = u64_.min(next - 1) as u32;
+            overlaps.push((reach.unwrap_or(""), id, l, end));
+        }
+        if u64_ + 1 > next {
+            next = u64_ + 1;
+            reach = Some(id);
+        }
+    }
+    if next <= u64::from(hi) {
+        gaps.push((next as u32, hi));
+    }
+    Coverage { gaps, overlaps }
+}
+
+fn keys(lo: u32, hi: u32) -> String {
+    format!("[{lo:08x}, {hi:08x}]")
+}
+
+/// Keys that appear more than once in a metadata list, each once.
+fn duplicate_keys(metadata: &[Metadata]) -> Vec<&str> {
+    let mut dups: Vec<&str> = Vec::new();
+    if metadata.len() < 2 {
+        return dups;
+    }
+    let mut seen = HashSet::with_capacity(metadata.len());
+    for m in metadata {
+        if !seen.insert(m.key.as_str()) && !dups.contains(&m.key.as_str()) {
+            dups.push(&m.key);
+        }
+    }
+    dups
+}
+
+/// The distinct node ids of a shard's replicas, sorted.
+pub(crate) fn node_set(shard: &Shard) -> Vec<&str> {
+    let mut v: Vec<&str> = shard.replicas.iter().map(|r| r.node_id.as_str()).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+impl Checker {
+    fn push(&mut self, code: RuleCode, message: String) {
+        self.out.push(Violation::new(code, message));
+    }
+
+    fn metadata(&mut self, what: &str, metadata: &[Metadata]) {
+        for key in duplicate_keys(metadata) {
+            self.push(
+                RuleCode::MetadataKeyDuplicate,
+                format!("{what} has metadata key `{key}` more than once; keep one entry per key"),
+            );
+        }
+    }
+
+    fn run(&mut self, cfg: &ClusterConfig) {
+        use RuleCode::*;
+        if cfg.version == 0 {
+            self.push(VersionNotPositive, "version is 0; versions start at 1".into());
+        }
+        self.metadata("the config", &cfg.metadata);
+
+        // ---- nodes ----
+        if cfg.nodes.len() < MIN_NODES {
+            self.push(
+                TooFewNodes,
+                format!(
+                    "the config has {} node(s), at least {MIN_NODES} are required; add nodes",
+                    cfg.nodes.len()
+                ),
+            );
+        }
+        let mut node_ids: HashMap<&str, usize> = HashMap::with_capacity(cfg.nodes.len());
+        let mut addresses: HashMap<&str, &str> = HashMap::with_capacity(cfg.nodes.len());
+        for (i, n) in cfg.nodes.iter().enumerate() {
+            if n.id.is_empty() {
+                self.push(NodeIdEmpty, format!("node #{} has an empty id; give it a unique id", i + 1));
+            } else if node_ids.insert(&n.id, i).is_some() {
+                self.push(
+                    NodeIdDuplicate,
+                    format!("node id `{}` is used by more than one node; node ids must be unique", n.id),
+                );
+            }
+            if n.grpc_address.is_empty() {
+                self.push(
+                    NodeAddressEmpty,
+                    format!("node `{}` has an empty grpc_address; set its host:port", n.id),
+                );
+            } else if let Some(first) = addresses.insert(&n.grpc_address, &n.id) {
+                self.push(
+                    NodeAddressDuplicate,
+                    format!(
+                        "nodes `{first}` and `{}` share grpc_address `{}`; each node needs its own address",
+                        n.id, n.grpc_address
+                    ),
+                );
+            }
+            self.metadata(&format!("node `{}`", n.id), &n.metadata);
+        }
+
+        // ---- applications ----
+        let mut app_names: HashSet<&str> = HashSet::with_capacity(cfg.applications.len());
+        for a in &cfg.applications {
+            if a.name.is_empty() {
+                self.push(ApplicationNameEmpty, "an application has an empty name; name it".into());
+            } else if !app_names.insert(&a.name) {
+                self.push(
+                    ApplicationNameDuplicate,
+                    format!("application name `{}` is used more than once; names must be unique", a.name),
+                );
+            }
+            if a.implementation.is_empty() {
+                self.push(
+                    ImplementationEmpty,
+                    format!("application `{}` has an empty implementation; set it", a.name),
+                );
+            }
+            if a.replication_factor < MIN_REPLICATION_FACTOR {
+                self.push(
+                    ReplicationFactorTooLow,
+                    format!(
+                        "application `{}` has replication_factor {}, at least {MIN_REPLICATION_FACTOR} is required",
+                        a.name, a.replication_factor
+                    ),
+                );
+            }
+            if a.shards.is_empty() {
+                self.push(
+                    ApplicationNoShards,
+                    format!("application `{}` has no shards; give it shards covering the keyspace", a.name),
+                );
+            }
+            self.metadata(&format!("application `{}`", a.name), &a.metadata);
+        }
+
+        // ---- shards and replicas ----
+        let total: usize = cfg.applications.iter().map(|a| a.shards.len()).sum();
+        let mut entries: Vec<Entry> = Vec::with_capacity(total);
+        let mut shard_index: HashMap<&str, usize> = HashMap::with_capacity(total);
+        let mut replica_ids: HashMap<&str, &str> =
+            HashMap::with_capacity(total * 3);
+        for (ai, a) in cfg.applications.iter().enumerate() {
+            for s in &a.shards {
+                let idx = entries.len();
+                entries.push(Entry { app: ai, shard: s });
+                if s.id.is_empty() {
+                    self.push(
+                        ShardIdEmpty,
+                        format!("a shard of application `{}` has an empty id; give it a unique id", a.name),
+                    );
+                } else if shard_index.contains_key(s.id.as_str()) {
+                    self.push(
+                        ShardIdDuplicate,
+                        format!("shard id `{}` is used more than once; shard ids must be unique across the config", s.id),
+                    );
+                } else {
+                    shard_index.insert(&s.id, idx);
+                }
+                if s.lower >= s.upper {
+                    self.push(
+                        ShardBoundsOrder,
+                        format!(
+                            "shard `{}` has lower bound {:08x} not below upper bound {:08x}; lower must be strictly less than upper",
+                            s.id, s.lower, s.upper
+                        ),
+                    );
+                }
+                if (s.replicas.len() as u64) < u64::from(a.replication_factor) {
+                    self.push(
+                        ShardTooFewReplicas,
+                        format!(
+                            "shard `{}` ({}) has {} replica(s), application `{}` requires {} (replication_factor); add replicas on other nodes",
+                            s.id, s.state, s.replicas.len(), a.name, a.replication_factor
+                        ),
+                    );
+                }
+                for r in &s.replicas {
+                    if r.id.is_empty() {
+                        self.push(
+                            ReplicaIdEmpty,
+                            format!("a replica of shard `{}` has an empty id; give it a unique id", s.id),
+                        );
+                    } else if let Some(first) = replica_ids.insert(&r.id, &s.id) {
+                        self.push(
+                            ReplicaIdDuplicate,
+                            format!(
+                                "replica id `{}` is used more than once (shards `{first}` and `{}`); replica ids must be unique across the config",
+                                r.id, s.id
+                            ),
+                        );
+                    }
+                    if !node_ids.contains_key(r.node_id.as_str()) {
+                        self.push(
+                            ReplicaNodeUnknown,
+                            format!(
+                                "replica `{}` of shard `{}` is on node `{}`, which is not in the config; add the node or fix node_id",
+                                r.id, s.id, r.node_id
+                            ),
+                        );
+                    }
+                    if !r.metadata.is_empty() {
+                        self.metadata(&format!("replica `{}`", r.id), &r.metadata);
+                    }
+                }
+                self.distinct_nodes(s);
+                if !s.metadata.is_empty() {
+                    self.metadata(&format!("shard `{}`", s.id), &s.metadata);
+                }
+            }
+        }
+
+        // ---- parents and children ----
+        // parent[i]: the index of shard i's parent, when it resolves within the application.
+        let mut parent: Vec<Option<usize>> = vec![None; entries.len()];
+        let mut children: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            let Some(pid) = e.shard.parent_id.as_deref() else { continue };
+            if pid == e.shard.id {
+                self.push(
+                    ShardParentSelf,
+                    format!("shard `{pid}` names itself as parent; remove parent_id or name the shard it was split from"),
+                );
+                continue;
+            }
+            match shard_index.get(pid) {
+                None => self.push(
+                    ShardParentUnknown,
+                    format!("shard `{}` has parent `{pid}`, which is not in the config; keep the parent shard or fix parent_id", e.shard.id),
+                ),
+                Some(&p) if entries[p].app != e.app => self.push(
+                    ShardParentForeign,
+                    format!(
+                        "shard `{}` of application `{}` has parent `{pid}` of application `{}`; a parent must belong to the same application",
+                        e.shard.id, cfg.applications[e.app].name, cfg.applications[entries[p].app].name
+                    ),
+                ),
+                Some(&p) => {
+                    parent[i] = Some(p);
+                    children.entry(p).or_default().push(i);
+                }
+            }
+        }
+        self.cycles(&entries, &parent);
+
+        for (i, e) in entries.iter().enumerate() {
+            let s = e.shard;
+            let kids = children.get(&i).map(Vec::as_slice).unwrap_or(&[]);
+            match s.state {
+                ShardState::Active if !kids.is_empty() => self.push(
+                    ActiveShardHasChildren,
+                    format!(
+                        "active shard `{}` has children ({}); an active shard has none — mark it splitting or fix the children's parent_id",
+                        s.id, list(kids.iter().map(|&k| entries[k].shard.id.as_str()))
+                    ),
+                ),
+                ShardState::Inactive if kids.is_empty() => self.push(
+                    InactiveShardNoChildren,
+                    format!("inactive shard `{}` has no children; an inactive shard's range is served by its children", s.id),
+                ),
+                ShardState::Splitting => self.splitting(&entries, i, kids),
+                ShardState::Activating => {
+                    if !kids.is_empty() {
+                        self.push(
+                            ActivatingShardHasChildren,
+                            format!(
+                                "activating shard `{}` has children ({}); it cannot be split before it is active",
+                                s.id, list(kids.iter().map(|&k| entries[k].shard.id.as_str()))
+                            ),
+                        );
+                    }
+                    match (s.parent_id.as_deref(), parent[i]) {
+                        (None, _) => self.push(
+                            ActivatingShardNoParent,
+                            format!("activating shard `{}` has no parent_id; an activating shard is the child of a splitting shard", s.id),
+                        ),
+                        (Some(_), Some(p)) if entries[p].shard.state != ShardState::Splitting => self.push(
+                            ActivatingParentNotSplitting,
+                            format!(
+                                "activating shard `{}` has parent `{}`, which is {}, not splitting",
+                                s.id, entries[p].shard.id, entries[p].shard.state
+                            ),
+                        ),
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+
+        // ---- keyspace of each application ----
+        let mut start = 0;
+        for a in &cfg.applications {
+            let shards = &entries[start..start + a.shards.len()];
+            start += a.shards.len();
+            if shards.is_empty() {
+                continue; // reported as application-no-shards
+            }
+            let ranges: Vec<(u32, u32, &str)> = shards
+                .iter()
+                .filter(|e| e.shard.state.is_routable() && e.shard.lower <= e.shard.upper)
+                .map(|e| (e.shard.lower, e.shard.upper, e.shard.id.as_str()))
+                .collect();
+            let cov = coverage(ranges, 0, u32::MAX);
+            for (lo, hi) in cov.gaps {
+                self.push(
+                    KeyspaceGap,
+                    format!(
+                        "application `{}`: keys {} are served by no active or splitting shard; add a shard for them or widen a neighbour",
+                        a.name, keys(lo, hi)
+                    ),
+                );
+            }
+            for (x, y, lo, hi) in cov.overlaps {
+                self.push(
+                    KeyspaceOverlap,
+                    format!(
+                        "application `{}`: shards `{x}` and `{y}` both serve keys {}; active and splitting shards must not overlap",
+                        a.name, keys(lo, hi)
+                    ),
+                );
+            }
+        }
+    }
+
+    fn distinct_nodes(&mut self, s: &Shard) {
+        let n = s.replicas.len();
+        if n < 2 {
+            return;
+        }
+        let mut dups: Vec<&str> = Vec::new();
+        if n <= 16 {
+            for (i, r) in s.replicas.iter().enumerate() {
+                if s.replicas[..i].iter().any(|q| q.node_id == r.node_id) && !dups.contains(&r.node_id.as_str()) {
+                    dups.push(&r.node_id);
+                }
+            }
+        } else {
+            let mut seen = HashSet::with_capacity(n);
+            for r in &s.replicas {
+                if !seen.insert(r.node_id.as_str()) && !dups.contains(&r.node_id.as_str()) {
+                    dups.push(&r.node_id);
+                }
+            }
+        }
+        for node in dups {
+            let ids = s.replicas.iter().filter(|r| r.node_id == node).map(|r| r.id.as_str());
+            self.push(
+                RuleCode::ReplicaNodeDuplicate,
+                format!(
+                    "shard `{}` has replicas {} on the same node `{node}`; a shard's replicas must sit on distinct nodes",
+                    s.id, list(ids)
+                ),
+            );
+        }
+    }
+
+    /// Reports every cycle of `parent` once. O(n): each shard is walked once.
+    fn cycles(&mut self, entries: &[Entry], parent: &[Option<usize>]) {
+        // 0 = unvisited, 1 = on the current walk, 2 = done
+        let mut mark = vec![0u8; entries.len()];
+        let mut path = Vec::new();
+        for start in 0..entries.len() {
+            let mut at = Some(start);
+            while let Some(i) = at {
+                match mark[i] {
+                    0 => {
+                        mark[i] = 1;
+                        path.push(i);
+                        at = parent[i];
+                    }
+                    1 => {
+                        let from = path.iter().position(|&p| p == i).expect("on the path");
+                        let ids: Vec<&str> = path[from..].iter().map(|&k| entries[k].shard.id.as_str()).collect();
+                        self.push(
+                            RuleCode::ShardParentCycle,
+                            format!(
+                                "shards {} are each other's ancestors (parent_id cycle); a split history has a root",
+                                list(ids.into_iter())
+                            ),
+                        );
+                        break;
+                    }
+                    _ => break,
+                }
+            }
+            for &p in &path {
+                mark[p] = 2;
+            }
+            path.clear();
+        }
+    }
+
+    fn splitting(&mut self, entries: &[Entry], i: usize, kids: &[usize]) {
+        use RuleCode::*;
+        let s = entries[i].shard;
+        if kids.len() < 2 {
+            self.push(
+                SplittingTooFewChildren,
+                format!(
+                    "splitting shard `{}` has {} child(ren), at least 2 activating children are required; add children or keep it active",
+                    s.id, kids.len()
+                ),
+            );
+        }
+        let parent_nodes = node_set(s);
+        let mut ranges = Vec::with_capacity(kids.len());
+        for &k in kids {
+            let c = entries[k].shard;
+            if c.state != ShardState::Activating {
+                self.push(
+                    SplittingChildNotActivating,
+                    format!(
+                        "shard `{}` is {} but its parent `{}` is splitting; the children of a splitting shard are activating",
+                        c.id, c.state, s.id
+                    ),
+                );
+            }
+            if c.lower < s.lower || c.upper > s.upper {
+                self.push(
+                    SplitChildOutOfRange,
+                    format!(
+                        "child `{}` {} reaches outside its splitting parent `{}` {}; children must lie within the parent's range",
+                        c.id, c.range_string(), s.id, s.range_string()
+                    ),
+                );
+            }
+            if c.lower <= c.upper {
+                ranges.push((c.lower, c.upper, c.id.as_str()));
+            }
+            let nodes = node_set(c);
+            if nodes != parent_nodes {
+                self.push(
+                    SplitChildNodesMismatch,
+                    format!(
+                        "child `{}` has replicas on nodes [{}] but its splitting parent `{}` on [{}]; split seeding is node-local, so a child's replicas sit on exactly its parent's nodes",
+                        c.id, nodes.join(", "), s.id, parent_nodes.join(", ")
+                    ),
+                );
+            }
+        }
+        if kids.is_empty() {
+            return;
+        }
+        let cov = coverage(ranges, s.lower.min(s.upper), s.upper.max(s.lower));
+        for (lo, hi) in cov.gaps {
+            self.push(
+                SplitChildrenGap,
+                format!(
+                    "no child of splitting shard `{}` covers keys {}; the children must exactly cover the parent's range",
+                    s.id, keys(lo, hi)
+                ),
+            );
+        }
+        for (x, y, lo, hi) in cov.overlaps {
+            self.push(
+                SplitChildrenOverlap,
+                format!(
+                    "children `{x}` and `{y}` of splitting shard `{}` both cover keys {}; the children must not overlap",
+                    s.id, keys(lo, hi)
+                ),
+            );
+        }
+    }
+}
+
+/// `a`, `b`, `c` (the first 5, then a count).
+pub(crate) fn list<'a>(ids: impl Iterator<Item = &'a str>) -> String {
+    let all: Vec<&str> = ids.collect();
+    let mut s = all.iter().take(5).map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ");
+    if all.len() > 5 {
+        s.push_str(&format!(" and {} more", all.len() - 5));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::model::*;
+    use crate::topology::testutil::*;
+    use RuleCode::*;
+    use ShardState::*;
+
+    fn codes(v: &[Violation]) -> Vec<RuleCode> {
+        let mut c: Vec<RuleCode> = v.iter().map(|v| v.code).collect();
+        c.sort();
+        c.dedup();
+        c
+    }
+
+    /// A second application `B` with the same layout as `A` and its own ids.
+    fn add_b(c: &mut ClusterConfig) {
+        let mut b = c.applications[0].clone();
+        b.name = "B".into();
+        b.implementation = "B".into();
+        for s in &mut b.shards {
+            s.id = s.id.replacen('A', "B", 1);
+            for r in &mut s.replicas {
+                r.id = r.id.replacen('A', "B", 1);
+            }
+        }
+        c.applications.push(b);
+    }
+
+    type Case = (&'static str, fn(&mut ClusterConfig), &'static [RuleCode]);
+
+    const CASES: &[Case] = &[
+        // ---- valid ----
+        ("base", |_| {}, &[]),
+        ("no applications", |c| c.applications.clear(), &[]),
+        ("two applications", add_b, &[]),
+        ("one shard, whole keyspace", |c| {
+            let a = app(c, "A");
+            a.shards.truncate(1);
+            a.shards[0].lower = 0;
+            a.shards[0].upper = u32::MAX;
+        }, &[]),
+        ("mid-split into 2", |c| start_split(c, "A_00_3f", 2), &[]),
+        ("mid-split into 4", |c| start_split(c, "A_c0_ff", 4), &[]),
+        ("two splits at once", |c| { start_split(c, "A_00_3f", 2); start_split(c, "A_c0_ff", 4) }, &[]),
+        ("split finished", |c| { start_split(c, "A_40_7f", 2); finish_split(c, "A_40_7f") }, &[]),
+        ("child of a finished split splitting", |c| {
+            start_split(c, "A_40_7f", 2);
+            finish_split(c, "A_40_7f");
+            start_split(c, "A_40_7f_c1", 2);
+        }, &[]),
+        ("replicas beyond the factor", |c| {
+            let s = shard_mut(c, "A_00_3f");
+            s.replicas.push(Replica { id: "A_00_3f_n4".into(), node_id: "n4".into(), metadata: vec![] });
+        }, &[]),
+        ("split of a shard with 4 replicas", |c| {
+            let s = shard_mut(c, "A_00_3f");
+            s.replicas.push(Replica { id: "A_00_3f_n4".into(), node_id: "n4".into(), metadata: vec![] });
+            start_split(c, "A_00_3f", 2);
+        }, &[]),
+        ("metadata everywhere", |c| {
+            c.metadata = vec![Metadata::new("owner", "ops")];
+            c.nodes[0].metadata = vec![Metadata::new("zone", "a"), Metadata::new("rack", "1")];
+            c.applications[0].metadata = vec![Metadata::new("tier", "gold")];
+            c.applications[0].shards[0].metadata = vec![Metadata::new("hot", "yes")];
+            c.applications[0].shards[0].replicas[0].metadata = vec![Metadata::new("disk", "ssd")];
+        }, &[]),
+        ("replication factor 4 on 4 nodes", |c| {
+            app(c, "A").replication_factor = 4;
+            for s in &mut app(c, "A").shards {
+                let id = s.id.clone();
+                s.replicas.push(Replica { id: format!("{id}_n4"), node_id: "n4".into(), metadata: vec![] });
+            }
+        }, &[]),
+        ("node without replicas", |c| c.nodes.push(node("n5")), &[]),
+        ("smallest shard of two keys", |c| {
+            let a = app(c, "A");
+            a.shards[0].upper = 1;
+            a.shards.insert(1, shard("A_x", 2, 0x3fff_ffff, Active, None, &["n1", "n2", "n3"]));
+        }, &[]),
+        // ---- invalid ----
+        ("version 0", |c| c.version = 0, &[VersionNotPositive]),
+        ("2 nodes", |c| { c.applications.clear(); c.nodes.truncate(2) }, &[TooFewNodes]),
+        ("empty node id", |c| c.nodes[3].id.clear(), &[NodeIdEmpty]),
+        ("duplicate node id", |c| { c.nodes[3].id = "n1".into() }, &[NodeIdDuplicate]),
+        ("empty node address", |c| c.nodes[3].grpc_address.clear(), &[NodeAddressEmpty]),
+        ("duplicate node address", |c| c.nodes[3].grpc_address = c.nodes[0].grpc_address.clone(), &[NodeAddressDuplicate]),
+        ("empty application name", |c| c.applications[0].name.clear(), &[ApplicationNameEmpty]),
+        ("duplicate application name", |c| { add_b(c); c.applications[1].name = "A".into() }, &[ApplicationNameDuplicate]),
+        ("empty implementation", |c| c.applications[0].implementation.clear(), &[ImplementationEmpty]),
+        ("replication factor 2", |c| c.applications[0].replication_factor = 2, &[ReplicationFactorTooLow]),
+        ("application without shards", |c| { add_b(c); c.applications[1].shards.clear() }, &[ApplicationNoShards]),
+        ("empty shard id", |c| c.applications[0].shards[0].id.clear(), &[ShardIdEmpty]),
+        ("duplicate shard id", |c| c.applications[0].shards[1].id = "A_00_3f".into(), &[ShardIdDuplicate]),
+        ("duplicate shard id across applications", |c| { add_b(c); c.applications[1].shards[1].id = "A_00_3f".into() }, &[ShardIdDuplicate]),
+        ("too few replicas", |c| { c.applications[0].shards[2].replicas.pop(); }, &[ShardTooFewReplicas]),
+        ("too few replicas on an activating child", |c| {
+            start_split(c, "A_00_3f", 2);
+            shard_mut(c, "A_00_3f_c1").replicas.pop();
+        }, &[ShardTooFewReplicas, SplitChildNodesMismatch]),
+        ("lower equals upper", |c| {
+            let a = app(c, "A");
+            a.shards[0].upper = 0;
+            a.shards.insert(1, shard("A_x", 1, 0x3fff_ffff, Active, None, &["n1", "n2", "n3"]));
+        }, &[ShardBoundsOrder]),
+        ("lower above upper", |c| { let s = &mut app(c, "A").shards[0]; s.lower = 5; s.upper = 2 }, &[ShardBoundsOrder, KeyspaceGap]),
+        ("empty replica id", |c| c.applications[0].shards[0].replicas[0].id.clear(), &[ReplicaIdEmpty]),
+        ("duplicate replica id", |c| c.applications[0].shards[1].replicas[0].id = "A_00_3f_n1".into(), &[ReplicaIdDuplicate]),
+        ("replica on an unknown node", |c| c.applications[0].shards[0].replicas[0].node_id = "n9".into(), &[ReplicaNodeUnknown]),
+        ("replicas on the same node", |c| c.applications[0].shards[0].replicas[1].node_id = "n1".into(), &[ReplicaNodeDuplicate]),
+        ("gap at ffffffff", |c| app(c, "A").shards[3].upper = 0xffff_fffe, &[KeyspaceGap]),
+        ("gap at 00000000", |c| app(c, "A").shards[0].lower = 1, &[KeyspaceGap]),
+        ("gap in the middle", |c| app(c, "A").shards[1].upper = 0x7fff_0000, &[KeyspaceGap]),
+        ("no routable shard", |c| { let a = app(c, "A"); a.shards.truncate(1); a.shards[0].state = Activating; a.shards[0].parent_id = None; }, &[ActivatingShardNoParent, KeyspaceGap]),
+        ("overlap", |c| app(c, "A").shards[1].lower = 0x3f00_0000, &[KeyspaceOverlap]),
+        ("overlap at ffffffff", |c| {
+            app(c, "A").shards.push(shard("A_x", 0xffff_ff00, u32::MAX, Active, None, &["n1", "n2", "n3"]));
+        }, &[KeyspaceOverlap]),
+        ("splitting shard overlapping an active one", |c| {
+            start_split(c, "A_00_3f", 2);
+            shard_mut(c, "A_00_3f").upper = 0x4000_00ff;
+        }, &[KeyspaceOverlap, SplitChildrenGap]),
+        ("own parent", |c| c.applications[0].shards[0].parent_id = Some("A_00_3f".into()), &[ShardParentSelf]),
+        ("unknown parent", |c| c.applications[0].shards[0].parent_id = Some("ghost".into()), &[ShardParentUnknown]),
+        ("parent in another application", |c| { add_b(c); c.applications[1].shards[0].parent_id = Some("A_00_3f".into()) }, &[ShardParentForeign]),
+        ("parent cycle", |c| {
+            let a = app(c, "A");
+            a.shards.push(shard("X", 0, 5, Inactive, Some("Y"), &["n1", "n2", "n3"]));
+            a.shards.push(shard("Y", 0, 5, Inactive, Some("X"), &["n1", "n2", "n3"]));
+        }, &[ShardParentCycle]),
+        ("active shard with a child", |c| {
+            app(c, "A").shards.push(shard("K", 0, 0xff, Activating, Some("A_00_3f"), &["n1", "n2", "n3"]));
+        }, &[ActiveShardHasChildren, ActivatingParentNotSplitting]),
+        ("inactive shard without children", |c| {
+            app(c, "A").shards.push(shard("Z", 0, 0xff, Inactive, None, &["n1", "n2", "n3"]));
+        }, &[InactiveShardNoChildren]),
+        ("splitting with one child", |c| {
+            start_split(c, "A_00_3f", 2);
+            app(c, "A").shards.retain(|s| s.id != "A_00_3f_c1");
+        }, &[SplittingTooFewChildren, SplitChildrenGap]),
+        ("splitting without children", |c| shard_mut(c, "A_00_3f").state = Splitting, &[SplittingTooFewChildren]),
+        ("splitting with an active child", |c| {
+            start_split(c, "A_00_3f", 2);
+            shard_mut(c, "A_00_3f_c0").state = Active;
+        }, &[SplittingChildNotActivating, KeyspaceOverlap]),
+        ("split children with a gap", |c| { start_split(c, "A_00_3f", 2); shard_mut(c, "A_00_3f_c1").lower += 0x100 }, &[SplitChildrenGap]),
+        ("split children with a gap at the parent's end", |c| { start_split(c, "A_c0_ff", 4); shard_mut(c, "A_c0_ff_c3").upper = 0xffff_fff0 }, &[SplitChildrenGap]),
+        ("split children overlapping", |c| { start_split(c, "A_00_3f", 4); shard_mut(c, "A_00_3f_c2").lower -= 0x100 }, &[SplitChildrenOverlap]),
+        ("split child out of range", |c| { start_split(c, "A_00_3f", 2); shard_mut(c, "A_00_3f_c1").upper = 0x4000_0fff }, &[SplitChildOutOfRange]),
+        ("split child on other nodes", |c| {
+            start_split(c, "A_00_3f", 2);
+            shard_mut(c, "A_00_3f_c0").replicas[2].node_id = "n4".into();
+        }, &[SplitChildNodesMismatch]),
+        ("split child with an extra node", |c| {
+            start_split(c, "A_00_3f", 2);
+            shard_mut(c, "A_00_3f_c0").replicas.push(Replica { id: "extra".into(), node_id: "n4".into(), metadata: vec![] });
+        }, &[SplitChildNodesMismatch]),
+        ("activating shard with a child", |c| {
+            start_split(c, "A_00_3f", 2);
+            app(c, "A").shards.push(shard("G", 0, 0xff, Activating, Some("A_00_3f_c0"), &["n1", "n2", "n3"]));
+        }, &[ActivatingShardHasChildren, ActivatingParentNotSplitting]),
+        ("activating shard without parent", |c| {
+            app(c, "A").shards.push(shard("K", 0, 0xff, Activating, None, &["n1", "n2", "n3"]));
+        }, &[ActivatingShardNoParent]),
+        ("activating child of an inactive shard", |c| {
+            start_split(c, "A_00_3f", 2);
+            finish_split(c, "A_00_3f");
+            shard_mut(c, "A_00_3f_c0").state = Activating;
+        }, &[ActivatingParentNotSplitting, KeyspaceGap]),
+        ("duplicate node metadata key", |c| c.nodes[0].metadata = vec![Metadata::new("zone", "a"), Metadata::new("zone", "b")], &[MetadataKeyDuplicate]),
+        ("duplicate shard metadata key", |c| c.applications[0].shards[0].metadata = vec![Metadata::new("k", "a"), Metadata::new("k", "a")], &[MetadataKeyDuplicate]),
+        ("duplicate replica metadata key", |c| c.applications[0].shards[0].replicas[0].metadata = vec![Metadata::new("k", "a"), Metadata::new("k", "b")], &[MetadataKeyDuplicate]),
+        ("duplicate application metadata key", |c| c.applications[0].metadata = vec![Metadata::new("k", "a"), Metadata::new("k", "b")], &[MetadataKeyDuplicate]),
+        ("duplicate config metadata key", |c| c.metadata = vec![Metadata::new("k", "a"), Metadata::new("k", "b")], &[MetadataKeyDuplicate]),
+    ];
+
+    #[test]
+    fn table() {
+        let mut failures = Vec::new();
+        for (name, mutate, want) in CASES {
+            let mut c = base();
+            mutate(&mut c);
+            let got = validate(&c);
+            let mut want = want.to_vec();
+            want.sort();
+            if codes(&got) != want {
+                failures.push(format!("{name}: want {want:?}, got {got:#?}"));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn every_single_config_rule_has_a_valid_and_an_invalid_case() {
+        let covered: HashSet<RuleCode> = CASES.iter().flat_map(|c| c.2.iter().copied()).collect();
+        for code in RuleCode::ALL.iter().filter(|c| !c.is_transition_rule()) {
+            assert!(covered.contains(code), "no invalid case for {code}");
+        }
+        assert!(CASES.iter().filter(|c| c.2.is_empty()).count() >= 10);
+    }
+
+    #[test]
+    fn every_violation_is_reported_not_just_the_first() {
+        let mut c = base();
+        c.version = 0;
+        c.nodes[3].id = "n1".into();
+        c.applications[0].shards[0].replicas[0].node_id = "n9".into();
+        c.applications[0].shards[1].replicas[0].node_id = "n8".into();
+        app(&mut c, "A").shards[3].upper = 0xffff_fffe;
+        let v = validate(&c);
+        assert_eq!(v.len(), 5, "{v:#?}");
+        assert!(v.iter().any(|v| v.message.contains("n8") && v.message.contains("A_40_7f")));
+    }
+
+    #[test]
+    fn coverage_edges() {
+        let c = coverage(vec![(0, u32::MAX, "a")], 0, u32::MAX);
+        assert!(c.gaps.is_empty() && c.overlaps.is_empty());
+        let c = coverage(vec![], 0, u32::MAX);
+        assert_eq!(c.gaps, vec![(0, u32::MAX)]);
+        let c = coverage(vec![(0, 9, "a"), (5, u32::MAX, "b"), (20, 30, "c")], 0, u32::MAX);
+        assert_eq!(c.overlaps, vec![("a", "b", 5, 9), ("b", "c", 20, 30)]);
+        let c = coverage(vec![(0, 9, "a"), (u32::MAX, u32::MAX, "z")], 0, u32::MAX);
+        assert_eq!(c.gaps, vec![(10, u32::MAX - 1)]);
+    }
+}
