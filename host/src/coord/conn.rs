@@ -1,0 +1,124 @@
+//! One shared, self-healing Redis connection.
+//!
+//! [`RedisConn`] wraps redis' `ConnectionManager` (one multiplexed connection
+//! that reconnects after an I/O error) and makes it lazily: a node whose
+//! Redis is down at start still starts, and the first call after Redis
+//! comes up connects. Bounded connect and response timeouts make a dead or
+//! unreachable Redis fail fast, so dispatch can fail open instead of hanging.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::OnceCell;
+
+/// How to reach Redis.
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    /// `redis://[:password@]host:port[/db]`
+    pub url: String,
+    /// Each connection attempt gives up after this long (default 1 s).
+    pub connection_timeout: Duration,
+    /// Each command gives up after this long (default 1 s).
+    pub response_timeout: Duration,
+    /// Connection attempts after the first one, per (re)connect (default 1).
+    pub reconnect_retries: usize,
+}
+
+impl RedisSettings {
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisSettings {
+            url: url.into(),
+            connection_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(1),
+            reconnect_retries: 1,
+        }
+    }
+}
+
+/// A Redis URL that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid Redis URL {url:?}: {source}")]
+pub struct ConnError {
+    pub url: String,
+    #[source]
+    pub source: redis::RedisError,
+}
+
+/// Cheap to clone; every clone shares the one connection.
+#[derive(Clone)]
+pub struct RedisConn {
+    client: redis::Client,
+    settings: Arc<RedisSettings>,
+    manager: Arc<OnceCell<ConnectionManager>>,
+}
+
+impl std::fmt::Debug for RedisConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConn")
+            .field("connected", &self.manager.initialized())
+            .finish()
+    }
+}
+
+impl RedisConn {
+    /// Parses the URL; connects on first use.
+    pub fn new(settings: RedisSettings) -> Result<Self, ConnError> {
+        let client = redis::Client::open(settings.url.as_str()).map_err(|source| ConnError {
+            url: redact(&settings.url),
+            source,
+        })?;
+        Ok(RedisConn {
+            client,
+            settings: Arc::new(settings),
+            manager: Arc::new(OnceCell::new()),
+        })
+    }
+
+    /// Shorthand for [`RedisConn::new`] with default timeouts.
+    pub fn open(url: &str) -> Result<Self, ConnError> {
+        Self::new(RedisSettings::new(url))
+    }
+
+    pub fn settings(&self) -> &RedisSettings {
+        &self.settings
+    }
+
+    /// The shared connection manager, connecting first if needed. Fails
+    /// fast (within the connect timeout and retries) when Redis is down.
+    pub async fn get(&self) -> redis::RedisResult<ConnectionManager> {
+        let m = self
+            .manager
+            .get_or_try_init(|| async {
+                let s = &self.settings;
+                let cfg = ConnectionManagerConfig::new()
+                    .set_connection_timeout(s.connection_timeout)
+                    .set_response_timeout(s.response_timeout)
+                    .set_number_of_retries(s.reconnect_retries)
+                    .set_factor(50)
+                    .set_max_delay(500);
+                ConnectionManager::new_with_config(self.client.clone(), cfg).await
+            })
+            .await?;
+        Ok(m.clone())
+    }
+}
+
+/// The URL without its password, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_password() {
+        assert_eq!(redact("redis://:secret@redis:6379"), "redis://***@redis:6379");
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+}
