@@ -1,10 +1,11 @@
-//! Builds the WebAssembly guests the host needs at compile time:
+//! Generates and builds what the host embeds or tests with:
+//! - the gRPC code of `proto/chitin.proto`;
 //! - `policies/default` (the embedded default policies) for every build;
 //! - the test guests of `tests/guests` (bad plugins, another WIT version),
 //!   whose paths reach the tests through `CHITIN_TEST_GUESTS_DIR`.
 //!
-//! Each nested cargo gets its own target directory under `OUT_DIR`'s parent
-//! chain so it never waits on the outer build's lock, and a scrubbed
+//! The guests build with a nested cargo in `target/guests`, a target
+//! directory of their own so it never waits on the outer build's lock, and a scrubbed
 //! environment so the outer build's flags do not leak into a wasm build.
 
 use std::path::{Path, PathBuf};
@@ -38,9 +39,20 @@ fn main() {
     let dir = built[0].parent().unwrap();
     println!("cargo:rustc-env=CHITIN_TEST_GUESTS_DIR={}", dir.display());
 
+    compile_protos(&manifest_dir);
+
     for path in ["policies/default", "plugins/sdk/src", "wit", "tests/guests"] {
         println!("cargo:rerun-if-changed={}", root.join(path).display());
     }
+}
+
+/// Generates the gRPC code of `proto/chitin.proto` with a pure-Rust protobuf
+/// compiler, so no system `protoc` is needed.
+fn compile_protos(manifest_dir: &Path) {
+    let proto_dir = manifest_dir.join("proto");
+    let fds = protox::compile([proto_dir.join("chitin.proto")], [&proto_dir]).expect("proto/chitin.proto compiles");
+    tonic_prost_build::compile_fds(fds).expect("generate the gRPC code");
+    println!("cargo:rerun-if-changed={}", proto_dir.display());
 }
 
 /// Builds `manifest` for wasm32-wasip2 in release mode; returns the `.wasm`

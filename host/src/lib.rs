@@ -1,6 +1,18 @@
 //! chitin: a cluster control plane for sharded services, extended with
 //! WebAssembly policy plugins.
 //!
-//! - [`policy`]: the wasmtime host that loads and calls policy components.
+//! - [`policy`]: the wasmtime host that loads and calls policy components;
+//! - [`topology`]: the cluster config, its invariants and transition rules;
+//! - [`settings`]: a node's settings (`chitin.toml` + `CHITIN__…` overrides);
+//! - [`lease`]: the durable store: identity, leases, fencing, the journal;
+//! - [`node`]: a node's lifecycle, lease rounds, drain and journal;
+//! - [`api`]: gRPC and HTTP;
+//! - [`server`]: running a node until it is told to stop.
 
+pub mod api;
+pub mod lease;
+pub mod node;
 pub mod policy;
+pub mod server;
+pub mod settings;
+pub mod topology;

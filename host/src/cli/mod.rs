@@ -1,5 +1,10 @@
 //! The command groups of the `chitin` binary.
 
+mod client;
+mod cluster;
+mod config;
+mod journal;
+mod node;
 mod policy;
 
 use std::process::ExitCode;
@@ -25,13 +30,44 @@ pub enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run a node (standalone on embedded defaults without --settings).
+    Node(node::NodeArgs),
+    /// Append to and read the reference journal.
+    #[command(subcommand)]
+    Journal(journal::JournalCommand),
+    /// Cluster status and drain.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
+    /// Operator shortcuts (`chitin admin drain NAME`).
+    #[command(subcommand)]
+    Admin(AdminCommand),
+    /// Create, change, validate and compare cluster configs (cluster_config.json).
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
     /// Inspect, test and scaffold policy plugins.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
 }
 
+#[derive(Subcommand, Debug)]
+pub enum AdminCommand {
+    /// Same as `chitin cluster drain --node NAME`.
+    Drain {
+        name: String,
+        #[arg(long, env = "CHITIN_NODE", default_value = client::DEFAULT_NODE)]
+        via: String,
+    },
+}
+
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Node(args) => node::run(args),
+        Command::Journal(cmd) => journal::run(cmd),
+        Command::Cluster(cmd) => cluster::run(cmd),
+        Command::Admin(AdminCommand::Drain { name, via }) => {
+            cluster::run(cluster::ClusterCommand::Drain(cluster::DrainArgs { name, via }))
+        }
+        Command::Config(cmd) => config::run(cmd),
         Command::Policy(cmd) => policy::run(cmd),
     }
 }

@@ -1,0 +1,211 @@
+//! The gRPC services.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio_stream::{Stream, StreamExt, wrappers::BroadcastStream};
+use tonic::{Request, Response, Status};
+
+use super::proto::{self, admin_server, journal_server, ownership_server};
+use crate::lease::LeaseRow;
+use crate::node::Node;
+use crate::node::journal::AppendError;
+use crate::node::leases::OwnershipEvent;
+
+/// Largest request the server decodes.
+pub const MAX_MESSAGE_BYTES: usize = 2 << 20;
+
+/// The three services over one node.
+pub fn router(node: Arc<Node>) -> tonic::service::Routes {
+    let journal = journal_server::JournalServer::new(Api(node.clone())).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let ownership = ownership_server::OwnershipServer::new(Api(node.clone()));
+    let admin = admin_server::AdminServer::new(Api(node));
+    tonic::service::Routes::new(journal).add_service(ownership).add_service(admin)
+}
+
+#[derive(Clone)]
+pub struct Api(pub Arc<Node>);
+
+fn internal(e: impl std::fmt::Display) -> Status {
+    Status::unavailable(format!("not applied: {e}"))
+}
+
+impl From<AppendError> for Status {
+    fn from(e: AppendError) -> Status {
+        match e {
+            AppendError::Invalid(_) => Status::invalid_argument(e.to_string()),
+            AppendError::NotApplied(_) => Status::unavailable(e.to_string()),
+            AppendError::OutcomeUnknown(_) => Status::unknown(e.to_string()),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl journal_server::Journal for Api {
+    async fn append(&self, req: Request<proto::AppendRequest>) -> Result<Response<proto::AppendResponse>, Status> {
+        let r = req.into_inner();
+        let node = &self.0;
+        if !node.is_ready() && !r.forwarded {
+            return Err(Status::unavailable("not applied: this node is leaving; send to another node"));
+        }
+        let ack = node.append(&r.stream, &r.request_id, &r.payload, r.forwarded).await?;
+        Ok(Response::new(proto::AppendResponse {
+            sequence: ack.sequence as u64,
+            epoch: ack.epoch as u64,
+            shard: ack.shard,
+            holder: ack.holder,
+        }))
+    }
+
+    async fn read(&self, req: Request<proto::ReadRequest>) -> Result<Response<proto::ReadResponse>, Status> {
+        let r = req.into_inner();
+        if r.stream.is_empty() {
+            return Err(Status::invalid_argument("stream must not be empty"));
+        }
+        let limit = if r.limit == 0 { 1000 } else { r.limit };
+        let entries = self.0.read(&r.stream, r.from as i64, limit).await.map_err(internal)?;
+        Ok(Response::new(proto::ReadResponse {
+            entries: entries
+                .into_iter()
+                .map(|e| proto::Entry {
+                    sequence: e.seq as u64,
+                    request_id: e.request_id,
+                    payload: e.payload,
+                    epoch: e.epoch as u64,
+                })
+                .collect(),
+        }))
+    }
+}
+
+fn lease_message(node: &Node, row: &LeaseRow) -> proto::ShardLease {
+    let application = node.topology().map.shard(&row.shard).map(|s| s.application.clone()).unwrap_or_default();
+    let holder = row.holder.filter(|_| row.live);
+    let registration = holder.and_then(|h| node.registration(h));
+    let expires_in_ms = match (row.expires_at, row.live) {
+        (Some(at), true) => (at - chrono::Utc::now()).num_milliseconds().max(0),
+        _ => 0,
+    };
+    proto::ShardLease {
+        shard: row.shard.clone(),
+        application,
+        holder: registration.as_ref().map(|r| r.name.clone()).or(row.holder_name.clone().filter(|_| row.live)).unwrap_or_default(),
+        holder_uuid: holder.map(|h| h.to_string()).unwrap_or_default(),
+        holder_address: registration.map(|r| r.address).unwrap_or_default(),
+        epoch: row.epoch as u64,
+        expires_in_ms,
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<proto::OwnershipEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ownership_server::Ownership for Api {
+    async fn route(&self, req: Request<proto::RouteRequest>) -> Result<Response<proto::ShardLease>, Status> {
+        let r = req.into_inner();
+        let node = &self.0;
+        let topology = node.topology();
+        let shard = topology.map.route(&r.application, r.key).map_err(|e| Status::not_found(e.to_string()))?;
+        let rows = node.store.holders().await.map_err(internal)?;
+        if node.registry().is_empty() {
+            node.refresh_registry().await.map_err(internal)?;
+        }
+        let row = rows.into_iter().find(|row| row.shard == shard.id).unwrap_or(LeaseRow {
+            shard: shard.id.clone(),
+            holder: None,
+            holder_name: None,
+            epoch: 0,
+            expires_at: None,
+            live: false,
+        });
+        Ok(Response::new(lease_message(node, &row)))
+    }
+
+    async fn held(&self, _req: Request<proto::HeldRequest>) -> Result<Response<proto::HeldResponse>, Status> {
+        let node = &self.0;
+        let leases = node
+            .leases
+            .held()
+            .into_iter()
+            .map(|l| proto::ShardLease {
+                application: node.topology().map.shard(&l.shard).map(|s| s.application.clone()).unwrap_or_default(),
+                shard: l.shard,
+                holder: node.name.clone(),
+                holder_uuid: node.uuid.to_string(),
+                holder_address: node.address.clone(),
+                epoch: l.epoch as u64,
+                expires_in_ms: (l.expires_at - chrono::Utc::now()).num_milliseconds().max(0),
+            })
+            .collect();
+        Ok(Response::new(proto::HeldResponse { leases }))
+    }
+
+    type WatchOwnershipStream = EventStream;
+
+    async fn watch_ownership(&self, _req: Request<proto::WatchRequest>) -> Result<Response<EventStream>, Status> {
+        use proto::ownership_event::Kind;
+        let events = BroadcastStream::new(self.0.leases.subscribe()).map(|e| match e {
+            Ok(event) => {
+                let (kind, shard, epoch) = match event {
+                    OwnershipEvent::Acquired { shard, epoch } => (Kind::Acquired, shard, epoch),
+                    OwnershipEvent::Draining { shard, epoch } => (Kind::Draining, shard, epoch),
+                    OwnershipEvent::Lost { shard, epoch } => (Kind::Lost, shard, epoch),
+                };
+                Ok(proto::OwnershipEvent {
+                    kind: kind as i32,
+                    shard,
+                    epoch: epoch as u64,
+                })
+            }
+            Err(_) => Err(Status::data_loss("the watcher fell behind; events were dropped: call Held and watch again")),
+        });
+        Ok(Response::new(Box::pin(events)))
+    }
+}
+
+#[tonic::async_trait]
+impl admin_server::Admin for Api {
+    async fn status(&self, _req: Request<proto::StatusRequest>) -> Result<Response<proto::StatusResponse>, Status> {
+        let node = &self.0;
+        let registry = node.refresh_registry().await.map_err(internal)?;
+        let rows = node.store.holders().await.map_err(internal)?;
+        let now = node.store.now().await.map_err(internal)?;
+        let leases: Vec<proto::ShardLease> = rows.iter().filter(|r| r.live).map(|r| lease_message(node, r)).collect();
+        let topology = node.topology();
+        let unowned = topology
+            .map
+            .shards()
+            .iter()
+            .filter(|s| !rows.iter().any(|r| r.shard == s.id && r.live))
+            .map(|s| s.id.clone())
+            .collect();
+        let nodes = registry
+            .iter()
+            .filter(|r| r.live)
+            .map(|r| proto::NodeStatus {
+                name: r.name.clone(),
+                uuid: r.id.to_string(),
+                state: r.state.to_string(),
+                address: r.address.clone(),
+                last_seen_ms_ago: (now - r.last_seen).num_milliseconds().max(0),
+                shards_held: rows.iter().filter(|l| l.live && l.holder == Some(r.id)).count() as u32,
+            })
+            .collect();
+        Ok(Response::new(proto::StatusResponse {
+            node: node.name.clone(),
+            state: node.lifecycle().as_str().to_string(),
+            config_version: topology.config.version,
+            nodes,
+            leases,
+            unowned,
+        }))
+    }
+
+    async fn drain(&self, _req: Request<proto::DrainRequest>) -> Result<Response<proto::DrainResponse>, Status> {
+        let report = self.0.drain(false).await.map_err(internal)?;
+        Ok(Response::new(proto::DrainResponse {
+            handed_over: report.handed_over,
+            rounds: report.rounds,
+        }))
+    }
+}

@@ -1,0 +1,98 @@
+//! `/health`, `/readyz` and `/metrics` on the metrics listener.
+//!
+//! When `[metrics] auth_token` is set, `/health` and `/metrics` require
+//! `Authorization: Bearer <token>`; `/readyz` stays open for load balancers.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+
+use crate::node::Node;
+use crate::node::metrics::gauge;
+
+pub fn router(node: Arc<Node>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(node)
+}
+
+fn authorized(node: &Node, headers: &HeaderMap) -> Result<(), Response> {
+    let Some(token) = node.settings.metrics.auth_token.as_deref() else {
+        return Ok(());
+    };
+    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    match given.and_then(|v| v.strip_prefix("Bearer ")) {
+        Some(t) if constant_time_eq(t.as_bytes(), token.as_bytes()) => Ok(()),
+        Some(_) => Err((StatusCode::UNAUTHORIZED, "wrong bearer token\n").into_response()),
+        None => Err((
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "missing `Authorization: Bearer <metrics.auth_token>`\n",
+        )
+            .into_response()),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn health(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorized(&node, &headers) {
+        return denied;
+    }
+    let registry = node.registry();
+    let active_instances = registry.iter().filter(|r| r.live).count();
+    let body = json!({
+        "status": if node.is_ready() { "ok" } else { node.lifecycle().as_str() },
+        "instance_id": node.uuid.to_string(),
+        "name": node.name,
+        "version": env!("CARGO_PKG_VERSION"),
+        "state": node.lifecycle().as_str(),
+        "mode": if node.standalone { "standalone" } else { "cluster" },
+        "config_version": node.topology().config.version,
+        "shards_held": node.leases.held().len(),
+        "cluster": {
+            "healthy": active_instances > 0,
+            "active_instances": active_instances,
+        },
+    });
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+async fn readyz(State(node): State<Arc<Node>>) -> Response {
+    if node.is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", node.lifecycle().as_str())).into_response()
+    }
+}
+
+async fn metrics(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorized(&node, &headers) {
+        return denied;
+    }
+    let mut out = String::new();
+    gauge(&mut out, "chitin_leases_held", "Shard leases this node serves now.", node.leases.held().len());
+    gauge(
+        &mut out,
+        "chitin_node_ready",
+        "1 while the node takes work (joining or active).",
+        u8::from(node.is_ready()),
+    );
+    gauge(
+        &mut out,
+        "chitin_cluster_active_instances",
+        "Live node registrations in the database.",
+        node.registry().iter().filter(|r| r.live).count(),
+    );
+    node.metrics.render_counters(&mut out);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}

@@ -1,0 +1,30 @@
+//! Dialling a node's gRPC API from the CLI.
+
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+/// Where the CLI finds a node unless told otherwise.
+pub const DEFAULT_NODE: &str = "127.0.0.1:50051";
+
+/// `--node`: the gRPC address of the node to talk to.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NodeAddr {
+    /// The node's gRPC address (host:port).
+    #[arg(long = "node", env = "CHITIN_NODE", default_value = DEFAULT_NODE)]
+    pub node: String,
+}
+
+pub async fn connect(address: &str) -> anyhow::Result<Channel> {
+    let uri = if address.contains("://") { address.to_string() } else { format!("http://{address}") };
+    Endpoint::from_shared(uri)?
+        .connect_timeout(Duration::from_secs(3))
+        .timeout(Duration::from_secs(60))
+        .connect()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach the node at {address}: {e}; is `chitin node` running there?"))
+}
+
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}

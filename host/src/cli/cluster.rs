@@ -1,0 +1,104 @@
+//! `chitin cluster status|drain` (and `chitin admin drain`).
+
+use std::process::ExitCode;
+
+use chitin::api::proto::{self, admin_client::AdminClient};
+use clap::Subcommand;
+
+use super::client::{NodeAddr, connect, runtime};
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Nodes (name, UUID, state, last heartbeat), shards per node and unowned shards.
+    Status {
+        #[command(flatten)]
+        addr: NodeAddr,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hand every shard of a node over and leave it running, drained, until it is stopped.
+    Drain(DrainArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DrainArgs {
+    /// The node (by name) to drain; it is found through the node at `--via`.
+    #[arg(long = "node")]
+    pub name: String,
+    /// Any node of the cluster, to look the drained node's address up.
+    #[arg(long, env = "CHITIN_NODE", default_value = super::client::DEFAULT_NODE)]
+    pub via: String,
+}
+
+pub fn run(cmd: ClusterCommand) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        match cmd {
+            ClusterCommand::Status { addr, json } => status(&addr.node, json).await,
+            ClusterCommand::Drain(args) => drain(args).await,
+        }
+    })
+}
+
+async fn status(address: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let s = AdminClient::new(connect(address).await?)
+        .status(proto::StatusRequest {})
+        .await
+        .map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?
+        .into_inner();
+    if json {
+        let value = serde_json::json!({
+            "node": s.node,
+            "state": s.state,
+            "config_version": s.config_version,
+            "nodes": s.nodes.iter().map(|n| serde_json::json!({
+                "name": n.name, "uuid": n.uuid, "state": n.state, "address": n.address,
+                "last_heartbeat_ms_ago": n.last_seen_ms_ago, "shards_held": n.shards_held,
+            })).collect::<Vec<_>>(),
+            "leases": s.leases.iter().map(|l| serde_json::json!({
+                "shard": l.shard, "application": l.application, "holder": l.holder,
+                "holder_uuid": l.holder_uuid, "epoch": l.epoch, "expires_in_ms": l.expires_in_ms,
+            })).collect::<Vec<_>>(),
+            "unowned": s.unowned,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("asked {} ({}), cluster config version {}", s.node, s.state, s.config_version);
+    println!();
+    println!("{:<16} {:<36} {:<8} {:>14} {:>7}  ADDRESS", "NODE", "UUID", "STATE", "HEARTBEAT", "SHARDS");
+    for n in &s.nodes {
+        println!(
+            "{:<16} {:<36} {:<8} {:>11} ms {:>7}  {}",
+            n.name, n.uuid, n.state, n.last_seen_ms_ago, n.shards_held, n.address
+        );
+    }
+    println!();
+    println!("{} shards held, {} unowned", s.leases.len(), s.unowned.len());
+    for shard in &s.unowned {
+        println!("  unowned: {shard}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
+    let s = AdminClient::new(connect(&args.via).await?)
+        .status(proto::StatusRequest {})
+        .await
+        .map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?
+        .into_inner();
+    let target = s
+        .nodes
+        .iter()
+        .find(|n| n.name == args.name)
+        .ok_or_else(|| anyhow::anyhow!("no live node named `{}` (live: {})", args.name, s.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ")))?;
+    let report = AdminClient::new(connect(&target.address).await?)
+        .drain(proto::DrainRequest {})
+        .await
+        .map_err(|s| anyhow::anyhow!("drain failed: {}", s.message()))?
+        .into_inner();
+    println!(
+        "drained {}: {} shards handed over in {} rounds; the node keeps running until stopped",
+        args.name, report.handed_over, report.rounds
+    );
+    Ok(ExitCode::SUCCESS)
+}

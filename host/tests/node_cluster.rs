@@ -1,0 +1,319 @@
+//! Nodes as real processes sharing one real database: takeover after a
+//! crash, fencing of a paused holder, drain and graceful stop under load.
+//! Lease timing: a 2 s TTL renewed every 0.5 s.
+
+mod cluster_common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use chitin::api::proto;
+use chitin::lease::{Store, StoreOptions};
+use chitin::node::shard_map::ShardMap;
+use chitin::topology::ClusterConfig;
+use cluster_common::*;
+
+/// Cluster tests run one at a time: each starts three processes with a 2 s
+/// lease TTL, and on two cores several at once would starve each other.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A stream whose appends land on `shard`.
+fn stream_on(map: &ShardMap, shard: &str) -> String {
+    (0..100_000).map(|i| format!("s-{i}")).find(|s| map.route_stream(s).unwrap().id == shard).unwrap()
+}
+
+fn shard_map(c: &Cluster) -> ShardMap {
+    ShardMap::from_config(&ClusterConfig::from_json(&std::fs::read_to_string(&c.config).unwrap()).unwrap())
+}
+
+async fn store(c: &Cluster) -> Store {
+    Store::connect_with(&c.db.as_ref().unwrap().url, StoreOptions { lease_ttl: TTL, liveness_timeout: TTL, ..StoreOptions::default() })
+        .await
+        .unwrap()
+}
+
+/// Every entry of `stream` committed under the epoch that was current at its
+/// commit, by the lease history (both times by the database clock).
+async fn assert_epochs_current(store: &Store, stream: &str) -> Result<usize> {
+    let entries = store.read(stream, 1, 100_000).await?;
+    for e in &entries {
+        let history = store.history(Some(&e.shard)).await?;
+        let granted = history.iter().find(|h| h.epoch == e.epoch);
+        ensure!(granted.is_some(), "entry {} of {stream} has epoch {} that was never granted", e.seq, e.epoch);
+        ensure!(granted.unwrap().acquired_at <= e.committed_at, "entry {} committed before its epoch", e.seq);
+        if let Some(next) = history.iter().find(|h| h.epoch > e.epoch) {
+            ensure!(
+                e.committed_at <= next.acquired_at,
+                "entry {} of {stream} committed at {} under epoch {}, after epoch {} was granted at {}",
+                e.seq,
+                e.committed_at,
+                e.epoch,
+                next.epoch,
+                next.acquired_at
+            );
+        }
+    }
+    Ok(entries.len())
+}
+
+async fn append(node: &NodeProc, stream: &str, request_id: &str) -> Result<proto::AppendResponse, tonic::Status> {
+    let mut client = node.journal().await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    client
+        .append(proto::AppendRequest {
+            stream: stream.into(),
+            request_id: request_id.into(),
+            payload: request_id.as_bytes().to_vec(),
+            forwarded: false,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+async fn takeover_after_kill(dialect: Dialect) -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(dialect, 3, 8, 3, "").await?;
+    let status = c.wait_all_owned(Duration::from_secs(30)).await?;
+    let victims: Vec<String> = status.leases.iter().filter(|l| l.holder == "node-01").map(|l| l.shard.clone()).collect();
+    ensure!(!victims.is_empty(), "node-01 holds nothing: {:?}", status.leases);
+    let store = store(&c).await;
+
+    let killed_at = store.now().await?;
+    c.node("node-01").kill9();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = c.status().await?;
+        let done = victims.iter().all(|v| s.leases.iter().any(|l| &l.shard == v && l.holder != "node-01" && !l.holder.is_empty()));
+        if done {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "shards of node-01 not taken over: {:?}\n{}", s.leases, c.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Takeover time by the database clock: kill to the grant of the new epoch.
+    let bound = TTL + RENEW + Duration::from_secs(1);
+    for shard in &victims {
+        let history = store.history(Some(shard)).await?;
+        let grant = history.iter().filter(|h| h.acquired_at > killed_at).map(|h| h.acquired_at).min().unwrap();
+        let took = (grant - killed_at).to_std()?;
+        ensure!(took <= bound, "shard {shard} taken over after {took:?}, more than {bound:?}");
+    }
+    // Every shard writable again.
+    let map = shard_map(&c);
+    for shard in &victims {
+        let stream = stream_on(&map, shard);
+        let ack = append(&c.nodes[1], &stream, "after-kill").await?;
+        ensure!(&ack.shard == shard && ack.holder != "node-01");
+    }
+    store.close().await;
+    c.teardown().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_holder_is_replaced_within_ttl_plus_renew_postgres() {
+    takeover_after_kill(Dialect::Postgres).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_holder_is_replaced_within_ttl_plus_renew_mariadb() {
+    takeover_after_kill(Dialect::MySql).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_holder_commits_nothing_under_its_stale_epoch() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
+    let status = c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    let lease = status.leases.iter().find(|l| l.holder == "node-01").unwrap().clone();
+    let stream = stream_on(&shard_map(&c), &lease.shard);
+    let first = append(&c.nodes[0], &stream, "before").await.unwrap();
+    assert_eq!(first.epoch, lease.epoch);
+
+    c.node("node-01").pause();
+    tokio::time::sleep(TTL + RENEW * 2).await;
+    // Meanwhile the shard moved on: a write through node-02 lands under a new epoch.
+    let during = append(&c.nodes[1], &stream, "during").await.unwrap();
+    assert!(during.epoch > lease.epoch, "{during:?}");
+    assert_ne!(during.holder, "node-01");
+    c.node("node-01").resume();
+
+    // The resumed node must not commit under its old epoch: whatever it
+    // answers, it is through the current holder.
+    for i in 0..20 {
+        if let Ok(ack) = append(&c.nodes[0], &stream, &format!("after-{i}")).await {
+            assert!(ack.epoch >= during.epoch, "committed under a stale epoch: {ack:?}");
+        }
+    }
+    let store = store(&c).await;
+    let n = assert_epochs_current(&store, &stream).await.unwrap();
+    assert!(n >= 2);
+    let stale: Vec<_> = store.read(&stream, 1, 1000).await.unwrap().into_iter().filter(|e| e.request_id.starts_with("after") && e.epoch <= lease.epoch as i64).collect();
+    assert!(stale.is_empty(), "entries from the stale epoch: {stale:?}");
+    store.close().await;
+    c.teardown().await.unwrap();
+}
+
+/// Appends continuously through the given nodes until told to stop, as a
+/// real client: on "not applied" or "outcome unknown" it retries the same
+/// request id on the next node. Returns the acknowledged (stream, request id,
+/// sequence) and the longest time one append took.
+async fn client(
+    nodes: Vec<(String, String)>,
+    streams: Vec<String>,
+    stop: Arc<AtomicBool>,
+) -> (Vec<(String, String, u64)>, Duration) {
+    let mut acked = Vec::new();
+    let mut longest = Duration::ZERO;
+    let mut next = 0usize;
+    let mut i = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        i += 1;
+        let stream = &streams[i as usize % streams.len()];
+        let request_id = format!("r-{i}");
+        let started = Instant::now();
+        loop {
+            let (_, api) = &nodes[next % nodes.len()];
+            let result = async {
+                let mut j = proto::journal_client::JournalClient::connect(format!("http://{api}")).await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+                j.append(proto::AppendRequest { stream: stream.clone(), request_id: request_id.clone(), payload: b"x".to_vec(), forwarded: false }).await
+            }
+            .await;
+            match result {
+                Ok(ack) => {
+                    acked.push((stream.clone(), request_id.clone(), ack.into_inner().sequence));
+                    break;
+                }
+                Err(_) if started.elapsed() < Duration::from_secs(30) => {
+                    next += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("append {request_id} failed for 30 s: {e}"),
+            }
+        }
+        longest = longest.max(started.elapsed());
+    }
+    (acked, longest)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn drain_and_graceful_stop_lose_no_acknowledged_append() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
+    c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    let streams: Vec<String> = (0..16).map(|i| format!("load-{i}")).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    // The client talks to node-02 and node-03; node-01 drains, node-02 stops.
+    let targets: Vec<(String, String)> = c.nodes[1..].iter().map(|n| (n.name.clone(), n.api.clone())).collect();
+    let load = tokio::spawn(client(targets, streams.clone(), stop.clone()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let mut admin = c.nodes[0].admin().await.unwrap();
+    let drained = admin.drain(proto::DrainRequest {}).await.unwrap().into_inner();
+    assert!(drained.handed_over > 0, "{drained:?}");
+    let s = c.status().await.unwrap();
+    assert!(s.leases.iter().all(|l| l.holder != "node-01"), "node-01 still holds shards after its drain: {:?}", s.leases);
+    let (code, _) = http_get(&c.nodes[0].metrics, "/readyz").await.unwrap();
+    assert_eq!(code, 503, "a drained node is not ready");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let exit = c.node("node-02").terminate(Duration::from_secs(30)).unwrap();
+    assert!(exit.success(), "graceful stop exit status {exit:?}\n{}", c.logs());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (acked, longest) = load.await.unwrap();
+    assert!(acked.len() > 20, "too few appends to prove anything: {}", acked.len());
+
+    let store = store(&c).await;
+    let mut seen: HashMap<String, HashSet<String>> = HashMap::new();
+    for stream in &streams {
+        let entries = store.read(stream, 1, 100_000).await.unwrap();
+        let ids: Vec<&str> = entries.iter().map(|e| e.request_id.as_str()).collect();
+        let unique: HashSet<&str> = ids.iter().copied().collect();
+        assert_eq!(ids.len(), unique.len(), "a request id applied twice in {stream}");
+        seen.insert(stream.clone(), unique.into_iter().map(str::to_string).collect());
+        assert_epochs_current(&store, stream).await.unwrap();
+    }
+    for (stream, id, seq) in &acked {
+        assert!(seen[stream].contains(id), "acknowledged append {id} (seq {seq}) of {stream} is missing");
+    }
+    // A handoff, not a takeover: no append waited for a lease to expire.
+    assert!(longest < TTL * 3, "an append took {longest:?}");
+    store.close().await;
+    c.teardown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_joining_node_receives_at_most_four_shards_per_round_from_each_holder() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 32, 2, "").await.unwrap();
+    c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    let store = store(&c).await;
+    let joined_at = store.now().await.unwrap();
+    c.node("node-03").start().unwrap();
+    c.node("node-03").wait_ready(Duration::from_secs(60)).await.unwrap();
+    // Wait until the handoffs settle: node-03 holds what it is preferred for.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = usize::MAX;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let held = c.status().await.unwrap().leases.iter().filter(|l| l.holder == "node-03").count();
+        if held == last && held > 0 {
+            break;
+        }
+        last = held;
+        assert!(Instant::now() < deadline, "handoffs to node-03 did not settle\n{}", c.logs());
+    }
+    let history = store.history(None).await.unwrap();
+    // Each handover to node-03, with the holder it came from (the previous epoch's).
+    let mut from_holder: HashMap<String, Vec<chrono::DateTime<chrono::Utc>>> = HashMap::new();
+    for h in history.iter().filter(|h| h.via == "handover" && h.holder_name == "node-03" && h.acquired_at > joined_at) {
+        let previous = history.iter().filter(|p| p.shard == h.shard && p.epoch < h.epoch).max_by_key(|p| p.epoch).unwrap();
+        from_holder.entry(previous.holder_name.clone()).or_default().push(h.acquired_at);
+    }
+    let total: usize = from_holder.values().map(Vec::len).sum();
+    assert!(total >= 5, "too few handoffs to node-03 to test the cap: {from_holder:?}");
+    // Rounds are 0.5 s apart: no window shorter than a round holds more than 4 from one holder.
+    for (holder, mut times) in from_holder {
+        times.sort();
+        for (i, t) in times.iter().enumerate() {
+            let in_window = times[i..].iter().take_while(|u| (**u - *t).to_std().unwrap() < Duration::from_millis(350)).count();
+            assert!(in_window <= 4, "{holder} handed {in_window} shards over within one round: {times:?}");
+        }
+    }
+    store.close().await;
+    c.teardown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watcher_sees_draining_then_lost_for_every_shard_handed_away() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
+    let status = c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    let mine: HashMap<String, u64> =
+        status.leases.iter().filter(|l| l.holder == "node-01").map(|l| (l.shard.clone(), l.epoch)).collect();
+    assert!(!mine.is_empty());
+    let mut watch = proto::ownership_client::OwnershipClient::connect(format!("http://{}", c.nodes[0].api))
+        .await
+        .unwrap()
+        .watch_ownership(proto::WatchRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    c.nodes[0].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap();
+    let mut events: Vec<proto::OwnershipEvent> = Vec::new();
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_secs(2), watch.message()).await.map(|m| m.unwrap()) {
+        events.push(e);
+    }
+    use proto::ownership_event::Kind;
+    let store = store(&c).await;
+    for (shard, epoch) in &mine {
+        let kinds: Vec<i32> = events.iter().filter(|e| &e.shard == shard && e.epoch == *epoch).map(|e| e.kind).collect();
+        assert_eq!(kinds, vec![Kind::Draining as i32, Kind::Lost as i32], "events of {shard}: {events:?}");
+        let newest = store.history(Some(shard)).await.unwrap().into_iter().map(|h| h.epoch).max().unwrap();
+        assert!(newest as u64 > *epoch, "{shard} was not handed over with a new epoch");
+    }
+    store.close().await;
+    c.teardown().await.unwrap();
+}

@@ -1,0 +1,78 @@
+//! A standalone node: SQLite in its data dir, every shard its own, the
+//! journal and status through the real binary.
+
+mod cluster_common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use cluster_common::*;
+
+fn chitin(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(args).output().unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standalone_node_appends_reads_and_stops_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, metrics) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let settings = dir.path().join("chitin.toml");
+    std::fs::write(
+        &settings,
+        format!("[node]\ndata_dir = {:?}\n\n[api]\nlisten = {api:?}\n\n[metrics]\nlisten = {metrics:?}\nauth_token = \"s3cret\"\n", dir.path().join("data")),
+    )
+    .unwrap();
+    let mut node = NodeProc::spawn("standalone", settings, api.clone(), metrics.clone(), dir.path().join("node.log")).unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+
+    for payload in ["one", "two", "three"] {
+        let (ok, out) = chitin(&["journal", "append", "--node", &api, "--stream", "orders", "--payload", payload]);
+        assert!(ok, "{out}");
+        assert!(out.contains("epoch="), "{out}");
+    }
+    let (ok, out) = chitin(&["journal", "read", "--node", &api, "--stream", "orders", "--json"]);
+    assert!(ok, "{out}");
+    let payloads: Vec<String> = out
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["payload"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(payloads, ["one", "two", "three"]);
+
+    let (ok, out) = chitin(&["cluster", "status", "--node", &api, "--json"]);
+    assert!(ok, "{out}");
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["leases"].as_array().unwrap().len(), 16, "{status}");
+    assert!(status["unowned"].as_array().unwrap().is_empty());
+
+    // The token guards /health and /metrics, not /readyz.
+    assert_eq!(http_request(&metrics, "/health", None).await.unwrap().0, 401);
+    assert_eq!(http_request(&metrics, "/health", Some("wrong")).await.unwrap().0, 401);
+    let (code, body) = http_request(&metrics, "/health", Some("s3cret")).await.unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("\"status\":\"ok\""), "{body}");
+    let (code, body) = http_request(&metrics, "/metrics", Some("s3cret")).await.unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("chitin_leases_held 16"), "{body}");
+    assert!(body.contains("chitin_fenced_commits_total 3"), "{body}");
+
+    let exit = node.terminate(Duration::from_secs(30)).unwrap();
+    assert!(exit.success(), "{}", node.log_text());
+
+    // The data survives a restart.
+    node.start().unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let (ok, out) = chitin(&["journal", "read", "--node", &api, "--stream", "orders"]);
+    assert!(ok && out.contains("three"), "{out}");
+}
+
+#[test]
+fn bad_settings_are_refused_with_the_key_and_the_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join("chitin.toml");
+    std::fs::write(&settings, "[leases]\nttl_secs = 10\nrenew_interval_secs = 6\nbogus = 1\n").unwrap();
+    let (ok, out) = chitin(&["node", "--settings", settings.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(out.contains("leases.renew_interval_secs"), "{out}");
+    assert!(out.contains("bogus"), "{out}");
+}
