@@ -51,7 +51,7 @@ pub struct ReleaseAllReport {
     pub released: u64,
 }
 
-/// Returns {1} claimed, {2} already ours, {0, value} owned by another.
+/// Returns {1, ''} claimed, {2, ''} already ours, {0, value} owned by another.
 const CLAIM: &str = r#"
 local v = redis.call('GET', KEYS[1])
 local code = 1
@@ -66,7 +66,7 @@ else
 end
 redis.call('SADD', KEYS[2], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
-return {code}
+return {code, ''}
 "#;
 
 /// KEYS[1] by-instance set, KEYS[2..] claim keys; ARGV[1] value, ARGV[2]
@@ -216,7 +216,7 @@ impl Affinity {
     pub async fn claim(&self, target: &str) -> Result<Claim, AffinityError> {
         validate_target(target)?;
         let mut c = self.conn.get().await?;
-        let (code, other): (i64, Option<String>) = self
+        let (code, other): (i64, String) = self
             .scripts
             .claim
             .key(self.keys.affinity(target))
@@ -231,7 +231,7 @@ impl Affinity {
             2 => Ok(Claim::AlreadyOurs),
             _ => Err(AffinityError::TargetOwnedByOther {
                 target: target.to_string(),
-                owner: Keys::owner_of_claim(other.as_deref().unwrap_or("")).to_string(),
+                owner: Keys::owner_of_claim(&other).to_string(),
             }),
         }
     }
