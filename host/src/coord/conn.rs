@@ -21,7 +21,9 @@ pub struct RedisSettings {
     pub connection_timeout: Duration,
     /// Each command gives up after this long (default 1 s).
     pub response_timeout: Duration,
-    /// Connection attempts after the first one, per (re)connect (default 1).
+    /// Connection attempts after the first one, per (re)connect (default 0:
+    /// the redis client's backoff starts at one second, so callers retry
+    /// instead, on their own schedule; see `FailOpenPolicy`).
     pub reconnect_retries: usize,
 }
 
@@ -31,7 +33,7 @@ impl RedisSettings {
             url: url.into(),
             connection_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(1),
-            reconnect_retries: 1,
+            reconnect_retries: 0,
         }
     }
 }

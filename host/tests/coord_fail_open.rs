@@ -1,0 +1,189 @@
+//! Fail-open against a private `redis-server` that the test starts, kills
+//! and restarts on the same loopback port: dispatch never stops, the
+//! fail-open counter counts, the log line is rate-limited, and the node's
+//! registration comes back by itself.
+
+mod coord_support;
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chitin::coord::{Dispatch, FAIL_OPEN_MESSAGE};
+use coord_support::{TestNs, eventually};
+
+struct Server {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Server {
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    fn start(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed");
+        self.child = Some(child);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if self.ping() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("private redis-server on port {} did not come up", self.port);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn ping(&self) -> bool {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_ok()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Collects formatted log output.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Capture {
+    fn count(&self, needle: &str) -> usize {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).matches(needle).count()
+    }
+}
+
+#[tokio::test]
+async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
+    let logs = Capture::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .init();
+
+    let mut server = Server { port: Server::free_port(), child: None };
+    let t = TestNs::with_url(server.url());
+    let node = t.node("fo-node", Duration::from_secs(3));
+    let fail_open = || node.metrics.fail_open_total.load(std::sync::atomic::Ordering::Relaxed);
+
+    // 1. Redis is down when the node starts: it starts anyway and fails open.
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let tasks = node.start(rx).await;
+    let t0 = Instant::now();
+    assert_eq!(node.dispatcher.dispatch("t-1").await.unwrap(), Dispatch::FailedOpen);
+    assert!(t0.elapsed() < Duration::from_secs(5), "fail-open took {:?}", t0.elapsed());
+    assert_eq!(fail_open(), 1);
+
+    // 2. Redis comes up: the heartbeat registers, dispatch claims.
+    server.start();
+    assert!(
+        eventually(Duration::from_secs(10), || async { is_registered(&server, &t) }).await,
+        "the node never registered once Redis came up"
+    );
+    assert_eq!(node.dispatcher.dispatch("t-1").await.unwrap(), Dispatch::Claimed);
+    assert_eq!(node.dispatcher.dispatch("t-1").await.unwrap(), Dispatch::AlreadyOurs);
+
+    // 2b. Redis hangs (SIGSTOP: connections stay open, nothing answers):
+    // the response timeout bounds each attempt, so dispatch still returns.
+    let pid = server.child.as_ref().unwrap().id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let t2 = Instant::now();
+    let d = node.dispatcher.dispatch("t-1").await.unwrap();
+    let hung = t2.elapsed();
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    assert_eq!(d, Dispatch::FailedOpen);
+    assert!(hung < Duration::from_secs(6), "a dispatch against a hung Redis took {hung:?}");
+    eprintln!("dispatch against a hung Redis failed open after {hung:?}");
+    assert_eq!(fail_open(), 2);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            node.dispatcher.dispatch("t-1").await == Ok(Dispatch::AlreadyOurs)
+        })
+        .await,
+        "dispatch never recovered after Redis resumed"
+    );
+
+    // 3. Redis dies: every dispatch still returns, failing open, and is counted.
+    server.kill();
+    let mut n = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(2) || n < 5 {
+        let t1 = Instant::now();
+        assert_eq!(node.dispatcher.dispatch(&format!("t-{n}")).await.unwrap(), Dispatch::FailedOpen);
+        assert!(t1.elapsed() < Duration::from_secs(5), "a dispatch took {:?}", t1.elapsed());
+        n += 1;
+    }
+    assert_eq!(fail_open(), 2 + n);
+    eprintln!("{n} dispatches failed open in {:?}", started.elapsed());
+
+    // 4. Redis restarts empty on the same port: the registration and claims come back.
+    server.start();
+    assert!(!is_registered(&server, &t), "a fresh server starts empty");
+    assert!(
+        eventually(Duration::from_secs(10), || async { is_registered(&server, &t) }).await,
+        "the node never re-registered after Redis restarted"
+    );
+    let ok = eventually(Duration::from_secs(5), || async {
+        node.dispatcher.dispatch("t-1").await == Ok(Dispatch::Claimed)
+    })
+    .await;
+    assert!(ok, "dispatch never claimed after Redis returned");
+    assert_eq!(node.affinity.owner("t-1").await.unwrap().as_deref(), Some("fo-node"));
+    let before = fail_open();
+    assert_eq!(node.dispatcher.dispatch("t-2").await.unwrap(), Dispatch::Claimed);
+    assert_eq!(fail_open(), before);
+
+    // 5. The log line is there, and rate-limited (once per hour in this config).
+    assert_eq!(logs.count(FAIL_OPEN_MESSAGE), 1, "log:\n{}", String::from_utf8_lossy(&logs.0.lock().unwrap()));
+    let snap = node.metrics_snapshot().await;
+    assert_eq!(snap.fail_open_total, fail_open());
+    assert!(snap.to_prometheus().contains(&format!("chitin_affinity_fail_open_total {}", fail_open())));
+
+    tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), tasks.join()).await.unwrap();
+}
+
+fn is_registered(server: &Server, t: &TestNs) -> bool {
+    let Ok(client) = redis::Client::open(server.url()) else { return false };
+    let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) else { return false };
+    let exists: bool = redis::cmd("EXISTS").arg(t.keys.instance("fo-node")).query(&mut c).unwrap_or(false);
+    let member: bool =
+        redis::cmd("SISMEMBER").arg(t.keys.instances_index()).arg("fo-node").query(&mut c).unwrap_or(false);
+    exists && member
+}
