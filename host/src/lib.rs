@@ -5,6 +5,7 @@
 //! - [`topology`]: the cluster config, its invariants and transition rules;
 //! - [`settings`]: a node's settings (`chitin.toml` + `CHITIN__…` overrides);
 //! - [`lease`]: the durable store: identity, leases, fencing, the journal;
+//! - [`rollout`]: control sequences: planner, executor, checkpoints;
 //! - [`node`]: a node's lifecycle, lease rounds, drain and journal;
 //! - [`api`]: gRPC and HTTP;
 //! - [`server`]: running a node until it is told to stop.
@@ -13,6 +14,7 @@ pub mod api;
 pub mod lease;
 pub mod node;
 pub mod policy;
+pub mod rollout;
 pub mod server;
 pub mod settings;
 pub mod topology;

@@ -1,0 +1,17 @@
+//! Control sequences: topology changes rolled out as small, validated,
+//! resumable steps (DESIGN.md, "Cluster config and rollout").
+//!
+//! - [`plan`] (pure): a request (`add-node`, `move-shard`, `split-shard`,
+//!   `rebalance`) becomes a list of configs, each the next version of the one
+//!   before and a valid transition from it;
+//! - [`checkpoint`]: the sequence, every planned config and the steps done,
+//!   in `<config>.rollout.json` next to the config file; whether a request
+//!   starts, resumes or is refused;
+//! - [`exec`] (I/O): pushes each planned version to every node over the
+//!   admin plane, waits until every node reports it, checkpoints, bakes.
+
+pub mod checkpoint;
+pub mod plan;
+
+pub use checkpoint::{Checkpoint, Decision};
+pub use plan::{Plan, PlanError, Sequence, Step};
