@@ -14,6 +14,7 @@
 
 pub mod bounds;
 pub mod diff;
+mod fasthash;
 pub mod file;
 pub mod model;
 pub mod ops;

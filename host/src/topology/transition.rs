@@ -9,6 +9,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::fasthash::{self, FastMap, SortedIds};
+
 use serde::Serialize;
 
 use super::model::{Application, ClusterConfig, Replica, Shard, ShardState};
@@ -69,8 +71,20 @@ impl TransitionReport {
 }
 
 /// Checks `old` and `new` on their own and the change between them.
+///
+/// Large configs (more than 10,000 shards between them) are checked on two
+/// threads: the old config on one, the new config and the transition on the other.
 pub fn validate_transition(old: &ClusterConfig, new: &ClusterConfig) -> TransitionReport {
-    TransitionReport { old: validate(old), new: validate(new), transition: transition_rules(old, new) }
+    if old.shard_count() + new.shard_count() < 10_000 {
+        return TransitionReport { old: validate(old), new: validate(new), transition: transition_rules(old, new) };
+    }
+    std::thread::scope(|scope| {
+        let old_check = scope.spawn(|| validate(old));
+        let new_check = validate(new);
+        let transition = transition_rules(old, new);
+        let old_check = old_check.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        TransitionReport { old: old_check, new: new_check, transition }
+    })
 }
 
 /// Only the rules about the change (both configs assumed checked separately).
@@ -147,7 +161,8 @@ impl<'a> Transition<'a> {
         }
 
         // ---- nodes ----
-        let new_nodes: HashSet<&str> = new.nodes.iter().map(|n| n.id.as_str()).collect();
+        let mut new_nodes = fasthash::set::<&str>(new.nodes.len());
+        new_nodes.extend(new.nodes.iter().map(|n| n.id.as_str()));
         let gone: HashSet<&str> =
             old.nodes.iter().map(|n| n.id.as_str()).filter(|id| !new_nodes.contains(id)).collect();
         if !gone.is_empty() {
@@ -216,31 +231,43 @@ impl<'a> Transition<'a> {
 
     fn application(&mut self, a: &'a Application, b: &'a Application) {
         use RuleCode::*;
-        let mut new_shards: HashMap<&str, &Shard> = HashMap::with_capacity(b.shards.len());
+        // Old shards by id (the first of duplicates), and which of them are matched.
+        // Old shards by id, built only if the fast path (the same id at the
+        // same position, as when a version only appends) does not match.
+        let mut old_index: Option<SortedIds> = None;
+        let build = || SortedIds::new(a.shards.iter().enumerate().map(|(i, s)| (i as u32, s.id.as_str())));
+        let old_id = |p: u32| a.shards[p as usize].id.as_str();
+        let mut matched = vec![false; a.shards.len()];
         // Activating children naming each shard as parent, in the new config.
-        let mut activating_kids: HashMap<&str, usize> = HashMap::new();
+        let mut activating_kids: FastMap<&str, usize> = fasthash::map(0);
         for s in &b.shards {
-            new_shards.entry(s.id.as_str()).or_insert(s);
             if let (Some(p), ShardState::Activating) = (s.parent_id.as_deref(), s.state) {
                 *activating_kids.entry(p).or_default() += 1;
             }
         }
-        let mut old_ids: HashSet<&str> = HashSet::with_capacity(a.shards.len());
-        for s in &a.shards {
-            if !old_ids.insert(s.id.as_str()) {
-                continue;
-            }
-            let Some(n) = new_shards.get(s.id.as_str()) else {
-                self.push(
-                    ShardRemoved,
-                    format!(
-                        "shard `{}` of application `{}` is removed; shards are never removed (a split parent stays, inactive)",
-                        s.id, a.name
-                    ),
-                );
-                self.removed().note_all(s);
+        for (j, n) in b.shards.iter().enumerate() {
+            let at = if a.shards.get(j).is_some_and(|s| s.id == n.id) {
+                Some(j)
+            } else {
+                old_index.get_or_insert_with(build).find(&n.id, old_id).map(|i| i as usize)
+            };
+            let Some(i) = at else {
+                if n.state == ShardState::Active {
+                    self.push(
+                        NewShardActive,
+                        format!(
+                            "shard `{}` is added to existing application `{}` as active; add it as activating (a child of a splitting shard) and activate it in a later version",
+                            n.id, a.name
+                        ),
+                    );
+                }
+                self.added().note_all(n);
                 continue;
             };
+            if std::mem::replace(&mut matched[i], true) {
+                continue; // a duplicate id in the new config: its own violation
+            }
+            let s = &a.shards[i];
             if (s.lower, s.upper) != (n.lower, n.upper) {
                 self.push(
                     ShardBoundsChanged,
@@ -286,20 +313,18 @@ impl<'a> Transition<'a> {
             }
             self.replicas(s, n);
         }
-        for s in &b.shards {
-            if old_ids.contains(s.id.as_str()) {
-                continue;
+        for (i, s) in a.shards.iter().enumerate() {
+            if matched[i] || old_index.get_or_insert_with(build).find(&s.id, old_id) != Some(i as u32) {
+                continue; // present in new, or a duplicate id in old
             }
-            if s.state == ShardState::Active {
-                self.push(
-                    NewShardActive,
-                    format!(
-                        "shard `{}` is added to existing application `{}` as active; add it as activating (a child of a splitting shard) and activate it in a later version",
-                        s.id, a.name
-                    ),
-                );
-            }
-            self.added().note_all(s);
+            self.push(
+                ShardRemoved,
+                format!(
+                    "shard `{}` of application `{}` is removed; shards are never removed (a split parent stays, inactive)",
+                    s.id, a.name
+                ),
+            );
+            self.removed().note_all(s);
         }
     }
 

@@ -6,7 +6,9 @@
 //! replicas: ids are indexed in hash maps and ranges are sorted once, so a
 //! config of 100,000 shards × 3 replicas validates in tens of milliseconds.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+use super::fasthash::{self, FastMap, SortedIds};
 
 use super::model::{ClusterConfig, Metadata, Shard, ShardState};
 use super::rules::{RuleCode, Violation, Violations};
@@ -137,8 +139,8 @@ impl Checker {
                 ),
             );
         }
-        let mut node_ids: HashMap<&str, usize> = HashMap::with_capacity(cfg.nodes.len());
-        let mut addresses: HashMap<&str, &str> = HashMap::with_capacity(cfg.nodes.len());
+        let mut node_ids: FastMap<&str, usize> = fasthash::map(cfg.nodes.len());
+        let mut addresses: FastMap<&str, &str> = fasthash::map(cfg.nodes.len());
         for (i, n) in cfg.nodes.iter().enumerate() {
             if n.id.is_empty() {
                 self.push(NodeIdEmpty, format!("node #{} has an empty id; give it a unique id", i + 1));
@@ -166,7 +168,7 @@ impl Checker {
         }
 
         // ---- applications ----
-        let mut app_names: HashSet<&str> = HashSet::with_capacity(cfg.applications.len());
+        let mut app_names = fasthash::set::<&str>(cfg.applications.len());
         for a in &cfg.applications {
             if a.name.is_empty() {
                 self.push(ApplicationNameEmpty, "an application has an empty name; name it".into());
@@ -203,9 +205,8 @@ impl Checker {
         // ---- shards and replicas ----
         let total: usize = cfg.applications.iter().map(|a| a.shards.len()).sum();
         let mut entries: Vec<Entry> = Vec::with_capacity(total);
-        let mut shard_index: HashMap<&str, usize> = HashMap::with_capacity(total);
-        let mut replica_ids: HashMap<&str, &str> =
-            HashMap::with_capacity(total * 3);
+        // Every non-empty replica id with the position of its shard in `entries`.
+        let mut replicas: Vec<(&str, u32)> = Vec::with_capacity(total * 3);
         for (ai, a) in cfg.applications.iter().enumerate() {
             for s in &a.shards {
                 let idx = entries.len();
@@ -215,13 +216,6 @@ impl Checker {
                         ShardIdEmpty,
                         format!("a shard of application `{}` has an empty id; give it a unique id", a.name),
                     );
-                } else if shard_index.contains_key(s.id.as_str()) {
-                    self.push(
-                        ShardIdDuplicate,
-                        format!("shard id `{}` is used more than once; shard ids must be unique across the config", s.id),
-                    );
-                } else {
-                    shard_index.insert(&s.id, idx);
                 }
                 if s.lower >= s.upper {
                     self.push(
@@ -247,14 +241,8 @@ impl Checker {
                             ReplicaIdEmpty,
                             format!("a replica of shard `{}` has an empty id; give it a unique id", s.id),
                         );
-                    } else if let Some(first) = replica_ids.insert(&r.id, &s.id) {
-                        self.push(
-                            ReplicaIdDuplicate,
-                            format!(
-                                "replica id `{}` is used more than once (shards `{first}` and `{}`); replica ids must be unique across the config",
-                                r.id, s.id
-                            ),
-                        );
+                    } else {
+                        replicas.push((&r.id, idx as u32));
                     }
                     if !node_ids.contains_key(r.node_id.as_str()) {
                         self.push(
@@ -276,10 +264,36 @@ impl Checker {
             }
         }
 
+        // ---- unique ids ----
+        let shard_ids = SortedIds::new(
+            entries.iter().enumerate().filter(|(_, e)| !e.shard.id.is_empty()).map(|(i, e)| (i as u32, e.shard.id.as_str())),
+        );
+        let shard_id = |p: u32| entries[p as usize].shard.id.as_str();
+        for (_, later) in shard_ids.duplicates(shard_id) {
+            self.push(
+                ShardIdDuplicate,
+                format!("shard id `{}` is used more than once; shard ids must be unique across the config", shard_id(later)),
+            );
+        }
+        let replica_ids = SortedIds::new(replicas.iter().enumerate().map(|(i, r)| (i as u32, r.0)));
+        for (first, later) in replica_ids.duplicates(|p| replicas[p as usize].0) {
+            let (id, shard) = replicas[later as usize];
+            let first_shard = shard_id(replicas[first as usize].1);
+            self.push(
+                ReplicaIdDuplicate,
+                format!(
+                    "replica id `{id}` is used more than once (shards `{first_shard}` and `{}`); replica ids must be unique across the config",
+                    shard_id(shard)
+                ),
+            );
+        }
+        drop(replica_ids);
+        drop(replicas);
+
         // ---- parents and children ----
         // parent[i]: the index of shard i's parent, when it resolves within the application.
         let mut parent: Vec<Option<usize>> = vec![None; entries.len()];
-        let mut children: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut children: FastMap<usize, Vec<usize>> = fasthash::map(0);
         for (i, e) in entries.iter().enumerate() {
             let Some(pid) = e.shard.parent_id.as_deref() else { continue };
             if pid == e.shard.id {
@@ -289,19 +303,19 @@ impl Checker {
                 );
                 continue;
             }
-            match shard_index.get(pid) {
+            match shard_ids.find(pid, shard_id).map(|p| p as usize) {
                 None => self.push(
                     ShardParentUnknown,
                     format!("shard `{}` has parent `{pid}`, which is not in the config; keep the parent shard or fix parent_id", e.shard.id),
                 ),
-                Some(&p) if entries[p].app != e.app => self.push(
+                Some(p) if entries[p].app != e.app => self.push(
                     ShardParentForeign,
                     format!(
                         "shard `{}` of application `{}` has parent `{pid}` of application `{}`; a parent must belong to the same application",
                         e.shard.id, cfg.applications[e.app].name, cfg.applications[entries[p].app].name
                     ),
                 ),
-                Some(&p) => {
+                Some(p) => {
                     parent[i] = Some(p);
                     children.entry(p).or_default().push(i);
                 }
