@@ -1,0 +1,99 @@
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+/// Why a lease is no longer held at the epoch a writer believed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LostReason {
+    /// The shard has no lease row at all.
+    NoLease,
+    /// The lease is free (released, or its holder deregistered).
+    Released,
+    /// Another holder or a later epoch holds it now.
+    Superseded { holder: Option<Uuid>, epoch: i64 },
+    /// Same holder and epoch, but past its expiry by the database clock.
+    Expired { expired_at: DateTime<Utc> },
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LostReason::NoLease => f.write_str("the shard has no lease"),
+            LostReason::Released => f.write_str("the lease was released"),
+            LostReason::Superseded { holder: Some(h), epoch } => {
+                write!(f, "now held by {h} at epoch {epoch}")
+            }
+            LostReason::Superseded { holder: None, epoch } => {
+                write!(f, "now free at epoch {epoch}")
+            }
+            LostReason::Expired { expired_at } => {
+                write!(f, "it expired at {expired_at} (database clock)")
+            }
+        }
+    }
+}
+
+/// One value that differs from what the cluster recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetaMismatch {
+    pub field: &'static str,
+    pub cluster: String,
+    pub ours: String,
+}
+
+impl fmt::Display for MetaMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: the cluster has {}, this node has {}", self.field, self.cluster, self.ours)
+    }
+}
+
+/// Errors of the durable store.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error(
+        "unsupported database URL scheme `{scheme}`: expected postgres://, mysql://, mariadb:// or sqlite:"
+    )]
+    UnsupportedUrl { scheme: String },
+
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+
+    #[error("schema migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+
+    #[error(
+        "node name `{name}` is in use by a live process: registration {holder} at {address}, last seen {last_seen} \
+         (database clock). Stop that process, or choose another name; a crashed process's name is free again \
+         once it has not been seen for the liveness timeout"
+    )]
+    NameInUse { name: String, holder: Uuid, address: String, last_seen: DateTime<Utc> },
+
+    #[error("node registration {0} is unknown or down; register again")]
+    NodeNotRegistered(Uuid),
+
+    #[error("node registration {0} is not live (down, or not seen within the liveness timeout)")]
+    NodeNotLive(Uuid),
+
+    #[error("lease of shard `{shard}` lost by {holder} at epoch {epoch}: {reason}")]
+    LeaseLost { shard: String, holder: Uuid, epoch: i64, reason: LostReason },
+
+    #[error(
+        "this node's settings differ from the cluster's: {}. Use the cluster's values (every node must agree), \
+         or recreate the cluster's database",
+        .mismatches.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    ClusterMetaMismatch { mismatches: Vec<MetaMismatch> },
+
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    #[error("unexpected database content: {0}")]
+    Corrupt(String),
+}
+
+impl LeaseError {
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, LeaseError::LeaseLost { .. })
+    }
+}

@@ -1,0 +1,561 @@
+//! The durable store: node identity, cluster meta, shard leases with epochs,
+//! fenced commits, and the reference journal, over PostgreSQL ≥ 14,
+//! MySQL ≥ 8.0 / MariaDB ≥ 10.6, or SQLite (standalone mode only).
+//!
+//! [`Store`] is an enum over the three dialects; each dialect has its own SQL
+//! in its own submodule (`pg`, `mysql`, `sqlite`) and its own migrations under
+//! `host/migrations/<dialect>/`. Every judgement of time — is a lease expired,
+//! is a node live — is made by the database's clock inside the statement that
+//! acts on it (`clock_timestamp()`, `UTC_TIMESTAMP(6)`, SQLite's `'now'`),
+//! never by comparing with the node's clock.
+//!
+//! # Leases and epochs
+//!
+//! Each shard has one row in `chitin_shard_leases` (never deleted). Every grant
+//! of a lease — [`Store::try_acquire`] of a free or expired lease, or a
+//! [`Store::handover`] — increments the row's epoch and records
+//! `(shard, epoch, holder)` in `chitin_lease_history`, so epochs strictly
+//! increase with each change of holder. [`Store::renew`] extends the expiry of
+//! an unexpired lease and keeps its epoch; [`Store::release`] frees the row
+//! (the epoch stays, the next grant goes one higher).
+//!
+//! # Fencing
+//!
+//! A write for a shard carries a [`LeaseToken`] `(shard, holder, epoch)` and
+//! runs in one transaction that *first* takes a shared row lock on the lease
+//! row and checks the token; a change of holder needs an exclusive lock on the
+//! same row, so it waits for in-flight fenced transactions and they cannot
+//! commit after it. Applications fence their own transactions with the same
+//! statement, as the first statement of the transaction:
+//!
+//! ```sql
+//! -- PostgreSQL ($1 shard, $2 holder uuid, $3 epoch)
+//! SELECT 1 FROM chitin_shard_leases
+//!  WHERE shard_id = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
+//!    FOR SHARE;
+//! -- MySQL / MariaDB
+//! SELECT 1 FROM chitin_shard_leases
+//!  WHERE shard_id = ? AND holder = ? AND epoch = ? AND expires_at > UTC_TIMESTAMP(6)
+//!   LOCK IN SHARE MODE;
+//! ```
+//!
+//! No row means the lease is lost: roll back. [`Store::append_fenced`] does
+//! exactly this before it writes to the journal.
+
+mod error;
+mod mysql;
+mod pg;
+mod schema;
+mod sqlite;
+
+pub mod checks;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+pub use error::{LeaseError, LostReason, MetaMismatch};
+
+/// The SQL dialect of a database URL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    Postgres,
+    /// MySQL ≥ 8.0 or MariaDB ≥ 10.6 (`mysql://` or `mariadb://`).
+    MySql,
+    Sqlite,
+}
+
+impl Dialect {
+    /// The dialect of a database URL, by its scheme.
+    pub fn from_url(url: &str) -> Result<Dialect, LeaseError> {
+        let scheme = url.split(':').next().unwrap_or("").to_ascii_lowercase();
+        match scheme.as_str() {
+            "postgres" | "postgresql" => Ok(Dialect::Postgres),
+            "mysql" | "mariadb" => Ok(Dialect::MySql),
+            "sqlite" => Ok(Dialect::Sqlite),
+            _ => Err(LeaseError::UnsupportedUrl { scheme }),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "postgres",
+            Dialect::MySql => "mysql",
+            Dialect::Sqlite => "sqlite",
+        }
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Timing and pool options of a [`Store`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoreOptions {
+    /// How long a granted or renewed lease lasts (`leases.ttl_secs`).
+    pub lease_ttl: Duration,
+    /// A node whose last heartbeat is older than this is not live
+    /// (`cluster.liveness_timeout_secs`).
+    pub liveness_timeout: Duration,
+    /// Connections in the pool.
+    pub max_connections: u32,
+    /// How long to wait for a connection.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            lease_ttl: Duration::from_secs(15),
+            liveness_timeout: Duration::from_secs(30),
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The lifecycle state of a node registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeState {
+    Joining,
+    Active,
+    Leaving,
+    /// Deregistered, or superseded by a later registration of the same name.
+    Down,
+}
+
+impl NodeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Joining => "joining",
+            NodeState::Active => "active",
+            NodeState::Leaving => "leaving",
+            NodeState::Down => "down",
+        }
+    }
+}
+
+impl FromStr for NodeState {
+    type Err = LeaseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "joining" => Ok(NodeState::Joining),
+            "active" => Ok(NodeState::Active),
+            "leaving" => Ok(NodeState::Leaving),
+            "down" => Ok(NodeState::Down),
+            other => Err(LeaseError::Corrupt(format!("unknown node state `{other}`"))),
+        }
+    }
+}
+
+impl fmt::Display for NodeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One registration (incarnation) of a node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeRecord {
+    pub id: Uuid,
+    pub name: String,
+    pub address: String,
+    pub state: NodeState,
+    pub started_at: DateTime<Utc>,
+    pub last_seen: DateTime<Utc>,
+    /// Not `down` and seen within the liveness timeout, by the database clock.
+    pub live: bool,
+}
+
+/// The fencing token of a lease: what a writer must still hold to commit.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseToken {
+    pub shard: String,
+    pub holder: Uuid,
+    pub epoch: i64,
+}
+
+/// A lease held by a node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lease {
+    pub shard: String,
+    pub holder: Uuid,
+    pub holder_name: String,
+    pub epoch: i64,
+    /// By the database clock.
+    pub expires_at: DateTime<Utc>,
+}
+
+impl Lease {
+    pub fn token(&self) -> LeaseToken {
+        LeaseToken { shard: self.shard.clone(), holder: self.holder, epoch: self.epoch }
+    }
+}
+
+/// A lease row as [`Store::holders`] reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseRow {
+    pub shard: String,
+    pub holder: Option<Uuid>,
+    pub holder_name: Option<String>,
+    pub epoch: i64,
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Held and unexpired, by the database clock.
+    pub live: bool,
+}
+
+/// One grant of a lease, from `chitin_lease_history`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryEntry {
+    pub shard: String,
+    pub epoch: i64,
+    pub holder: Uuid,
+    pub holder_name: String,
+    /// `acquire` or `handover`.
+    pub via: String,
+    pub acquired_at: DateTime<Utc>,
+}
+
+/// What the cluster recorded at its first start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterMeta {
+    pub shard_count: u64,
+    pub lease_ttl: Duration,
+    pub renew_interval: Duration,
+}
+
+/// The outcome of an append: the entry's sequence number in its stream and
+/// the epoch it was committed under (the original ones for a repeated
+/// request id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    pub seq: i64,
+    pub epoch: i64,
+    /// False when the request id had already been applied and nothing new was written.
+    pub fresh: bool,
+}
+
+/// One journal entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JournalEntry {
+    pub stream: String,
+    pub seq: i64,
+    pub request_id: String,
+    pub payload: Vec<u8>,
+    pub shard: String,
+    pub epoch: i64,
+    pub committed_at: DateTime<Utc>,
+}
+
+/// The durable store, one variant per dialect.
+#[derive(Clone, Debug)]
+pub enum Store {
+    Postgres(pg::PgStore),
+    MySql(mysql::MySqlStore),
+    Sqlite(sqlite::SqliteStore),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            Store::Postgres($s) => $e,
+            Store::MySql($s) => $e,
+            Store::Sqlite($s) => $e,
+        }
+    };
+}
+
+impl Store {
+    /// Connects with default timing (15 s lease TTL, 30 s liveness).
+    pub async fn connect(url: &str) -> Result<Store, LeaseError> {
+        Store::connect_with(url, StoreOptions::default()).await
+    }
+
+    /// Connects with the given timing and pool options.
+    pub async fn connect_with(url: &str, options: StoreOptions) -> Result<Store, LeaseError> {
+        if options.lease_ttl.is_zero() || options.liveness_timeout.is_zero() {
+            return Err(LeaseError::InvalidArgument(
+                "lease_ttl and liveness_timeout must be positive".into(),
+            ));
+        }
+        Ok(match Dialect::from_url(url)? {
+            Dialect::Postgres => Store::Postgres(pg::PgStore::connect(url, options).await?),
+            Dialect::MySql => Store::MySql(mysql::MySqlStore::connect(url, options).await?),
+            Dialect::Sqlite => Store::Sqlite(sqlite::SqliteStore::connect(url, options).await?),
+        })
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Store::Postgres(_) => Dialect::Postgres,
+            Store::MySql(_) => Dialect::MySql,
+            Store::Sqlite(_) => Dialect::Sqlite,
+        }
+    }
+
+    pub fn options(&self) -> &StoreOptions {
+        dispatch!(self, s => &s.options)
+    }
+
+    /// Closes the pool, waiting for connections to be returned.
+    pub async fn close(&self) {
+        dispatch!(self, s => s.pool.close().await)
+    }
+
+    /// Creates or upgrades the schema (idempotent; concurrent callers are
+    /// serialised by the migrator's lock on PostgreSQL and MySQL).
+    pub async fn migrate(&self) -> Result<(), LeaseError> {
+        let migrator = schema::migrator(self.dialect());
+        match self {
+            Store::Postgres(s) => migrator.run(&s.pool).await?,
+            Store::MySql(s) => migrator.run(&s.pool).await?,
+            // sqlx takes no lock on SQLite: hold the write lock for the whole
+            // run so that concurrent starts apply each migration once.
+            Store::Sqlite(s) => {
+                let mut tx = s.pool.begin_with("BEGIN IMMEDIATE").await?;
+                migrator.run_direct(None, &mut *tx, false).await?;
+                tx.commit().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The database clock.
+    pub async fn now(&self) -> Result<DateTime<Utc>, LeaseError> {
+        dispatch!(self, s => s.now().await)
+    }
+
+    // ---- node identity ----------------------------------------------------
+
+    /// Registers a new incarnation of node `name` in state `joining`; the
+    /// database assigns its UUID. Earlier registrations of the name that are
+    /// no longer live are marked `down`; a live one refuses with
+    /// [`LeaseError::NameInUse`].
+    pub async fn register_node(&self, name: &str, address: &str) -> Result<Uuid, LeaseError> {
+        if name.is_empty() || name.contains(':') {
+            return Err(LeaseError::InvalidArgument(format!(
+                "node name `{name}` must be non-empty and must not contain `:`"
+            )));
+        }
+        dispatch!(self, s => s.register_node(name, address).await)
+    }
+
+    /// Records that the node is alive (`last_seen` = database now). Fails with
+    /// [`LeaseError::NodeNotRegistered`] once the registration is `down`.
+    pub async fn heartbeat(&self, node: Uuid) -> Result<(), LeaseError> {
+        dispatch!(self, s => s.heartbeat(node).await)
+    }
+
+    /// Moves a live registration to `state` (joining → active → leaving).
+    /// Use [`Store::deregister`] for `down`.
+    pub async fn set_node_state(&self, node: Uuid, state: NodeState) -> Result<(), LeaseError> {
+        if state == NodeState::Down {
+            return self.deregister(node).await;
+        }
+        dispatch!(self, s => s.set_node_state(node, state).await)
+    }
+
+    /// Marks the registration `down` and frees every lease it still holds
+    /// (their epochs stay; the next grant goes one higher). Idempotent.
+    pub async fn deregister(&self, node: Uuid) -> Result<(), LeaseError> {
+        dispatch!(self, s => s.deregister(node).await)
+    }
+
+    /// Every registration, newest first.
+    pub async fn nodes(&self) -> Result<Vec<NodeRecord>, LeaseError> {
+        dispatch!(self, s => s.nodes().await)
+    }
+
+    // ---- cluster meta ------------------------------------------------------
+
+    /// Records the cluster's shard count and lease timing on first start;
+    /// later starts must match, else [`LeaseError::ClusterMetaMismatch`]
+    /// names each differing value. Durations are compared in milliseconds.
+    pub async fn check_cluster_meta(
+        &self,
+        shard_count: u64,
+        lease_ttl: Duration,
+        renew_interval: Duration,
+    ) -> Result<ClusterMeta, LeaseError> {
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let count = i64::try_from(shard_count)
+            .map_err(|_| LeaseError::InvalidArgument("shard count too large".into()))?;
+        let (c, t, r) = dispatch!(self, s =>
+            s.check_cluster_meta(count, ms(lease_ttl), ms(renew_interval)).await?);
+        let recorded = ClusterMeta {
+            shard_count: c as u64,
+            lease_ttl: Duration::from_millis(t as u64),
+            renew_interval: Duration::from_millis(r as u64),
+        };
+        let mut mismatches = Vec::new();
+        if c != count {
+            mismatches.push(MetaMismatch {
+                field: "shard count",
+                cluster: c.to_string(),
+                ours: count.to_string(),
+            });
+        }
+        if t != ms(lease_ttl) {
+            mismatches.push(MetaMismatch {
+                field: "leases.ttl_secs",
+                cluster: secs(t),
+                ours: secs(ms(lease_ttl)),
+            });
+        }
+        if r != ms(renew_interval) {
+            mismatches.push(MetaMismatch {
+                field: "leases.renew_interval_secs",
+                cluster: secs(r),
+                ours: secs(ms(renew_interval)),
+            });
+        }
+        if mismatches.is_empty() {
+            Ok(recorded)
+        } else {
+            Err(LeaseError::ClusterMetaMismatch { mismatches })
+        }
+    }
+
+    // ---- leases -----------------------------------------------------------
+
+    /// Takes the lease of `shard` for `node` if it is free or expired (by the
+    /// database clock); `None` if another holder's lease is still live. A
+    /// grant increments the epoch and is recorded in the lease history. The
+    /// node must be registered and not `down`.
+    pub async fn try_acquire(&self, shard: &str, node: Uuid) -> Result<Option<Lease>, LeaseError> {
+        dispatch!(self, s => s.try_acquire(shard, node).await)
+    }
+
+    /// Extends an unexpired lease by the TTL from the database's now; same
+    /// epoch. [`LeaseError::LeaseLost`] if the lease expired or changed.
+    pub async fn renew(&self, lease: &Lease) -> Result<Lease, LeaseError> {
+        dispatch!(self, s => s.renew(lease).await)
+    }
+
+    /// Frees a lease that this holder still has at this epoch (expired or
+    /// not, as long as nobody took it); [`LeaseError::LeaseLost`] otherwise.
+    pub async fn release(&self, lease: &Lease) -> Result<(), LeaseError> {
+        dispatch!(self, s => s.release(lease).await)
+    }
+
+    /// Hands an unexpired lease to node `to` (registered, live) with a new
+    /// epoch and a full TTL; returns the recipient's lease.
+    pub async fn handover(&self, lease: &Lease, to: Uuid) -> Result<Lease, LeaseError> {
+        dispatch!(self, s => s.handover(lease, to).await)
+    }
+
+    /// Every lease row, by shard id.
+    pub async fn holders(&self) -> Result<Vec<LeaseRow>, LeaseError> {
+        dispatch!(self, s => s.holders().await)
+    }
+
+    /// The lease history (of one shard, or all), by shard and epoch.
+    pub async fn history(&self, shard: Option<&str>) -> Result<Vec<HistoryEntry>, LeaseError> {
+        dispatch!(self, s => s.history(shard).await)
+    }
+
+    // ---- journal ----------------------------------------------------------
+
+    /// Appends to `stream` under the fence: one transaction that first locks
+    /// the lease row (shared) and checks holder, epoch and expiry, else
+    /// aborts with [`LeaseError::LeaseLost`] and writes nothing. A
+    /// `request_id` already applied to the stream returns the original
+    /// `(seq, epoch)` with `fresh = false` and writes nothing.
+    pub async fn append_fenced(
+        &self,
+        token: &LeaseToken,
+        stream: &str,
+        request_id: &str,
+        payload: &[u8],
+    ) -> Result<Appended, LeaseError> {
+        dispatch!(self, s => s.append(Some(token), &token.shard, token.epoch, stream, request_id, payload).await)
+    }
+
+    /// The same insert without the lease check (the benchmark's baseline).
+    pub async fn append_unfenced(
+        &self,
+        token: &LeaseToken,
+        stream: &str,
+        request_id: &str,
+        payload: &[u8],
+    ) -> Result<Appended, LeaseError> {
+        dispatch!(self, s => s.append(None, &token.shard, token.epoch, stream, request_id, payload).await)
+    }
+
+    /// Up to `limit` entries of `stream` with `seq >= from`, in order.
+    pub async fn read(&self, stream: &str, from: i64, limit: u32) -> Result<Vec<JournalEntry>, LeaseError> {
+        dispatch!(self, s => s.read(stream, from, i64::from(limit)).await)
+    }
+}
+
+fn secs(ms: i64) -> String {
+    format!("{}", ms as f64 / 1000.0)
+}
+
+/// Microseconds of a duration, saturating.
+pub(crate) fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Milliseconds of a duration, saturating.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn parse_uuid(s: &str) -> Result<Uuid, LeaseError> {
+    Uuid::parse_str(s).map_err(|e| LeaseError::Corrupt(format!("bad uuid `{s}` in database: {e}")))
+}
+
+/// How often a retryable transaction (deadlock, serialization failure,
+/// racing duplicate) is retried.
+pub(crate) const RETRIES: usize = 8;
+
+/// A lease row as a fence or a failed update sees it.
+#[derive(Clone, Debug)]
+pub(crate) struct CurrentLease {
+    pub holder: Option<Uuid>,
+    pub epoch: i64,
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Held and unexpired by the database clock.
+    pub live: bool,
+}
+
+/// Why `token` does not hold `current` (None: it does).
+pub(crate) fn lost_reason(current: Option<&CurrentLease>, token: &LeaseToken) -> Option<LostReason> {
+    let c = match current {
+        None => return Some(LostReason::NoLease),
+        Some(c) => c,
+    };
+    if c.holder == Some(token.holder) && c.epoch == token.epoch {
+        if c.live {
+            None
+        } else {
+            Some(LostReason::Expired { expired_at: c.expires_at.unwrap_or_default() })
+        }
+    } else if c.holder.is_none() && c.epoch == token.epoch {
+        Some(LostReason::Released)
+    } else {
+        Some(LostReason::Superseded { holder: c.holder, epoch: c.epoch })
+    }
+}
+
+pub(crate) fn lost(token: &LeaseToken, reason: LostReason) -> LeaseError {
+    LeaseError::LeaseLost { shard: token.shard.clone(), holder: token.holder, epoch: token.epoch, reason }
+}
+
+/// The constraint name of a unique violation, if `e` is one.
+pub(crate) fn unique_violation(e: &sqlx::Error) -> Option<String> {
+    match e {
+        sqlx::Error::Database(d) if d.is_unique_violation() => {
+            Some(d.constraint().map(str::to_owned).unwrap_or_else(|| d.message().to_owned()))
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,587 @@
+//! Shared scenarios for the durable-store tests. Each test gets its own fresh
+//! database (PostgreSQL/MariaDB: `chitin_t_<random>`, dropped at the end;
+//! SQLite: a file in a temporary directory), so tests run in parallel.
+//!
+//! Servers: `CHITIN_TEST_POSTGRES_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`) and `CHITIN_TEST_MYSQL_URL`
+//! (default `mysql://root@127.0.0.1:3306/test`); the test databases are
+//! created beside the one named.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use chitin::lease::{Dialect, LeaseError, LostReason, Store, StoreOptions};
+use sqlx::Connection;
+
+pub fn postgres_admin_url() -> String {
+    std::env::var("CHITIN_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+pub fn mysql_admin_url() -> String {
+    std::env::var("CHITIN_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+/// `url` with its database (path) replaced by `db`.
+pub fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let root = match base[scheme_end..].find('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{root}/{db}?{q}"),
+        None => format!("{root}/{db}"),
+    }
+}
+
+/// A fresh database for one test.
+pub struct TestDb {
+    pub dialect: Dialect,
+    pub url: String,
+    name: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    pub async fn create(dialect: Dialect) -> Result<TestDb> {
+        let name = format!("chitin_t_{}", uuid::Uuid::new_v4().simple());
+        match dialect {
+            Dialect::Postgres => {
+                let admin = postgres_admin_url();
+                let mut c = sqlx::PgConnection::connect(&admin).await.context("connect to PostgreSQL")?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut c).await?;
+                c.close().await?;
+                Ok(TestDb { dialect, url: with_database(&admin, &name), name, _dir: None })
+            }
+            Dialect::MySql => {
+                let admin = mysql_admin_url();
+                let mut c = sqlx::MySqlConnection::connect(&admin).await.context("connect to MariaDB/MySQL")?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut c).await?;
+                c.close().await?;
+                Ok(TestDb { dialect, url: with_database(&admin, &name), name, _dir: None })
+            }
+            Dialect::Sqlite => {
+                let dir = tempfile::tempdir()?;
+                let url = format!("sqlite://{}", dir.path().join("chitin.db").display());
+                Ok(TestDb { dialect, url, name, _dir: Some(dir) })
+            }
+        }
+    }
+
+    pub async fn drop_db(self) -> Result<()> {
+        match self.dialect {
+            Dialect::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&postgres_admin_url()).await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)))
+                    .execute(&mut c)
+                    .await?;
+                c.close().await?;
+            }
+            Dialect::MySql => {
+                let mut c = sqlx::MySqlConnection::connect(&mysql_admin_url()).await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {}", self.name)))
+                    .execute(&mut c)
+                    .await?;
+                c.close().await?;
+            }
+            Dialect::Sqlite => {}
+        }
+        Ok(())
+    }
+}
+
+/// Runs `scenario` against a fresh database of `dialect`, then drops the
+/// database whatever happened, then reports the scenario's outcome.
+pub async fn run<F, Fut>(dialect: Dialect, scenario: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = Result<()>> + Send + 'static,
+{
+    let db = TestDb::create(dialect).await.expect("create a test database");
+    let outcome = tokio::spawn(scenario(db.url.clone())).await;
+    let dropped = db.drop_db().await;
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => panic!("scenario failed: {e:?}"),
+        Err(join) => std::panic::resume_unwind(join.into_panic()),
+    }
+    dropped.expect("drop the test database");
+}
+
+/// A migrated store with a lease TTL and liveness timeout in milliseconds.
+pub async fn store(url: &str, ttl_ms: u64, liveness_ms: u64) -> Result<Store> {
+    let s = Store::connect_with(
+        url,
+        StoreOptions {
+            lease_ttl: Duration::from_millis(ttl_ms),
+            liveness_timeout: Duration::from_millis(liveness_ms),
+            max_connections: 4,
+            acquire_timeout: Duration::from_secs(30),
+        },
+    )
+    .await?;
+    s.migrate().await?;
+    Ok(s)
+}
+
+fn expect_lost(r: Result<impl std::fmt::Debug, LeaseError>) -> Result<LostReason> {
+    match r {
+        Err(LeaseError::LeaseLost { reason, .. }) => Ok(reason),
+        other => bail!("expected LeaseLost, got {other:?}"),
+    }
+}
+
+// ---- scenarios ----------------------------------------------------------------
+
+/// The schema migrates, twice and concurrently, without error.
+pub async fn migrate_idempotent(url: String) -> Result<()> {
+    let a = Store::connect(&url).await?;
+    let b = Store::connect(&url).await?;
+    let (ra, rb) = tokio::join!(a.migrate(), b.migrate());
+    ra?;
+    rb?;
+    a.migrate().await?;
+    ensure!(a.holders().await?.is_empty());
+    ensure!(a.nodes().await?.is_empty());
+    a.close().await;
+    b.close().await;
+    Ok(())
+}
+
+/// Each start gets a fresh database-assigned UUID; a live duplicate name is
+/// refused; a deregistered or stale one frees the name.
+pub async fn registration(url: String) -> Result<()> {
+    // Liveness 1.5 s so the stale case below is quick.
+    let s = store(&url, 2_000, 1_500).await?;
+    let a1 = s.register_node("node-a", "127.0.0.1:7001").await?;
+    match s.register_node("node-a", "127.0.0.1:7009").await {
+        Err(LeaseError::NameInUse { name, holder, address, .. }) => {
+            ensure!(name == "node-a" && holder == a1 && address == "127.0.0.1:7001");
+        }
+        other => bail!("expected NameInUse, got {other:?}"),
+    }
+    // Another name is fine.
+    let b1 = s.register_node("node-b", "127.0.0.1:7002").await?;
+    ensure!(b1 != a1);
+
+    // A clean stop frees the name; the next start gets a new UUID.
+    s.deregister(a1).await?;
+    let a2 = s.register_node("node-a", "127.0.0.1:7001").await?;
+    ensure!(a2 != a1, "a restart must get a fresh UUID");
+    ensure!(matches!(s.heartbeat(a1).await, Err(LeaseError::NodeNotRegistered(id)) if id == a1));
+    s.heartbeat(a2).await?;
+    s.set_node_state(a2, chitin::lease::NodeState::Active).await?;
+
+    // A crashed registration (no heartbeats) is free again after the liveness timeout.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let a3 = s.register_node("node-a", "127.0.0.1:7001").await?;
+    ensure!(a3 != a2);
+    ensure!(matches!(s.heartbeat(a2).await, Err(LeaseError::NodeNotRegistered(_))));
+
+    let nodes = s.nodes().await?;
+    let find = |id| nodes.iter().find(|n| n.id == id).ok_or_else(|| anyhow!("node {id} missing"));
+    ensure!(find(a1)?.state == chitin::lease::NodeState::Down);
+    ensure!(find(a2)?.state == chitin::lease::NodeState::Down, "the stale registration is marked down");
+    ensure!(find(a3)?.live && find(a3)?.state == chitin::lease::NodeState::Joining);
+    ensure!(!find(b1)?.live, "node-b sent no heartbeat within the liveness timeout");
+    ensure!(nodes.len() == 4);
+
+    // Names are validated.
+    ensure!(matches!(s.register_node("", "x").await, Err(LeaseError::InvalidArgument(_))));
+    ensure!(matches!(s.register_node("a:b", "x").await, Err(LeaseError::InvalidArgument(_))));
+
+    // Concurrent registrations of one name: exactly one wins.
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move { s.register_node("racer", &format!("127.0.0.1:{}", 8000 + i)).await }));
+    }
+    let mut won = 0;
+    for t in tasks {
+        match t.await? {
+            Ok(_) => won += 1,
+            Err(LeaseError::NameInUse { .. }) => {}
+            Err(e) => bail!("unexpected error in racing registration: {e}"),
+        }
+    }
+    ensure!(won == 1, "{won} concurrent registrations of one name succeeded");
+    s.close().await;
+    Ok(())
+}
+
+/// Acquire, renew and expiry, all judged by the database clock.
+pub async fn acquire_renew_expire(url: String) -> Result<()> {
+    let s = store(&url, 2_000, 30_000).await?;
+    let n1 = s.register_node("n1", "127.0.0.1:7001").await?;
+    let n2 = s.register_node("n2", "127.0.0.1:7002").await?;
+
+    let before = s.now().await?;
+    let l1 = s.try_acquire("shard-1", n1).await?.context("a free shard is granted")?;
+    let after = s.now().await?;
+    ensure!(l1.epoch == 1 && l1.holder == n1 && l1.holder_name == "n1" && l1.shard == "shard-1");
+    // Expiry = database now + TTL at the grant.
+    let ttl = chrono::Duration::milliseconds(2_000);
+    ensure!(l1.expires_at >= before + ttl - chrono::Duration::milliseconds(5), "{l1:?} vs {before}");
+    ensure!(l1.expires_at <= after + ttl + chrono::Duration::milliseconds(5), "{l1:?} vs {after}");
+
+    // Held: nobody else gets it, not even a second time by the holder.
+    ensure!(s.try_acquire("shard-1", n2).await?.is_none());
+    ensure!(s.try_acquire("shard-1", n1).await?.is_none());
+
+    // Renewal extends the expiry and keeps the epoch.
+    let r = s.renew(&l1).await?;
+    ensure!(r.epoch == l1.epoch && r.expires_at >= l1.expires_at);
+    let rows = s.holders().await?;
+    ensure!(rows.len() == 1 && rows[0].live && rows[0].holder == Some(n1) && rows[0].epoch == 1);
+
+    // Let it expire (TTL 2 s; wait 3 s): it is free for others, at epoch + 1.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let rows = s.holders().await?;
+    ensure!(!rows[0].live, "expired by the database clock");
+    ensure!(matches!(expect_lost(s.renew(&r).await)?, LostReason::Expired { .. }));
+    let l2 = s.try_acquire("shard-1", n2).await?.context("an expired lease is granted")?;
+    ensure!(l2.epoch == 2 && l2.holder == n2);
+
+    // The old holder can neither renew nor release.
+    ensure!(matches!(
+        expect_lost(s.renew(&r).await)?,
+        LostReason::Superseded { holder: Some(h), epoch: 2 } if h == n2
+    ));
+    ensure!(expect_lost(s.release(&r).await).is_ok());
+
+    // Release frees it at once; the next grant goes one higher.
+    s.release(&l2).await?;
+    let rows = s.holders().await?;
+    ensure!(rows[0].holder.is_none() && !rows[0].live && rows[0].epoch == 2);
+    let l3 = s.try_acquire("shard-1", n1).await?.context("a released lease is granted")?;
+    ensure!(l3.epoch == 3);
+
+    // A down node cannot acquire.
+    s.deregister(n2).await?;
+    ensure!(matches!(s.try_acquire("shard-2", n2).await, Err(LeaseError::NodeNotRegistered(_))));
+    s.close().await;
+    Ok(())
+}
+
+/// The epoch strictly increases with every change of holder, and the
+/// history records every grant.
+pub async fn epochs_increase(url: String) -> Result<()> {
+    let s = store(&url, 5_000, 30_000).await?;
+    let n1 = s.register_node("n1", "a1").await?;
+    let n2 = s.register_node("n2", "a2").await?;
+    let n3 = s.register_node("n3", "a3").await?;
+
+    let mut epochs = Vec::new();
+    let l = s.try_acquire("s", n1).await?.context("grant")?;
+    epochs.push(l.epoch);
+    let l = s.handover(&l, n2).await?;
+    ensure!(l.holder == n2 && l.holder_name == "n2");
+    epochs.push(l.epoch);
+    let l = s.handover(&l, n3).await?;
+    epochs.push(l.epoch);
+    s.release(&l).await?;
+    let l = s.try_acquire("s", n3).await?.context("grant")?;
+    epochs.push(l.epoch);
+    let l = s.handover(&l, n1).await?;
+    epochs.push(l.epoch);
+    ensure!(epochs.windows(2).all(|w| w[1] > w[0]), "epochs {epochs:?} must strictly increase");
+    ensure!(epochs == vec![1, 2, 3, 4, 5]);
+
+    // The old token cannot hand over again.
+    let stale = chitin::lease::Lease { holder: n3, epoch: 4, ..l.clone() };
+    ensure!(expect_lost(s.handover(&stale, n2).await).is_ok());
+    // Handover to oneself or to a node that is not live is refused.
+    ensure!(matches!(s.handover(&l, n1).await, Err(LeaseError::InvalidArgument(_))));
+    s.deregister(n2).await?;
+    ensure!(matches!(s.handover(&l, n2).await, Err(LeaseError::NodeNotLive(id)) if id == n2));
+
+    let h = s.history(Some("s")).await?;
+    let got: Vec<(i64, uuid::Uuid, &str)> = h.iter().map(|e| (e.epoch, e.holder, e.via.as_str())).collect();
+    ensure!(
+        got == vec![
+            (1, n1, "acquire"),
+            (2, n2, "handover"),
+            (3, n3, "handover"),
+            (4, n3, "acquire"),
+            (5, n1, "handover")
+        ],
+        "history {got:?}"
+    );
+    ensure!(h.windows(2).all(|w| w[1].acquired_at >= w[0].acquired_at));
+    ensure!(s.history(None).await?.len() == 5 && s.history(Some("other")).await?.is_empty());
+
+    // Many nodes racing for one free shard: exactly one wins per round.
+    let s2 = s.clone();
+    let racers = [n1, n3];
+    s.release(&l).await?;
+    let mut tasks = Vec::new();
+    for &n in racers.iter().chain(racers.iter()) {
+        let s = s2.clone();
+        tasks.push(tokio::spawn(async move { s.try_acquire("s", n).await }));
+    }
+    let mut granted = Vec::new();
+    for t in tasks {
+        if let Some(l) = t.await?? {
+            granted.push(l);
+        }
+    }
+    ensure!(granted.len() == 1 && granted[0].epoch == 6, "granted {granted:?}");
+    s.close().await;
+    Ok(())
+}
+
+/// A stale token's append aborts with LeaseLost and writes nothing.
+pub async fn stale_token_writes_nothing(url: String) -> Result<()> {
+    let s = store(&url, 5_000, 30_000).await?;
+    let n1 = s.register_node("n1", "a1").await?;
+    let n2 = s.register_node("n2", "a2").await?;
+    let l1 = s.try_acquire("s1", n1).await?.context("grant")?;
+    let t1 = l1.token();
+    let a = s.append_fenced(&t1, "stream", "req-1", b"one").await?;
+    ensure!(a.seq == 1 && a.epoch == 1 && a.fresh);
+
+    // Not yet held by anyone: NoLease.
+    let ghost = chitin::lease::LeaseToken { shard: "nope".into(), holder: n1, epoch: 1 };
+    ensure!(expect_lost(s.append_fenced(&ghost, "stream", "req-x", b"x").await)? == LostReason::NoLease);
+    // A wrong epoch for the right holder.
+    let wrong = chitin::lease::LeaseToken { epoch: 7, ..t1.clone() };
+    ensure!(matches!(expect_lost(s.append_fenced(&wrong, "stream", "req-x", b"x").await)?, LostReason::Superseded { .. }));
+
+    // Handed over: the old holder's token is stale.
+    let l2 = s.handover(&l1, n2).await?;
+    let reason = expect_lost(s.append_fenced(&t1, "stream", "req-2", b"stale").await)?;
+    ensure!(reason == LostReason::Superseded { holder: Some(n2), epoch: 2 }, "{reason:?}");
+    // … also for another stream of the shard.
+    ensure!(expect_lost(s.append_fenced(&t1, "stream-b", "req-2", b"stale").await).is_ok());
+
+    // The new holder commits at the new epoch, right after the old entry.
+    let b = s.append_fenced(&l2.token(), "stream", "req-3", b"three").await?;
+    ensure!(b.seq == 2 && b.epoch == 2);
+
+    // Released: the old token is Released.
+    s.release(&l2).await?;
+    ensure!(expect_lost(s.append_fenced(&l2.token(), "stream", "req-4", b"x").await)? == LostReason::Released);
+
+    let entries = s.read("stream", 1, 100).await?;
+    let got: Vec<(i64, &str, i64, &[u8])> =
+        entries.iter().map(|e| (e.seq, e.request_id.as_str(), e.epoch, e.payload.as_slice())).collect();
+    ensure!(got == vec![(1, "req-1", 1, &b"one"[..]), (2, "req-3", 2, &b"three"[..])], "journal {got:?}");
+    ensure!(s.read("stream-b", 1, 100).await?.is_empty(), "nothing committed under a stale token");
+    ensure!(entries.iter().all(|e| e.shard == "s1"));
+    s.close().await;
+    Ok(())
+}
+
+/// Expiry also fences: once the TTL passes, the holder's token is refused.
+pub async fn expired_token_writes_nothing(url: String) -> Result<()> {
+    let s = store(&url, 1_000, 30_000).await?;
+    let n1 = s.register_node("n1", "a1").await?;
+    let l = s.try_acquire("s1", n1).await?.context("grant")?;
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    ensure!(matches!(
+        expect_lost(s.append_fenced(&l.token(), "st", "r", b"late").await)?,
+        LostReason::Expired { .. }
+    ));
+    ensure!(s.read("st", 0, 10).await?.is_empty());
+    s.close().await;
+    Ok(())
+}
+
+/// A repeated request id returns the original (seq, epoch) and writes nothing.
+pub async fn request_id_idempotent(url: String) -> Result<()> {
+    let s = store(&url, 5_000, 30_000).await?;
+    let n1 = s.register_node("n1", "a1").await?;
+    let n2 = s.register_node("n2", "a2").await?;
+    let l1 = s.try_acquire("s1", n1).await?.context("grant")?;
+    let first = s.append_fenced(&l1.token(), "st", "req-1", b"original").await?;
+    let again = s.append_fenced(&l1.token(), "st", "req-1", b"different").await?;
+    ensure!(again.seq == first.seq && again.epoch == first.epoch && !again.fresh && first.fresh);
+    let next = s.append_fenced(&l1.token(), "st", "req-2", b"two").await?;
+    ensure!(next.seq == 2, "a deduplicated request consumes no sequence number: {next:?}");
+
+    // Retried through the next holder: still the original outcome.
+    let l2 = s.handover(&l1, n2).await?;
+    let retried = s.append_fenced(&l2.token(), "st", "req-1", b"retry").await?;
+    ensure!(retried.seq == 1 && retried.epoch == 1 && !retried.fresh);
+    // The same request id in another stream is another request.
+    let other = s.append_fenced(&l2.token(), "other", "req-1", b"x").await?;
+    ensure!(other.seq == 1 && other.epoch == 2 && other.fresh);
+
+    // Racing duplicates: exactly one is applied.
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (s, t) = (s.clone(), l2.token());
+        tasks.push(tokio::spawn(async move { s.append_fenced(&t, "st", "req-race", b"r").await }));
+    }
+    let mut fresh = 0;
+    let mut seqs = std::collections::BTreeSet::new();
+    for t in tasks {
+        let a = t.await??;
+        fresh += usize::from(a.fresh);
+        seqs.insert(a.seq);
+    }
+    ensure!(fresh == 1 && seqs.len() == 1, "fresh {fresh}, seqs {seqs:?}");
+
+    let entries = s.read("st", 1, 100).await?;
+    let ids: Vec<&str> = entries.iter().map(|e| e.request_id.as_str()).collect();
+    ensure!(ids == vec!["req-1", "req-2", "req-race"], "{ids:?}");
+    ensure!(entries[0].payload == b"original");
+    ensure!(entries.iter().map(|e| e.seq).collect::<Vec<_>>() == vec![1, 2, 3]);
+    s.close().await;
+    Ok(())
+}
+
+/// Many tasks appending under one holder all succeed, gapless and in order.
+pub async fn concurrent_appends(url: String) -> Result<()> {
+    let s = store(&url, 30_000, 30_000).await?;
+    let n1 = s.register_node("n1", "a1").await?;
+    let l = s.try_acquire("s1", n1).await?.context("grant")?;
+    const TASKS: usize = 12;
+    const EACH: usize = 10;
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let (s, token) = (s.clone(), l.token());
+        tasks.push(tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            for i in 0..EACH {
+                // Two streams: one shared by all tasks, one per task.
+                let a = s.append_fenced(&token, "shared", &format!("t{t}-{i}"), format!("{t}:{i}").as_bytes()).await?;
+                s.append_fenced(&token, &format!("own-{t}"), &format!("r{i}"), b"x").await?;
+                seqs.push(a.seq);
+            }
+            anyhow::Ok(seqs)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        let seqs = t.await??;
+        ensure!(seqs.windows(2).all(|w| w[1] > w[0]), "one task's appends are ordered: {seqs:?}");
+        all.extend(seqs);
+    }
+    all.sort();
+    ensure!(all == (1..=(TASKS * EACH) as i64).collect::<Vec<_>>(), "gapless, no duplicates");
+    let entries = s.read("shared", 1, 1_000).await?;
+    ensure!(entries.len() == TASKS * EACH);
+    ensure!(entries.iter().enumerate().all(|(i, e)| e.seq == i as i64 + 1 && e.epoch == 1));
+    // Each task's entries appear in its own order.
+    for t in 0..TASKS {
+        let mine: Vec<String> = entries
+            .iter()
+            .filter(|e| e.request_id.starts_with(&format!("t{t}-")))
+            .map(|e| String::from_utf8_lossy(&e.payload).into_owned())
+            .collect();
+        ensure!(mine == (0..EACH).map(|i| format!("{t}:{i}")).collect::<Vec<_>>());
+        ensure!(s.read(&format!("own-{t}"), 1, 100).await?.len() == EACH);
+    }
+    // Paging.
+    let page = s.read("shared", 50, 5).await?;
+    ensure!(page.iter().map(|e| e.seq).collect::<Vec<_>>() == vec![50, 51, 52, 53, 54]);
+    // The unfenced baseline writes the same rows.
+    let u = s.append_unfenced(&l.token(), "shared", "unfenced-1", b"u").await?;
+    ensure!(u.seq == (TASKS * EACH) as i64 + 1 && u.fresh);
+    s.close().await;
+    Ok(())
+}
+
+/// Cluster meta is recorded on first start; a mismatch is refused with both values.
+pub async fn cluster_meta(url: String) -> Result<()> {
+    let s = store(&url, 15_000, 30_000).await?;
+    let secs = Duration::from_secs;
+    let m = s.check_cluster_meta(16, secs(15), secs(5)).await?;
+    ensure!(m.shard_count == 16 && m.lease_ttl == secs(15) && m.renew_interval == secs(5));
+    s.check_cluster_meta(16, secs(15), secs(5)).await?;
+    match s.check_cluster_meta(32, Duration::from_millis(2_500), secs(5)).await {
+        Err(LeaseError::ClusterMetaMismatch { mismatches }) => {
+            ensure!(mismatches.len() == 2, "{mismatches:?}");
+            ensure!(mismatches[0].field == "shard count" && mismatches[0].cluster == "16" && mismatches[0].ours == "32");
+            ensure!(mismatches[1].cluster == "15" && mismatches[1].ours == "2.5");
+            let text = LeaseError::ClusterMetaMismatch { mismatches }.to_string();
+            ensure!(text.contains("the cluster has 16, this node has 32"), "{text}");
+        }
+        other => bail!("expected ClusterMetaMismatch, got {other:?}"),
+    }
+    match s.check_cluster_meta(16, secs(15), Duration::from_millis(500)).await {
+        Err(LeaseError::ClusterMetaMismatch { mismatches }) => {
+            ensure!(mismatches.len() == 1 && mismatches[0].field == "leases.renew_interval_secs");
+            ensure!(mismatches[0].cluster == "5" && mismatches[0].ours == "0.5");
+        }
+        other => bail!("expected ClusterMetaMismatch, got {other:?}"),
+    }
+    s.close().await;
+    Ok(())
+}
+
+/// Deregistering frees the node's leases (same epoch; the next grant is higher).
+pub async fn deregister_frees_leases(url: String) -> Result<()> {
+    let s = store(&url, 30_000, 30_000).await?;
+    let n1 = s.register_node("n1", "a1").await?;
+    let n2 = s.register_node("n2", "a2").await?;
+    let a = s.try_acquire("a", n1).await?.context("grant")?;
+    let b = s.try_acquire("b", n1).await?.context("grant")?;
+    let c = s.try_acquire("c", n2).await?.context("grant")?;
+    s.deregister(n1).await?;
+    s.deregister(n1).await?; // idempotent
+    let rows = s.holders().await?;
+    ensure!(rows.iter().filter(|r| r.holder.is_none()).count() == 2);
+    ensure!(rows.iter().any(|r| r.shard == "c" && r.holder == Some(n2) && r.live));
+    ensure!(expect_lost(s.append_fenced(&a.token(), "x", "r", b"x").await)? == LostReason::Released);
+    let a2 = s.try_acquire("a", n2).await?.context("grant")?;
+    ensure!(a2.epoch == a.epoch + 1);
+    ensure!(b.epoch == 1 && c.epoch == 1);
+    s.close().await;
+    Ok(())
+}
+
+/// Generates one `#[tokio::test]` per scenario for a dialect.
+#[macro_export]
+macro_rules! lease_tests {
+    ($dialect:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn migrate_idempotent() {
+            lease_common::run($dialect, lease_common::migrate_idempotent).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn registration() {
+            lease_common::run($dialect, lease_common::registration).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn acquire_renew_expire() {
+            lease_common::run($dialect, lease_common::acquire_renew_expire).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn epochs_increase() {
+            lease_common::run($dialect, lease_common::epochs_increase).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn stale_token_writes_nothing() {
+            lease_common::run($dialect, lease_common::stale_token_writes_nothing).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn expired_token_writes_nothing() {
+            lease_common::run($dialect, lease_common::expired_token_writes_nothing).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn request_id_idempotent() {
+            lease_common::run($dialect, lease_common::request_id_idempotent).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn concurrent_appends() {
+            lease_common::run($dialect, lease_common::concurrent_appends).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn cluster_meta() {
+            lease_common::run($dialect, lease_common::cluster_meta).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn deregister_frees_leases() {
+            lease_common::run($dialect, lease_common::deregister_frees_leases).await
+        }
+    };
+}
