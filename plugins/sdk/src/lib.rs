@@ -15,6 +15,69 @@ pub mod range;
 pub mod rank;
 pub mod types;
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
+#[cfg(target_arch = "wasm32")]
+mod export;
+
+// Lets the generated bindings name this crate by path from any crate.
+extern crate self as chitin_policy_sdk;
+
+/// Not public API: what [`export_policies!`] expands to refers to these.
+#[doc(hidden)]
+pub mod __private {
+    #[cfg(target_arch = "wasm32")]
+    pub use crate::export::{drain, instance_id, placement, split};
+    #[cfg(target_arch = "wasm32")]
+    pub use wit_bindgen;
+}
+
+/// Exports `$ty` as a component serving the named slots (`instance_id`,
+/// `placement`, `split`, `drain`; any non-empty subset, in any order).
+///
+/// `$ty` must implement the trait of each named slot. The component exports
+/// exactly the interfaces of those slots at `chitin:policy@0.1.0`. Outside
+/// `wasm32` the macro expands to nothing, so the same crate builds and tests
+/// natively.
+///
+/// ```ignore
+/// chitin_policy_sdk::export_policies!(MyPolicy: placement, drain);
+/// ```
+#[macro_export]
+macro_rules! export_policies {
+    ($ty:ty : $($slot:ident),+ $(,)?) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            type __ChitinPolicy = $ty;
+            $( $crate::__export_slot!($slot __ChitinPolicy); )+
+        };
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_slot {
+    (instance_id $ty:ident) => {
+        $crate::__private::instance_id::export!($ty with_types_in $crate::__private::instance_id);
+    };
+    (placement $ty:ident) => {
+        $crate::__private::placement::export!($ty with_types_in $crate::__private::placement);
+    };
+    (split $ty:ident) => {
+        $crate::__private::split::export!($ty with_types_in $crate::__private::split);
+    };
+    (drain $ty:ident) => {
+        $crate::__private::drain::export!($ty with_types_in $crate::__private::drain);
+    };
+    ($other:ident $ty:ident) => {
+        compile_error!(concat!(
+            "unknown policy slot `", stringify!($other),
+            "`; the slots are instance_id, placement, split and drain"
+        ));
+    };
+}
+
 pub use types::*;
 
 /// Names the node (slot `instance-id`).

@@ -23,7 +23,7 @@ pub mod instance_id;
 pub mod placement;
 pub mod split;
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", feature = "component"))]
 mod component;
 
 /// The default policies of every slot.
