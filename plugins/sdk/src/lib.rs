@@ -1,15 +1,91 @@
-//! The chitin policy SDK.
+//! The chitin policy SDK: write chitin policy plugins as plain Rust.
 //!
 //! A chitin policy is a WebAssembly component that exports one or more of the
 //! interfaces of the `chitin:policy` WIT package (`wit/since_v0.1.0/policy.wit`).
 //! This crate holds the records of that package as ordinary Rust types
 //! ([`types`]), one plain trait per policy slot ([`InstanceIdPolicy`],
-//! [`PlacementPolicy`], [`SplitPolicy`], [`DrainPolicy`]) and helpers for the
-//! common work ([`rank`], [`range`]).
+//! [`PlacementPolicy`], [`SplitPolicy`], [`DrainPolicy`]), the
+//! [`export_policies!`] macro that turns a type implementing some of them into
+//! a component, helpers for the common work ([`rank`]: stable rendezvous
+//! ranking; [`range`]: inclusive key ranges), and, with the `testing` feature,
+//! [`testing::Fixtures`] to check fixture files against the native logic.
 //!
-//! The host uses the same types, so a policy's logic can be tested natively
-//! and benchmarked against its WebAssembly build without conversion code of
-//! its own.
+//! The bindings (wit-bindgen) are private to this crate: a plugin depends on
+//! `chitin-policy-sdk` only.
+//!
+//! # A complete plugin
+//!
+//! `Cargo.toml`:
+//!
+//! ```toml
+//! [package]
+//! name = "halves"
+//! version = "0.1.0"
+//! edition = "2024"
+//!
+//! [lib]
+//! crate-type = ["cdylib", "rlib"]
+//!
+//! [dependencies]
+//! chitin-policy-sdk = { path = "../chitin/plugins/sdk" }
+//! ```
+//!
+//! `src/lib.rs`:
+//!
+//! ```
+//! use chitin_policy_sdk::range::even_split_points;
+//! use chitin_policy_sdk::{PolicyError, ShardState, SplitPolicy, SplitRequest};
+//!
+//! pub struct Halves;
+//!
+//! // Exports the `split` slot (and only it) when built for wasm32.
+//! chitin_policy_sdk::export_policies!(Halves: split);
+//!
+//! impl SplitPolicy for Halves {
+//!     fn split_points(req: SplitRequest) -> Result<Vec<u32>, PolicyError> {
+//!         let s = &req.shard;
+//!         if s.state != ShardState::Active {
+//!             return Err(PolicyError::InvalidSplit(format!("shard {} is not active", s.id)));
+//!         }
+//!         even_split_points(s.lower, s.upper, req.children)
+//!             .ok_or_else(|| PolicyError::InvalidSplit(format!("shard {} is too small", s.id)))
+//!     }
+//! }
+//! # let req = SplitRequest {
+//! #     shard: chitin_policy_sdk::Shard { id: "s".into(), upper: u32::MAX, ..Default::default() },
+//! #     children: 2,
+//! #     ..Default::default()
+//! # };
+//! # assert_eq!(Halves::split_points(req), Ok(vec![0x8000_0000]));
+//! ```
+//!
+//! Build and test:
+//!
+//! ```sh
+//! cargo build --release --target wasm32-wasip2      # target/wasm32-wasip2/release/halves.wasm
+//! chitin policy inspect target/wasm32-wasip2/release/halves.wasm
+//! chitin policy test --plugin target/wasm32-wasip2/release/halves.wasm fixtures/
+//! ```
+//!
+//! Built examples live beside this crate in the chitin repository:
+//! `plugins/zone-placement`, `plugins/load-split`, `plugins/priority-drain`
+//! and `plugins/pod-instance-id`; `chitin policy new --slot SLOT NAME`
+//! scaffolds a new one. The guide is `docs/plugins.md`.
+//!
+//! # Interface version
+//!
+//! This SDK builds components against `chitin:policy@0.1.0`. A chitin binary
+//! loads a component whose interfaces have a version it supports (for 0.x,
+//! the same minor version) and refuses any other, naming both versions.
+//!
+//! # Determinism
+//!
+//! The host may call a policy on any node, any number of times: give the
+//! same answer to the same request. Break ties by id or by [`rank`], never by
+//! the iteration order of a `std::collections::HashMap` (its seed is random
+//! per instance; `BTreeMap` or sorting is safe). Components see frozen clocks
+//! (always zero) and no files, network or environment beyond the request, and
+//! a warm instance serves many calls, so keep no state between calls.
 
 pub mod range;
 pub mod rank;
@@ -41,9 +117,30 @@ pub mod __private {
 /// `wasm32` the macro expands to nothing, so the same crate builds and tests
 /// natively.
 ///
-/// ```ignore
-/// chitin_policy_sdk::export_policies!(MyPolicy: placement, drain);
 /// ```
+/// use chitin_policy_sdk::*;
+///
+/// pub struct MyPolicy;
+///
+/// impl SplitPolicy for MyPolicy {
+///     fn split_points(req: SplitRequest) -> Result<Vec<u32>, PolicyError> {
+///         Ok(vec![req.shard.lower + 1])
+///     }
+/// }
+///
+/// impl DrainPolicy for MyPolicy {
+///     fn plan_drain(_req: DrainRequest) -> Result<Vec<Vec<Handoff>>, PolicyError> {
+///         Err(PolicyError::Unsupported("this cluster never drains".into()))
+///     }
+/// }
+///
+/// // One component serving two slots.
+/// chitin_policy_sdk::export_policies!(MyPolicy: split, drain);
+/// ```
+///
+/// Naming a slot whose trait `$ty` does not implement fails to compile on
+/// wasm32 (the generated export needs the trait). Invoke the macro once per
+/// crate: each slot's exports may exist only once in a component.
 #[macro_export]
 macro_rules! export_policies {
     ($ty:ty : $($slot:ident),+ $(,)?) => {
