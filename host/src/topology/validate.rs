@@ -207,6 +207,11 @@ impl Checker {
         let mut entries: Vec<Entry> = Vec::with_capacity(total);
         // Every non-empty replica id with the position of its shard in `entries`.
         let mut replicas: Vec<(&str, u32)> = Vec::with_capacity(total * 3);
+        // Whether every replica id is `<its shard id>_<suffix without _>`.
+        let mut all_conform = true;
+        // Replicas on nodes that are not in the config, grouped by node.
+        let mut unknown: Vec<(&str, Vec<&str>)> = Vec::new();
+        let mut unknown_index: FastMap<&str, usize> = fasthash::map(0);
         for (ai, a) in cfg.applications.iter().enumerate() {
             for s in &a.shards {
                 let idx = entries.len();
@@ -242,16 +247,15 @@ impl Checker {
                             format!("a replica of shard `{}` has an empty id; give it a unique id", s.id),
                         );
                     } else {
+                        all_conform &= conforms(&r.id, &s.id);
                         replicas.push((&r.id, idx as u32));
                     }
                     if !node_ids.contains_key(r.node_id.as_str()) {
-                        self.push(
-                            ReplicaNodeUnknown,
-                            format!(
-                                "replica `{}` of shard `{}` is on node `{}`, which is not in the config; add the node or fix node_id",
-                                r.id, s.id, r.node_id
-                            ),
-                        );
+                        let g = *unknown_index.entry(r.node_id.as_str()).or_insert_with(|| {
+                            unknown.push((r.node_id.as_str(), Vec::new()));
+                            unknown.len() - 1
+                        });
+                        unknown[g].1.push(r.id.as_str());
                     }
                     if !r.metadata.is_empty() {
                         self.metadata(&format!("replica `{}`", r.id), &r.metadata);
@@ -264,19 +268,31 @@ impl Checker {
             }
         }
 
+        for (node, ids) in &unknown {
+            self.push(
+                ReplicaNodeUnknown,
+                format!(
+                    "node `{node}` is not in the config but {} replica(s) are on it ({}); add the node or fix their node_id",
+                    ids.len(),
+                    list(ids.iter().copied())
+                ),
+            );
+        }
+
         // ---- unique ids ----
         let shard_ids = SortedIds::new(
             entries.iter().enumerate().filter(|(_, e)| !e.shard.id.is_empty()).map(|(i, e)| (i as u32, e.shard.id.as_str())),
         );
         let shard_id = |p: u32| entries[p as usize].shard.id.as_str();
-        for (_, later) in shard_ids.duplicates(shard_id) {
+        let shard_dups = shard_ids.duplicates(shard_id);
+        let shard_ids_unique = shard_dups.is_empty();
+        for (_, later) in shard_dups {
             self.push(
                 ShardIdDuplicate,
                 format!("shard id `{}` is used more than once; shard ids must be unique across the config", shard_id(later)),
             );
         }
-        let replica_ids = SortedIds::new(replicas.iter().enumerate().map(|(i, r)| (i as u32, r.0)));
-        for (first, later) in replica_ids.duplicates(|p| replicas[p as usize].0) {
+        for (first, later) in duplicate_replica_ids(&replicas, all_conform && shard_ids_unique) {
             let (id, shard) = replicas[later as usize];
             let first_shard = shard_id(replicas[first as usize].1);
             self.push(
@@ -287,7 +303,6 @@ impl Checker {
                 ),
             );
         }
-        drop(replica_ids);
         drop(replicas);
 
         // ---- parents and children ----
@@ -544,6 +559,48 @@ impl Checker {
     }
 }
 
+/// Whether `replica` is `<shard>_<suffix>` with no `_` in the suffix. Such an
+/// id names its shard unambiguously (the part before the last `_`), so ids
+/// of this form on different shards can never be equal.
+fn conforms(replica: &str, shard: &str) -> bool {
+    replica.len() > shard.len() + 1
+        && replica.starts_with(shard)
+        && replica.as_bytes()[shard.len()] == b'_'
+        && !replica[shard.len() + 1..].contains('_')
+}
+
+/// (first, later) positions in `replicas` (id, shard position; grouped by
+/// shard) of repeated ids, by later position. When every id conforms (see
+/// [`conforms`]) and shard ids are unique, only ids within one shard can
+/// repeat, so the check stays within each shard; otherwise all ids are
+/// hashed and sorted.
+fn duplicate_replica_ids(replicas: &[(&str, u32)], all_conform: bool) -> Vec<(u32, u32)> {
+    if !all_conform {
+        return SortedIds::new(replicas.iter().enumerate().map(|(i, r)| (i as u32, r.0)))
+            .duplicates(|p| replicas[p as usize].0);
+    }
+    let mut out = Vec::new();
+    let mut start = 0usize;
+    for run in replicas.chunk_by(|a, b| a.1 == b.1) {
+        if run.len() <= 32 {
+            for (j, r) in run.iter().enumerate().skip(1) {
+                if let Some(k) = run[..j].iter().position(|q| q.0 == r.0) {
+                    out.push(((start + k) as u32, (start + j) as u32));
+                }
+            }
+        } else {
+            let ids = SortedIds::new(run.iter().enumerate().map(|(i, r)| (i as u32, r.0)));
+            out.extend(
+                ids.duplicates(|p| run[p as usize].0)
+                    .into_iter()
+                    .map(|(a, b)| ((start + a as usize) as u32, (start + b as usize) as u32)),
+            );
+        }
+        start += run.len();
+    }
+    out
+}
+
 /// `a`, `b`, `c` (the first 5, then a count).
 pub(crate) fn list<'a>(ids: impl Iterator<Item = &'a str>) -> String {
     let all: Vec<&str> = ids.collect();
@@ -662,6 +719,18 @@ mod tests {
         ("lower above upper", |c| { let s = &mut app(c, "A").shards[0]; s.lower = 5; s.upper = 2 }, &[ShardBoundsOrder, KeyspaceGap]),
         ("empty replica id", |c| c.applications[0].shards[0].replicas[0].id.clear(), &[ReplicaIdEmpty]),
         ("duplicate replica id", |c| c.applications[0].shards[1].replicas[0].id = "A_00_3f_n1".into(), &[ReplicaIdDuplicate]),
+        ("duplicate replica id within a shard", |c| c.applications[0].shards[1].replicas[1].id = "A_40_7f_n1".into(), &[ReplicaIdDuplicate]),
+        ("duplicate replica id, prefix-shaped ids", |c| {
+            // `A_00_3f` + `_n1_x` and `A_00_3f_n1` + `_x` are the same string.
+            let a = app(c, "A");
+            a.shards[0].replicas[0].id = "A_00_3f_n1_x".into();
+            a.shards.push(shard("A_00_3f_n1", 0, 5, Inactive, Some("A_00_3f_n1"), &["n1", "n2", "n3"]));
+            a.shards.last_mut().unwrap().replicas[0].id = "A_00_3f_n1_x".into();
+        }, &[ReplicaIdDuplicate, ShardParentSelf, InactiveShardNoChildren]),
+        ("duplicate replica ids on shards sharing an id", |c| {
+            let a = app(c, "A");
+            a.shards.push(shard("A_00_3f", 0, 5, Inactive, None, &["n1", "n2", "n3"]));
+        }, &[ShardIdDuplicate, ReplicaIdDuplicate, InactiveShardNoChildren]),
         ("replica on an unknown node", |c| c.applications[0].shards[0].replicas[0].node_id = "n9".into(), &[ReplicaNodeUnknown]),
         ("replicas on the same node", |c| c.applications[0].shards[0].replicas[1].node_id = "n1".into(), &[ReplicaNodeDuplicate]),
         ("gap at ffffffff", |c| app(c, "A").shards[3].upper = 0xffff_fffe, &[KeyspaceGap]),
@@ -765,7 +834,7 @@ mod tests {
         app(&mut c, "A").shards[3].upper = 0xffff_fffe;
         let v = validate(&c);
         assert_eq!(v.len(), 5, "{v:#?}");
-        assert!(v.iter().any(|v| v.message.contains("n8") && v.message.contains("A_40_7f")));
+        assert!(v.iter().any(|v| v.message.contains("`n8`") && v.message.contains("A_40_7f_n1")));
     }
 
     #[test]
