@@ -66,7 +66,7 @@ pub fn parse_bound(text: &str, field: BoundField) -> Result<u32, BoundSyntax> {
     if len > 8 {
         return Err(BoundSyntax::TooLong { len });
     }
-    if len % 2 != 0 {
+    if !len.is_multiple_of(2) {
         return Err(BoundSyntax::OddLength { len });
     }
     let pad_bits = 32 - 4 * len as u32;
