@@ -4,13 +4,17 @@
 //! - [`policy`]: the wasmtime host that loads and calls policy components;
 //! - [`topology`]: the cluster config, its invariants and transition rules;
 //! - [`settings`]: a node's settings (`chitin.toml` + `CHITIN__…` overrides);
+//! - [`coord`]: Redis coordination: registry, monitor, affinity, deployments;
 //! - [`lease`]: the durable store: identity, leases, fencing, the journal;
 //! - [`rollout`]: control sequences: planner, executor, checkpoints;
 //! - [`node`]: a node's lifecycle, lease rounds, drain and journal;
+//! - [`coord`]: Redis coordination: registry, health monitor, target affinity, deployments;
 //! - [`api`]: gRPC and HTTP;
 //! - [`server`]: running a node until it is told to stop.
 
 pub mod api;
+pub mod coord;
+pub mod coord;
 pub mod lease;
 pub mod node;
 pub mod policy;

@@ -9,22 +9,40 @@ use tonic::{Request, Response, Status};
 use super::proto::{self, admin_server, journal_server, ownership_server};
 use crate::lease::LeaseRow;
 use crate::node::Node;
+use crate::server::{BootstrapError, Control};
+use crate::topology::ClusterConfig;
 use crate::node::journal::AppendError;
 use crate::node::leases::OwnershipEvent;
 
 /// Largest request the server decodes.
 pub const MAX_MESSAGE_BYTES: usize = 2 << 20;
 
-/// The three services over one node.
-pub fn router(node: Arc<Node>) -> tonic::service::Routes {
-    let journal = journal_server::JournalServer::new(Api(node.clone())).max_decoding_message_size(MAX_MESSAGE_BYTES);
-    let ownership = ownership_server::OwnershipServer::new(Api(node.clone()));
-    let admin = admin_server::AdminServer::new(Api(node));
-    tonic::service::Routes::new(journal).add_service(ownership).add_service(admin)
+/// The four services over one node.
+pub fn router(control: Arc<Control>) -> tonic::service::Routes {
+    let journal = journal_server::JournalServer::new(Api(control.clone())).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let ownership = ownership_server::OwnershipServer::new(Api(control.clone()));
+    let admin = admin_server::AdminServer::new(Api(control.clone())).max_decoding_message_size(64 << 20);
+    let coordination = proto::coordination_server::CoordinationServer::new(super::coordination::Coordination(control));
+    tonic::service::Routes::new(journal).add_service(ownership).add_service(admin).add_service(coordination)
 }
 
 #[derive(Clone)]
-pub struct Api(pub Arc<Node>);
+pub struct Api(pub Arc<Control>);
+
+impl Api {
+    /// The node, or UNAVAILABLE while it is unprovisioned.
+    fn node(&self) -> Result<Arc<Node>, Status> {
+        self.0.node().ok_or_else(|| {
+            Status::unavailable(
+                "not applied: this node is UNPROVISIONED; give it its id and config with `chitin cluster bootstrap-node`",
+            )
+        })
+    }
+}
+
+fn parse_config(json: &str) -> Result<ClusterConfig, Status> {
+    ClusterConfig::from_json(json).map_err(|e| Status::invalid_argument(format!("config_json: {e}")))
+}
 
 fn internal(e: impl std::fmt::Display) -> Status {
     Status::unavailable(format!("not applied: {e}"))
@@ -44,7 +62,7 @@ impl From<AppendError> for Status {
 impl journal_server::Journal for Api {
     async fn append(&self, req: Request<proto::AppendRequest>) -> Result<Response<proto::AppendResponse>, Status> {
         let r = req.into_inner();
-        let node = &self.0;
+        let node = &self.node()?;
         if !node.is_ready() && !r.forwarded {
             return Err(Status::unavailable("not applied: this node is leaving; send to another node"));
         }
@@ -63,7 +81,7 @@ impl journal_server::Journal for Api {
             return Err(Status::invalid_argument("stream must not be empty"));
         }
         let limit = if r.limit == 0 { 1000 } else { r.limit };
-        let entries = self.0.read(&r.stream, r.from as i64, limit).await.map_err(internal)?;
+        let entries = self.node()?.read(&r.stream, r.from as i64, limit).await.map_err(internal)?;
         Ok(Response::new(proto::ReadResponse {
             entries: entries
                 .into_iter()
@@ -103,7 +121,7 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<proto::OwnershipEvent, Statu
 impl ownership_server::Ownership for Api {
     async fn route(&self, req: Request<proto::RouteRequest>) -> Result<Response<proto::ShardLease>, Status> {
         let r = req.into_inner();
-        let node = &self.0;
+        let node = &self.node()?;
         let topology = node.topology();
         let shard = topology.map.route(&r.application, r.key).map_err(|e| Status::not_found(e.to_string()))?;
         let rows = node.store.holders().await.map_err(internal)?;
@@ -122,7 +140,7 @@ impl ownership_server::Ownership for Api {
     }
 
     async fn held(&self, _req: Request<proto::HeldRequest>) -> Result<Response<proto::HeldResponse>, Status> {
-        let node = &self.0;
+        let node = &self.node()?;
         let leases = node
             .leases
             .held()
@@ -144,7 +162,7 @@ impl ownership_server::Ownership for Api {
 
     async fn watch_ownership(&self, _req: Request<proto::WatchRequest>) -> Result<Response<EventStream>, Status> {
         use proto::ownership_event::Kind;
-        let events = BroadcastStream::new(self.0.leases.subscribe()).map(|e| match e {
+        let events = BroadcastStream::new(self.node()?.leases.subscribe()).map(|e| match e {
             Ok(event) => {
                 let (kind, shard, epoch) = match event {
                     OwnershipEvent::Acquired { shard, epoch } => (Kind::Acquired, shard, epoch),
@@ -166,7 +184,13 @@ impl ownership_server::Ownership for Api {
 #[tonic::async_trait]
 impl admin_server::Admin for Api {
     async fn status(&self, _req: Request<proto::StatusRequest>) -> Result<Response<proto::StatusResponse>, Status> {
-        let node = &self.0;
+        let Some(node) = self.0.node() else {
+            return Ok(Response::new(proto::StatusResponse {
+                state: UNPROVISIONED.into(),
+                ..Default::default()
+            }));
+        };
+        let node = &node;
         let registry = node.refresh_registry().await.map_err(internal)?;
         let rows = node.store.holders().await.map_err(internal)?;
         let now = node.store.now().await.map_err(internal)?;
@@ -202,10 +226,58 @@ impl admin_server::Admin for Api {
     }
 
     async fn drain(&self, _req: Request<proto::DrainRequest>) -> Result<Response<proto::DrainResponse>, Status> {
-        let report = self.0.drain(false).await.map_err(internal)?;
+        let report = self.node()?.drain(false).await.map_err(internal)?;
         Ok(Response::new(proto::DrainResponse {
             handed_over: report.handed_over,
             rounds: report.rounds,
         }))
     }
+
+    async fn bootstrap(&self, req: Request<proto::BootstrapRequest>) -> Result<Response<proto::BootstrapResponse>, Status> {
+        let r = req.into_inner();
+        if r.node_id.is_empty() {
+            return Err(Status::invalid_argument("node_id must not be empty"));
+        }
+        let config = parse_config(&r.config_json)?;
+        let node = self.0.bootstrap(&r.node_id, config).await.map_err(|e| match e {
+            BootstrapError::AlreadyProvisioned(_) => Status::already_exists(e.to_string()),
+            BootstrapError::Start(_) => Status::unavailable(e.to_string()),
+            _ => Status::failed_precondition(e.to_string()),
+        })?;
+        Ok(Response::new(proto::BootstrapResponse {
+            state: READY.into(),
+            config_version: node.topology().config.version,
+        }))
+    }
+
+    async fn update_config(
+        &self,
+        req: Request<proto::UpdateConfigRequest>,
+    ) -> Result<Response<proto::UpdateConfigResponse>, Status> {
+        let config = parse_config(&req.into_inner().config_json)?;
+        let node = self.node()?;
+        let version = node.update_config(config).map_err(|e| Status::failed_precondition(e.to_string()))?;
+        Ok(Response::new(proto::UpdateConfigResponse { config_version: version }))
+    }
+
+    async fn get_config(&self, _req: Request<proto::GetConfigRequest>) -> Result<Response<proto::GetConfigResponse>, Status> {
+        Ok(Response::new(match self.0.node() {
+            Some(node) => {
+                let topology = node.topology();
+                proto::GetConfigResponse {
+                    config_json: topology.config.to_json(),
+                    config_version: topology.config.version,
+                    state: node.lifecycle().as_str().into(),
+                }
+            }
+            None => proto::GetConfigResponse {
+                state: UNPROVISIONED.into(),
+                ..Default::default()
+            },
+        }))
+    }
 }
+
+/// The state names of the admin plane besides the lifecycle states.
+pub const UNPROVISIONED: &str = "UNPROVISIONED";
+pub const READY: &str = "READY";

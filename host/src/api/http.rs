@@ -12,19 +12,21 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
-use crate::node::Node;
 use crate::node::metrics::gauge;
+use crate::server::Control;
 
-pub fn router(node: Arc<Node>) -> Router {
+use super::grpc::UNPROVISIONED;
+
+pub fn router(control: Arc<Control>) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(node)
+        .with_state(control)
 }
 
-fn authorized(node: &Node, headers: &HeaderMap) -> Result<(), Response> {
-    let Some(token) = node.settings.metrics.auth_token.as_deref() else {
+fn authorized(control: &Control, headers: &HeaderMap) -> Result<(), Response> {
+    let Some(token) = control.settings.metrics.auth_token.as_deref() else {
         return Ok(());
     };
     let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
@@ -44,10 +46,19 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn health(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
-    if let Err(denied) = authorized(&node, &headers) {
+async fn health(State(control): State<Arc<Control>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorized(&control, &headers) {
         return denied;
     }
+    let Some(node) = control.node() else {
+        let body = json!({
+            "status": UNPROVISIONED,
+            "state": UNPROVISIONED,
+            "version": env!("CARGO_PKG_VERSION"),
+            "cluster": {"healthy": false, "active_instances": 0},
+        });
+        return (StatusCode::OK, axum::Json(body)).into_response();
+    };
     let registry = node.registry();
     let active_instances = registry.iter().filter(|r| r.live).count();
     let body = json!({
@@ -67,18 +78,23 @@ async fn health(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
     (StatusCode::OK, axum::Json(body)).into_response()
 }
 
-async fn readyz(State(node): State<Arc<Node>>) -> Response {
-    if node.is_ready() {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", node.lifecycle().as_str())).into_response()
+async fn readyz(State(control): State<Arc<Control>>) -> Response {
+    match control.node() {
+        Some(node) if node.is_ready() => (StatusCode::OK, "ready\n").into_response(),
+        Some(node) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", node.lifecycle().as_str())).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {UNPROVISIONED}\n")).into_response(),
     }
 }
 
-async fn metrics(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
-    if let Err(denied) = authorized(&node, &headers) {
+async fn metrics(State(control): State<Arc<Control>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorized(&control, &headers) {
         return denied;
     }
+    let Some(node) = control.node() else {
+        let mut out = String::new();
+        gauge(&mut out, "chitin_node_ready", "1 while the node takes work (joining or active).", 0);
+        return ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response();
+    };
     let mut out = String::new();
     gauge(&mut out, "chitin_leases_held", "Shard leases this node serves now.", node.leases.held().len());
     gauge(

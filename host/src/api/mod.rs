@@ -2,9 +2,12 @@
 //!
 //! - [`grpc`]: the gRPC services of `proto/chitin.proto` on `[api] listen`:
 //!   `Journal` (client API, also used node-to-node for forwarding),
-//!   `Ownership` (for the application beside the node) and `Admin`;
+//!   `Ownership` (for the application beside the node), `Admin`;
+//! - [`coordination`]: the `Coordination` gRPC service (Redis affinity,
+//!   registry, deployments);
 //! - [`http`]: `/health`, `/readyz` and `/metrics` on `[metrics] listen`.
 
+pub mod coordination;
 pub mod grpc;
 pub mod http;
 

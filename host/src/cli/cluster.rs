@@ -18,6 +18,8 @@ pub enum ClusterCommand {
     },
     /// Hand every shard of a node over and leave it running, drained, until it is stopped.
     Drain(DrainArgs),
+    #[command(flatten)]
+    Rollout(super::rollout::RolloutCommand),
 }
 
 #[derive(clap::Args, Debug)]
@@ -31,10 +33,14 @@ pub struct DrainArgs {
 }
 
 pub fn run(cmd: ClusterCommand) -> anyhow::Result<ExitCode> {
+    if let ClusterCommand::Rollout(cmd) = cmd {
+        return super::rollout::run(cmd);
+    }
     runtime()?.block_on(async {
         match cmd {
             ClusterCommand::Status { addr, json } => status(&addr.node, json).await,
             ClusterCommand::Drain(args) => drain(args).await,
+            ClusterCommand::Rollout(_) => unreachable!("handled above"),
         }
     })
 }

@@ -3,9 +3,11 @@
 mod client;
 mod cluster;
 mod config;
+mod coord;
 mod journal;
 mod node;
 mod policy;
+mod rollout;
 
 use std::process::ExitCode;
 
@@ -35,9 +37,17 @@ pub enum Command {
     /// Append to and read the reference journal.
     #[command(subcommand)]
     Journal(journal::JournalCommand),
-    /// Cluster status and drain.
+    /// Cluster status and drain; bootstrap, add-node, move-shard, split-shard, rebalance, get-config.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Dispatch a command to a target: claims the target for the node.
+    Dispatch(coord::DispatchArgs),
+    /// Target affinity claims.
+    #[command(subcommand)]
+    Affinity(coord::AffinityCommand),
+    /// Deployment state.
+    #[command(subcommand)]
+    Deployments(coord::DeploymentsCommand),
     /// Operator shortcuts (`chitin admin drain NAME`).
     #[command(subcommand)]
     Admin(AdminCommand),
@@ -68,6 +78,9 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
             cluster::run(cluster::ClusterCommand::Drain(cluster::DrainArgs { name, via }))
         }
         Command::Config(cmd) => config::run(cmd),
+        Command::Dispatch(args) => coord::dispatch(args),
+        Command::Affinity(cmd) => coord::affinity(cmd),
+        Command::Deployments(cmd) => coord::deployments(cmd),
         Command::Policy(cmd) => policy::run(cmd),
     }
 }

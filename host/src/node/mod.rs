@@ -18,6 +18,7 @@ pub mod leases;
 pub mod metrics;
 pub mod plan;
 pub mod shard_map;
+pub mod stored;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -48,12 +49,13 @@ pub enum NodeError {
     Store(#[from] lease::LeaseError),
     #[error(transparent)]
     StartCheck(#[from] lease::checks::StartCheckError),
-    #[error("cannot read the cluster config {path}: {reason}")]
+    #[error("the cluster config {path} cannot be served: {reason}")]
     ClusterConfig { path: String, reason: String },
-    #[error(
-        "cluster mode needs a cluster config: set [cluster] config_file (or CHITIN__CLUSTER__CONFIG_FILE) \
-         to a cluster_config.json"
-    )]
+    #[error(transparent)]
+    Stored(#[from] stored::StoredError),
+    #[error("Redis coordination: {0}")]
+    Coordination(String),
+    #[error("this node has no cluster config yet (UNPROVISIONED); bootstrap it first")]
     NoClusterConfig,
     #[error(
         "this node's name `{name}` is not a node of the cluster config (its nodes: {nodes}); set \
@@ -68,6 +70,15 @@ pub enum NodeError {
         what: &'static str,
         source: std::io::Error,
     },
+}
+
+/// Why a new cluster config was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigRefused {
+    #[error("the new config breaks the transition rules: {}", .0.join("; "))]
+    Rules(Vec<String>),
+    #[error(transparent)]
+    Store(stored::StoredError),
 }
 
 /// Where a node stands.
@@ -119,6 +130,8 @@ pub struct Node {
     topology: std::sync::RwLock<Arc<Topology>>,
     pub leases: Leases,
     pub metrics: Arc<Metrics>,
+    /// Redis coordination (cluster mode only).
+    pub coord: Option<crate::coord::Coordinator>,
     lifecycle: watch::Sender<Lifecycle>,
     /// The latest registrations, refreshed every round.
     registry: Mutex<Vec<NodeRecord>>,
@@ -127,8 +140,9 @@ pub struct Node {
 
 impl Node {
     /// Runs the start sequence: policies, name, database checks, cluster
-    /// config, cluster meta, registration. The node is `joining` after it.
-    pub async fn start(settings: Settings) -> Result<Arc<Node>, NodeError> {
+    /// meta, registration. The node is `joining` after it. A cluster-mode
+    /// node needs its provisioned config (and the id `bootstrap` gave it).
+    pub async fn start(settings: Settings, provisioned: Option<stored::Provisioned>) -> Result<Arc<Node>, NodeError> {
         let standalone = !settings.cluster.enabled;
         let data_dir = settings.node.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::DataDir {
@@ -136,8 +150,9 @@ impl Node {
             source,
         })?;
         let policies = Arc::new(Policies::load(&policy_settings(&settings), Some(data_dir.join("policy-cache")))?);
-        let name = match &settings.cluster.instance_id {
-            Some(name) => name.clone(),
+        let given = provisioned.as_ref().and_then(|p| p.node_id.clone());
+        let name = match given.or_else(|| settings.cluster.instance_id.clone()) {
+            Some(name) => name,
             None => {
                 let p = policies.clone();
                 let ctx = sdk::InstanceContext {
@@ -168,7 +183,7 @@ impl Node {
             let address = local_address(&settings.api.listen);
             (standalone_config(&name, &address), ShardMap::standalone(&name, shard_map::STANDALONE_SHARDS), address)
         } else {
-            let config = read_cluster_config(&settings)?;
+            let config = provisioned.ok_or(NodeError::NoClusterConfig)?.config;
             let me = config.node(&name).ok_or_else(|| NodeError::NotInConfig {
                 name: name.clone(),
                 nodes: config.nodes.iter().map(|n| n.id.as_str()).collect::<Vec<_>>().join(", "),
@@ -183,6 +198,7 @@ impl Node {
         let uuid = store.register_node(&name, &address).await?;
         tracing::info!(%name, %uuid, %address, standalone, "registered; joining");
 
+        let coord = if standalone { None } else { Some(coordinator(&settings, uuid, &address)?) };
         let metrics = Arc::new(Metrics::default());
         let ttl = settings.lease_ttl();
         let safety = settings.renew_interval().min(ttl / 4);
@@ -198,6 +214,7 @@ impl Node {
             topology: std::sync::RwLock::new(Arc::new(Topology { config, map })),
             leases,
             metrics,
+            coord,
             lifecycle: watch::channel(Lifecycle::Joining).0,
             registry: Mutex::new(Vec::new()),
             started: std::time::Instant::now(),
@@ -207,6 +224,29 @@ impl Node {
     /// The cluster config served now and its shard map.
     pub fn topology(&self) -> Arc<Topology> {
         self.topology.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Moves to a newer cluster config: every transition rule must hold
+    /// between the served config and `new`. Stored before it is served.
+    pub fn update_config(&self, new: ClusterConfig) -> Result<u64, ConfigRefused> {
+        let mut topology = self.topology.write().unwrap_or_else(|p| p.into_inner());
+        let report = topology::validate_transition(&topology.config, &new);
+        if !report.is_valid() {
+            let all = report.old.iter().chain(&report.new).chain(&report.transition);
+            return Err(ConfigRefused::Rules(all.map(ToString::to_string).collect()));
+        }
+        if new.node(&self.name).is_none() {
+            return Err(ConfigRefused::Rules(vec![format!(
+                "[node-removed] the new config no longer has this node `{}`; drain and stop it instead",
+                self.name
+            )]));
+        }
+        stored::save(&self.settings.node.data_dir, &new, None).map_err(ConfigRefused::Store)?;
+        let version = new.version;
+        let map = ShardMap::from_config(&new);
+        *topology = Arc::new(Topology { config: new, map });
+        tracing::info!(version, "serving a new cluster config");
+        Ok(version)
     }
 
     /// The node's lifecycle state.
@@ -493,10 +533,34 @@ impl Node {
         // Whatever could not be handed over is released so the next replica
         // node need not wait for the TTL.
         self.leases.release_all().await;
+        if let Some(coord) = &self.coord {
+            coord.shutdown().await;
+        }
         if let Err(e) = self.store.deregister(self.uuid).await {
             tracing::warn!(error = %e, "cannot deregister");
         }
     }
+}
+
+/// The Redis coordinator of a cluster-mode node; it connects on first use,
+/// so a node whose Redis is down still starts (and fails open).
+fn coordinator(settings: &Settings, uuid: Uuid, address: &str) -> Result<crate::coord::Coordinator, NodeError> {
+    let url = settings.cluster.redis_url.clone().unwrap_or_default();
+    let mut config = crate::coord::CoordConfig::new(url);
+    config.namespace = settings.cluster.namespace.clone();
+    config.heartbeat_interval = settings.heartbeat_interval();
+    config.liveness_timeout = settings.liveness_timeout();
+    config.monitor_interval = settings.heartbeat_interval();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let info = crate::coord::InstanceInfo {
+        instance_id: uuid.to_string(),
+        hostname: hostname().unwrap_or_default(),
+        grpc_address: address.to_string(),
+        started_at: now,
+        last_heartbeat: now,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    crate::coord::Coordinator::new(config, info).map_err(|e| NodeError::Coordination(e.to_string()))
 }
 
 /// The `[policies]` settings as the policy host reads them.
@@ -509,21 +573,6 @@ fn policy_settings(settings: &Settings) -> PolicySettings {
         drain: p.drain.clone(),
         ..PolicySettings::default()
     }
-}
-
-fn read_cluster_config(settings: &Settings) -> Result<ClusterConfig, NodeError> {
-    let path = settings.cluster.config_file.as_ref().ok_or(NodeError::NoClusterConfig)?;
-    let err = |reason: String| NodeError::ClusterConfig {
-        path: path.display().to_string(),
-        reason,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    let config = ClusterConfig::from_json(&text).map_err(|e| err(e.to_string()))?;
-    let violations = topology::validate(&config);
-    if !violations.is_empty() {
-        return Err(err(violations.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("; ")));
-    }
-    Ok(config)
 }
 
 /// The one-node config of standalone mode.

@@ -1,0 +1,188 @@
+//! The `Coordination` service: target affinity, the instance registry and
+//! deployment state, over the node's Redis coordinator.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::proto::{self, coordination_server};
+use crate::coord::{self, Coordinator, Declined, Dispatch, DeploymentState, DeploymentUpdate, ListFilter, NewDeployment, Progress};
+use crate::server::Control;
+
+#[derive(Clone)]
+pub struct Coordination(pub Arc<Control>);
+
+impl Coordination {
+    fn coord(&self) -> Result<Coordinator, Status> {
+        let node = self.0.node().ok_or_else(|| Status::unavailable("this node is UNPROVISIONED"))?;
+        node.coord.clone().ok_or_else(|| {
+            Status::failed_precondition(
+                "a standalone node has no Redis coordination; run in cluster mode ([cluster] enabled = true, redis_url)",
+            )
+        })
+    }
+}
+
+fn json(value: &impl serde::Serialize) -> Result<Response<proto::JsonResponse>, Status> {
+    serde_json::to_string_pretty(value)
+        .map(|json| Response::new(proto::JsonResponse { json }))
+        .map_err(|e| Status::internal(e.to_string()))
+}
+
+fn redis(e: impl std::fmt::Display) -> Status {
+    Status::unavailable(format!("Redis: {e}"))
+}
+
+fn deployment_error(e: coord::DeploymentError) -> Status {
+    let text = e.to_string();
+    match e {
+        coord::DeploymentError::NotFound { .. } => Status::not_found(text),
+        coord::DeploymentError::Redis(_) | coord::DeploymentError::Conflict { .. } => Status::unavailable(text),
+        coord::DeploymentError::InvalidId { .. } | coord::DeploymentError::NotTerminal { .. } => {
+            Status::invalid_argument(text)
+        }
+        _ => Status::failed_precondition(text),
+    }
+}
+
+fn state(s: &str) -> Result<Option<DeploymentState>, Status> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse().map(Some).map_err(Status::invalid_argument)
+}
+
+fn target(r: Request<proto::TargetRequest>) -> Result<String, Status> {
+    let t = r.into_inner().target_id;
+    if t.is_empty() {
+        return Err(Status::invalid_argument("target_id must not be empty"));
+    }
+    Ok(t)
+}
+
+#[tonic::async_trait]
+impl coordination_server::Coordination for Coordination {
+    async fn dispatch(&self, req: Request<proto::DispatchRequest>) -> Result<Response<proto::DispatchResponse>, Status> {
+        let r = req.into_inner();
+        if r.target_id.is_empty() {
+            return Err(Status::invalid_argument("target_id must not be empty"));
+        }
+        let node = self.0.node().ok_or_else(|| Status::unavailable("this node is UNPROVISIONED"))?;
+        let Some(coord) = node.coord.clone() else {
+            // One node owns every target.
+            return Ok(Response::new(proto::DispatchResponse {
+                outcome: "claimed".into(),
+                instance_id: node.uuid.to_string(),
+            }));
+        };
+        let outcome = coord.dispatcher.dispatch(&r.target_id).await.map_err(|d| match d {
+            Declined::TargetOwnedByOther { owner, .. } => {
+                Status::failed_precondition(format!("TargetOwnedByOther{{owner={owner}}}: target {} is owned by another live instance", r.target_id))
+            }
+            Declined::InvalidTarget { .. } => Status::invalid_argument(d.to_string()),
+        })?;
+        let outcome = match outcome {
+            Dispatch::Claimed => "claimed",
+            Dispatch::AlreadyOurs => "already_ours",
+            Dispatch::FailedOpen => "failed_open",
+        };
+        Ok(Response::new(proto::DispatchResponse {
+            outcome: outcome.into(),
+            instance_id: node.uuid.to_string(),
+        }))
+    }
+
+    async fn affinity_owner(&self, req: Request<proto::TargetRequest>) -> Result<Response<proto::OwnerResponse>, Status> {
+        let target = target(req)?;
+        let owner = self.coord()?.affinity.owner(&target).await.map_err(redis)?;
+        Ok(Response::new(proto::OwnerResponse { owner: owner.unwrap_or_default() }))
+    }
+
+    async fn affinity_list(&self, req: Request<proto::InstanceRequest>) -> Result<Response<proto::TargetsResponse>, Status> {
+        let coord = self.coord()?;
+        let id = req.into_inner().instance_id;
+        let targets = if id.is_empty() {
+            coord.affinity.my_targets().await
+        } else {
+            coord.affinity.list(&id).await
+        }
+        .map_err(redis)?;
+        Ok(Response::new(proto::TargetsResponse { targets }))
+    }
+
+    async fn affinity_release(&self, req: Request<proto::TargetRequest>) -> Result<Response<proto::ReleaseResponse>, Status> {
+        let target = target(req)?;
+        let released = self.coord()?.affinity.release(&target).await.map_err(redis)?;
+        Ok(Response::new(proto::ReleaseResponse { released }))
+    }
+
+    async fn instances(&self, _req: Request<proto::Empty>) -> Result<Response<proto::JsonResponse>, Status> {
+        json(&self.coord()?.registry.list_instances().await.map_err(redis)?)
+    }
+
+    async fn cleanup_stale(&self, _req: Request<proto::Empty>) -> Result<Response<proto::JsonResponse>, Status> {
+        json(&self.coord()?.monitor.sweep().await.map_err(redis)?)
+    }
+
+    async fn deployment_start(
+        &self,
+        req: Request<proto::DeploymentStartRequest>,
+    ) -> Result<Response<proto::JsonResponse>, Status> {
+        let r = req.into_inner();
+        let new = NewDeployment {
+            description: r.description,
+            state: state(&r.state)?,
+            message: Some(r.message).filter(|m| !m.is_empty()),
+            metadata: r.metadata.into_iter().collect(),
+            ..NewDeployment::default()
+        };
+        json(&self.coord()?.deployments.start(new).await.map_err(deployment_error)?)
+    }
+
+    async fn deployment_update(
+        &self,
+        req: Request<proto::DeploymentUpdateRequest>,
+    ) -> Result<Response<proto::JsonResponse>, Status> {
+        let r = req.into_inner();
+        let update = DeploymentUpdate {
+            state: state(&r.state)?,
+            message: Some(r.message).filter(|m| !m.is_empty()),
+            progress: (r.total > 0).then_some(Progress { completed: r.completed, total: r.total }),
+            metadata: r.metadata.into_iter().collect(),
+        };
+        json(&self.coord()?.deployments.update(&r.deployment_id, update).await.map_err(deployment_error)?)
+    }
+
+    async fn deployment_finish(
+        &self,
+        req: Request<proto::DeploymentFinishRequest>,
+    ) -> Result<Response<proto::JsonResponse>, Status> {
+        let r = req.into_inner();
+        let to = state(&r.state)?.ok_or_else(|| Status::invalid_argument("state must be succeeded, failed or cancelled"))?;
+        let message = Some(r.message).filter(|m| !m.is_empty());
+        json(&self.coord()?.deployments.finish(&r.deployment_id, to, message).await.map_err(deployment_error)?)
+    }
+
+    async fn deployment_show(
+        &self,
+        req: Request<proto::DeploymentShowRequest>,
+    ) -> Result<Response<proto::JsonResponse>, Status> {
+        let id = req.into_inner().deployment_id;
+        match self.coord()?.deployments.show(&id).await.map_err(deployment_error)? {
+            Some(d) => json(&d),
+            None => Err(Status::not_found(format!("no deployment {id} (expired, or never started)"))),
+        }
+    }
+
+    async fn deployment_list(
+        &self,
+        req: Request<proto::DeploymentListRequest>,
+    ) -> Result<Response<proto::JsonResponse>, Status> {
+        let r = req.into_inner();
+        let filter = ListFilter {
+            active_only: r.active_only,
+            instance: Some(r.instance_id).filter(|i| !i.is_empty()),
+        };
+        json(&self.coord()?.deployments.list(&filter).await.map_err(deployment_error)?)
+    }
+}
