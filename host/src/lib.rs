@@ -8,12 +8,10 @@
 //! - [`lease`]: the durable store: identity, leases, fencing, the journal;
 //! - [`rollout`]: control sequences: planner, executor, checkpoints;
 //! - [`node`]: a node's lifecycle, lease rounds, drain and journal;
-//! - [`coord`]: Redis coordination: registry, health monitor, target affinity, deployments;
 //! - [`api`]: gRPC and HTTP;
 //! - [`server`]: running a node until it is told to stop.
 
 pub mod api;
-pub mod coord;
 pub mod coord;
 pub mod lease;
 pub mod node;
