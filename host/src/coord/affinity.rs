@@ -70,27 +70,33 @@ return {code, ''}
 "#;
 
 /// KEYS[1] by-instance set, KEYS[2..] claim keys; ARGV[1] value, ARGV[2]
-/// ttl, ARGV[3..] target ids. Returns one entry per target: 1 claimed,
-/// 2 already ours, or the other owner's claim value.
+/// ttl, ARGV[3] "1" to refresh the TTL of claims already ours, ARGV[4..]
+/// target ids. Returns one entry per target: 1 claimed, 2 already ours, or
+/// the other owner's claim value.
+///
+/// One command per target: `SET k v NX EX ttl GET` (Redis ≥ 7.0) claims a
+/// free target and returns the current value of a taken one; on an older
+/// Redis, which refuses NX with GET, it falls back to GET then SET.
 const CLAIM_MANY: &str = r#"
-local val, ttl = ARGV[1], ARGV[2]
+local val, ttl, refresh = ARGV[1], ARGV[2], ARGV[3] == '1'
 local n = string.len(val)
 local out, mine = {}, {}
 for i = 2, #KEYS do
   local k = KEYS[i]
-  local v = redis.call('GET', k)
-  if v then
-    if string.sub(v, 1, n) == val then
-      redis.call('EXPIRE', k, ttl)
-      out[i - 1] = 2
-      mine[#mine + 1] = ARGV[i + 1]
-    else
-      out[i - 1] = v
-    end
-  else
-    redis.call('SET', k, val, 'EX', ttl)
+  local v = redis.pcall('SET', k, val, 'NX', 'EX', ttl, 'GET')
+  if type(v) == 'table' and v.err then
+    v = redis.call('GET', k)
+    if not v then redis.call('SET', k, val, 'EX', ttl) end
+  end
+  if not v then
     out[i - 1] = 1
-    mine[#mine + 1] = ARGV[i + 1]
+    mine[#mine + 1] = ARGV[i + 2]
+  elseif string.sub(v, 1, n) == val then
+    if refresh then redis.call('EXPIRE', k, ttl) end
+    out[i - 1] = 2
+    mine[#mine + 1] = ARGV[i + 2]
+  else
+    out[i - 1] = v
   end
 end
 for i = 1, #mine, 1000 do
@@ -163,6 +169,7 @@ pub struct Affinity {
     instance_id: Arc<str>,
     value: Arc<str>,
     liveness: Duration,
+    refresh_owned: bool,
     scripts: Arc<Scripts>,
 }
 
@@ -193,6 +200,7 @@ impl Affinity {
             instance_id: instance_id.into(),
             value: Keys::claim_value(instance_id).into(),
             liveness,
+            refresh_owned: true,
             scripts: Arc::new(Scripts {
                 claim: redis::Script::new(CLAIM),
                 claim_many: redis::Script::new(CLAIM_MANY),
@@ -205,6 +213,15 @@ impl Affinity {
 
     pub fn instance_id(&self) -> &str {
         &self.instance_id
+    }
+
+    /// Whether [`Affinity::claim_many`] refreshes the TTL of claims that are
+    /// already ours (default true). Without it an already-owned claim costs
+    /// one command instead of two; the heartbeat's [`Affinity::refresh_all`]
+    /// keeps every claim alive anyway.
+    pub fn with_refresh_on_claim(mut self, refresh: bool) -> Self {
+        self.refresh_owned = refresh;
+        self
     }
 
     pub fn keys(&self) -> &Keys {
@@ -253,7 +270,7 @@ impl Affinity {
         for t in targets {
             inv.key(self.keys.affinity(t.as_ref()));
         }
-        inv.arg(&*self.value).arg(ttl_secs(self.liveness));
+        inv.arg(&*self.value).arg(ttl_secs(self.liveness)).arg(if self.refresh_owned { "1" } else { "0" });
         for t in targets {
             inv.arg(t.as_ref());
         }
