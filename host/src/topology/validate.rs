@@ -207,6 +207,7 @@ impl Checker {
         let mut entries: Vec<Entry> = Vec::with_capacity(total);
         // Every non-empty replica id with the position of its shard in `entries`.
         let mut replicas: Vec<(&str, u32)> = Vec::with_capacity(total * 3);
+        let mut shard_nodes: Vec<u32> = Vec::new();
         // Whether every replica id is `<its shard id>_<suffix without _>`.
         let mut all_conform = true;
         // Replicas on nodes that are not in the config, grouped by node.
@@ -250,18 +251,25 @@ impl Checker {
                         all_conform &= conforms(&r.id, &s.id);
                         replicas.push((&r.id, idx as u32));
                     }
-                    if !node_ids.contains_key(r.node_id.as_str()) {
-                        let g = *unknown_index.entry(r.node_id.as_str()).or_insert_with(|| {
-                            unknown.push((r.node_id.as_str(), Vec::new()));
-                            unknown.len() - 1
-                        });
-                        unknown[g].1.push(r.id.as_str());
-                    }
+                    // A number per distinct node id: its position, or past the
+                    // end for ids not in the config.
+                    let node = match node_ids.get(r.node_id.as_str()) {
+                        Some(&i) => i,
+                        None => {
+                            let g = *unknown_index.entry(r.node_id.as_str()).or_insert_with(|| {
+                                unknown.push((r.node_id.as_str(), Vec::new()));
+                                unknown.len() - 1
+                            });
+                            unknown[g].1.push(r.id.as_str());
+                            cfg.nodes.len() + g
+                        }
+                    };
+                    shard_nodes.push(node as u32);
                     if !r.metadata.is_empty() {
                         self.metadata(&format!("replica `{}`", r.id), &r.metadata);
                     }
                 }
-                self.distinct_nodes(s);
+                self.distinct_nodes(s, &mut shard_nodes);
                 if !s.metadata.is_empty() {
                     self.metadata(&format!("shard `{}`", s.id), &s.metadata);
                 }
@@ -418,27 +426,28 @@ impl Checker {
         }
     }
 
-    fn distinct_nodes(&mut self, s: &Shard) {
-        let n = s.replicas.len();
-        if n < 2 {
-            return;
-        }
-        let mut dups: Vec<&str> = Vec::new();
+    /// `nodes`: the number of each replica's node (see `run`); cleared here.
+    fn distinct_nodes(&mut self, s: &Shard, nodes: &mut Vec<u32>) {
+        let n = nodes.len();
+        let mut dups: Vec<u32> = Vec::new();
         if n <= 16 {
-            for (i, r) in s.replicas.iter().enumerate() {
-                if s.replicas[..i].iter().any(|q| q.node_id == r.node_id) && !dups.contains(&r.node_id.as_str()) {
-                    dups.push(&r.node_id);
+            for i in 1..n {
+                if nodes[..i].contains(&nodes[i]) && !dups.contains(&nodes[i]) {
+                    dups.push(nodes[i]);
                 }
             }
         } else {
-            let mut seen = HashSet::with_capacity(n);
-            for r in &s.replicas {
-                if !seen.insert(r.node_id.as_str()) && !dups.contains(&r.node_id.as_str()) {
-                    dups.push(&r.node_id);
+            let mut sorted = nodes.clone();
+            sorted.sort_unstable();
+            for w in sorted.windows(2) {
+                if w[0] == w[1] && dups.last() != Some(&w[0]) {
+                    dups.push(w[0]);
                 }
             }
         }
-        for node in dups {
+        for d in dups {
+            let pos = nodes.iter().position(|&x| x == d).expect("present");
+            let node = s.replicas[pos].node_id.as_str();
             let ids = s.replicas.iter().filter(|r| r.node_id == node).map(|r| r.id.as_str());
             self.push(
                 RuleCode::ReplicaNodeDuplicate,
@@ -448,6 +457,7 @@ impl Checker {
                 ),
             );
         }
+        nodes.clear();
     }
 
     /// Reports every cycle of `parent` once. O(n): each shard is walked once.
