@@ -54,7 +54,9 @@ pub struct NodeSettings {
 
 impl Default for NodeSettings {
     fn default() -> Self {
-        NodeSettings { data_dir: PathBuf::from("./chitin-data") }
+        NodeSettings {
+            data_dir: PathBuf::from("./chitin-data"),
+        }
     }
 }
 
@@ -119,7 +121,11 @@ pub struct LeaseSettings {
 
 impl Default for LeaseSettings {
     fn default() -> Self {
-        LeaseSettings { ttl_secs: 15.0, renew_interval_secs: 5.0, max_handoffs_per_round: 4 }
+        LeaseSettings {
+            ttl_secs: 15.0,
+            renew_interval_secs: 5.0,
+            max_handoffs_per_round: 4,
+        }
     }
 }
 
@@ -133,7 +139,9 @@ pub struct ApiSettings {
 
 impl Default for ApiSettings {
     fn default() -> Self {
-        ApiSettings { listen: "0.0.0.0:50051".to_owned() }
+        ApiSettings {
+            listen: "0.0.0.0:50051".to_owned(),
+        }
     }
 }
 
@@ -149,7 +157,10 @@ pub struct MetricsSettings {
 
 impl Default for MetricsSettings {
     fn default() -> Self {
-        MetricsSettings { listen: "0.0.0.0:9090".to_owned(), auth_token: None }
+        MetricsSettings {
+            listen: "0.0.0.0:9090".to_owned(),
+            auth_token: None,
+        }
     }
 }
 
@@ -170,7 +181,12 @@ pub struct PolicySlots {
 impl Default for PolicySlots {
     fn default() -> Self {
         let d = || "default".to_owned();
-        PolicySlots { instance_id: d(), placement: d(), split: d(), drain: d() }
+        PolicySlots {
+            instance_id: d(),
+            placement: d(),
+            split: d(),
+            drain: d(),
+        }
     }
 }
 
@@ -223,30 +239,50 @@ const KEYS: &[(&str, &str, Kind, bool)] = &[
     ("policies", "drain", Kind::Str, false),
 ];
 
-const SECTIONS: &[&str] = &["node", "cluster", "database", "leases", "api", "metrics", "policies"];
+const SECTIONS: &[&str] = &[
+    "node", "cluster", "database", "leases", "api", "metrics", "policies",
+];
 
 /// The canonical name of a key of a section (`instance-id` → `instance_id` in `[policies]`).
 fn canonical(section: &str, key: &str) -> String {
-    if section == "policies" { key.replace('-', "_") } else { key.to_owned() }
+    if section == "policies" {
+        key.replace('-', "_")
+    } else {
+        key.to_owned()
+    }
 }
 
 fn lookup(section: &str, key: &str) -> Option<(Kind, bool)> {
-    KEYS.iter().find(|(s, k, _, _)| *s == section && *k == key).map(|&(_, _, kind, opt)| (kind, opt))
+    KEYS.iter()
+        .find(|(s, k, _, _)| *s == section && *k == key)
+        .map(|&(_, _, kind, opt)| (kind, opt))
 }
 
 fn keys_of(section: &str) -> Vec<&'static str> {
-    KEYS.iter().filter(|(s, _, _, _)| *s == section).map(|&(_, k, _, _)| k).collect()
+    KEYS.iter()
+        .filter(|(s, _, _, _)| *s == section)
+        .map(|&(_, k, _, _)| k)
+        .collect()
 }
 
 /// One thing wrong with the settings.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Problem {
     /// A section or key that does not exist.
-    UnknownKey { key: String, origin: String, known: Vec<&'static str> },
+    UnknownKey {
+        key: String,
+        origin: String,
+        known: Vec<&'static str>,
+    },
     /// A `CHITIN__…` variable that names no key.
     UnknownEnvVar { var: String, reason: String },
     /// A value that breaks a rule.
-    BadValue { key: String, value: String, rule: String, origin: String },
+    BadValue {
+        key: String,
+        value: String,
+        rule: String,
+        origin: String,
+    },
 }
 
 impl Problem {
@@ -263,12 +299,21 @@ impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Problem::UnknownKey { key, origin, known } => {
-                write!(f, "unknown key `{key}` (in {origin}); known: {}", known.join(", "))
+                write!(
+                    f,
+                    "unknown key `{key}` (in {origin}); known: {}",
+                    known.join(", ")
+                )
             }
             Problem::UnknownEnvVar { var, reason } => {
                 write!(f, "unknown environment variable `{var}`: {reason}")
             }
-            Problem::BadValue { key, value, rule, origin } => {
+            Problem::BadValue {
+                key,
+                value,
+                rule,
+                origin,
+            } => {
                 write!(f, "`{key}` = {value} (from {origin}): {rule}")
             }
         }
@@ -279,7 +324,10 @@ impl fmt::Display for Problem {
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
     #[error("cannot read settings file `{}`: {source}", .path.display())]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("settings file `{origin}` is not valid TOML: {message}")]
     Syntax { origin: String, message: String },
     #[error(
@@ -361,8 +409,10 @@ impl Settings {
         match path {
             None => Settings::from_toml("", "defaults", env),
             Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .map_err(|source| SettingsError::Read { path: p.to_owned(), source })?;
+                let text = std::fs::read_to_string(p).map_err(|source| SettingsError::Read {
+                    path: p.to_owned(),
+                    source,
+                })?;
                 Settings::from_toml(&text, &p.display().to_string(), env)
             }
         }
@@ -376,21 +426,31 @@ impl Settings {
         K: AsRef<str>,
         V: AsRef<str>,
     {
-        let mut table: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| SettingsError::Syntax { origin: origin.to_owned(), message: e.to_string() })?;
-        let mut origins = Origins { file: format!("settings file {origin}"), env: BTreeMap::new() };
+        let mut table: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| SettingsError::Syntax {
+                    origin: origin.to_owned(),
+                    message: e.to_string(),
+                })?;
+        let mut origins = Origins {
+            file: format!("settings file {origin}"),
+            env: BTreeMap::new(),
+        };
         let mut problems = Vec::new();
 
         // The file: known sections and keys, each of the right type.
         check_table(&mut table, &origins, &mut problems);
 
         // The environment, in a stable order.
-        let mut vars: Vec<(String, String)> =
-            env.into_iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())).collect();
+        let mut vars: Vec<(String, String)> = env
+            .into_iter()
+            .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()))
+            .collect();
         vars.sort();
         for (var, value) in vars {
-            let Some(rest) = var.strip_prefix(ENV_PREFIX) else { continue };
+            let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
+                continue;
+            };
             let parts: Vec<&str> = rest.split("__").collect();
             let [section, key] = parts.as_slice() else {
                 problems.push(Problem::UnknownEnvVar {
@@ -404,7 +464,10 @@ impl Settings {
             if !SECTIONS.contains(&section.as_str()) {
                 problems.push(Problem::UnknownEnvVar {
                     var: var.clone(),
-                    reason: format!("no section `[{section}]`; sections: {}", SECTIONS.join(", ")),
+                    reason: format!(
+                        "no section `[{section}]`; sections: {}",
+                        SECTIONS.join(", ")
+                    ),
                 });
                 continue;
             }
@@ -423,7 +486,9 @@ impl Settings {
             let sect = table
                 .entry(section.clone())
                 .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            let Some(sect) = sect.as_table_mut() else { continue };
+            let Some(sect) = sect.as_table_mut() else {
+                continue;
+            };
             // An override replaces the file's value, spelled either way.
             if section == "policies" {
                 sect.remove(&key.replace('_', "-"));
@@ -448,29 +513,48 @@ impl Settings {
             return Err(SettingsError::Invalid(problems));
         }
 
-        let settings: Settings = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| {
-            SettingsError::Invalid(vec![Problem::BadValue {
-                key: "(settings)".into(),
-                value: String::new(),
-                rule: e.to_string(),
-                origin: origins.file.clone(),
-            }])
-        })?;
+        let settings: Settings =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    SettingsError::Invalid(vec![Problem::BadValue {
+                        key: "(settings)".into(),
+                        value: String::new(),
+                        rule: e.to_string(),
+                        origin: origins.file.clone(),
+                    }])
+                })?;
         let problems = settings.problems(&origins);
-        if problems.is_empty() { Ok(settings) } else { Err(SettingsError::Invalid(problems)) }
+        if problems.is_empty() {
+            Ok(settings)
+        } else {
+            Err(SettingsError::Invalid(problems))
+        }
     }
 
     /// Checks the rules on an already-built value (for settings made in code).
     pub fn validate(&self) -> Result<(), SettingsError> {
-        let origins = Origins { file: "settings".into(), env: BTreeMap::new() };
+        let origins = Origins {
+            file: "settings".into(),
+            env: BTreeMap::new(),
+        };
         let problems = self.problems(&origins);
-        if problems.is_empty() { Ok(()) } else { Err(SettingsError::Invalid(problems)) }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(SettingsError::Invalid(problems))
+        }
     }
 
     fn problems(&self, origins: &Origins) -> Vec<Problem> {
         let mut out = Vec::new();
         let mut bad = |key: &str, value: String, rule: String| {
-            out.push(Problem::BadValue { key: key.to_owned(), value, rule, origin: origins.of(key) })
+            out.push(Problem::BadValue {
+                key: key.to_owned(),
+                value,
+                rule,
+                origin: origins.of(key),
+            })
         };
         let q = |s: &str| format!("{s:?}");
 
@@ -480,7 +564,10 @@ impl Settings {
 
         let c = &self.cluster;
         if c.namespace.is_empty()
-            || !c.namespace.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.'))
+            || !c
+                .namespace
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.'))
         {
             bad(
                 "cluster.namespace",
@@ -491,38 +578,68 @@ impl Settings {
         let hb = c.heartbeat_interval_secs;
         let hb_ok = hb.is_finite() && hb >= 0.1;
         if !hb_ok {
-            bad("cluster.heartbeat_interval_secs", hb.to_string(), "must be at least 0.1 seconds".into());
+            bad(
+                "cluster.heartbeat_interval_secs",
+                hb.to_string(),
+                "must be at least 0.1 seconds".into(),
+            );
         }
         let live = c.liveness_timeout_secs;
         if !live.is_finite() || live <= 0.0 {
-            bad("cluster.liveness_timeout_secs", live.to_string(), "must be a positive number of seconds".into());
+            bad(
+                "cluster.liveness_timeout_secs",
+                live.to_string(),
+                "must be a positive number of seconds".into(),
+            );
         } else if hb_ok && live <= 2.0 * hb {
             bad(
                 "cluster.liveness_timeout_secs",
                 live.to_string(),
-                format!("must exceed 2 × cluster.heartbeat_interval_secs ({hb}), i.e. be more than {}", 2.0 * hb),
+                format!(
+                    "must exceed 2 × cluster.heartbeat_interval_secs ({hb}), i.e. be more than {}",
+                    2.0 * hb
+                ),
             );
         }
-        if let Some(id) = &c.instance_id {
-            if id.is_empty() || id.contains(':') || id.chars().any(char::is_whitespace) || id.len() > 255 {
-                bad(
-                    "cluster.instance_id",
-                    q(id),
-                    "must be non-empty, at most 255 bytes, without `:` or whitespace".into(),
-                );
-            }
+        if let Some(id) = &c.instance_id
+            && (id.is_empty()
+                || id.contains(':')
+                || id.chars().any(char::is_whitespace)
+                || id.len() > 255)
+        {
+            bad(
+                "cluster.instance_id",
+                q(id),
+                "must be non-empty, at most 255 bytes, without `:` or whitespace".into(),
+            );
         }
         if c.listen.parse::<SocketAddr>().is_err() {
-            bad("cluster.listen", q(&c.listen), "must be an IP:port socket address, e.g. 0.0.0.0:7946".into());
+            bad(
+                "cluster.listen",
+                q(&c.listen),
+                "must be an IP:port socket address, e.g. 0.0.0.0:7946".into(),
+            );
         }
-        if let Some(a) = &c.advertise {
-            if !host_port(a) {
-                bad("cluster.advertise", q(a), "must be host:port, e.g. 10.0.0.11:7946".into());
-            }
+        if let Some(a) = &c.advertise
+            && !host_port(a)
+        {
+            bad(
+                "cluster.advertise",
+                q(a),
+                "must be host:port, e.g. 10.0.0.11:7946".into(),
+            );
         }
         match &c.redis_url {
-            Some(u) if !["redis://", "rediss://", "unix://", "redis+unix://"].iter().any(|p| u.starts_with(p)) => {
-                bad("cluster.redis_url", q(&redact(u)), "must start with redis://, rediss:// or unix://".into())
+            Some(u)
+                if !["redis://", "rediss://", "unix://", "redis+unix://"]
+                    .iter()
+                    .any(|p| u.starts_with(p)) =>
+            {
+                bad(
+                    "cluster.redis_url",
+                    q(&redact(u)),
+                    "must start with redis://, rediss:// or unix://".into(),
+                )
             }
             None if c.enabled => bad(
                 "cluster.redis_url",
@@ -531,10 +648,14 @@ impl Settings {
             ),
             _ => {}
         }
-        if let Some(p) = &c.config_file {
-            if p.as_os_str().is_empty() {
-                bad("cluster.config_file", q(""), "must not be empty when set".into());
-            }
+        if let Some(p) = &c.config_file
+            && p.as_os_str().is_empty()
+        {
+            bad(
+                "cluster.config_file",
+                q(""),
+                "must not be empty when set".into(),
+            );
         }
 
         match &self.database.url {
@@ -562,11 +683,19 @@ impl Settings {
         let l = &self.leases;
         let ttl_ok = l.ttl_secs.is_finite() && l.ttl_secs >= 1.0;
         if !ttl_ok {
-            bad("leases.ttl_secs", l.ttl_secs.to_string(), "must be at least 1 second".into());
+            bad(
+                "leases.ttl_secs",
+                l.ttl_secs.to_string(),
+                "must be at least 1 second".into(),
+            );
         }
         let r = l.renew_interval_secs;
         if !r.is_finite() || r < 0.05 {
-            bad("leases.renew_interval_secs", r.to_string(), "must be at least 0.05 seconds".into());
+            bad(
+                "leases.renew_interval_secs",
+                r.to_string(),
+                "must be at least 0.05 seconds".into(),
+            );
         } else if ttl_ok && r >= l.ttl_secs / 2.0 {
             bad(
                 "leases.renew_interval_secs",
@@ -580,11 +709,19 @@ impl Settings {
             );
         }
         if l.max_handoffs_per_round == 0 {
-            bad("leases.max_handoffs_per_round", "0".into(), "must be at least 1".into());
+            bad(
+                "leases.max_handoffs_per_round",
+                "0".into(),
+                "must be at least 1".into(),
+            );
         }
 
         if self.api.listen.parse::<SocketAddr>().is_err() {
-            bad("api.listen", q(&self.api.listen), "must be an IP:port socket address, e.g. 0.0.0.0:50051".into());
+            bad(
+                "api.listen",
+                q(&self.api.listen),
+                "must be an IP:port socket address, e.g. 0.0.0.0:50051".into(),
+            );
         }
         if self.metrics.listen.parse::<SocketAddr>().is_err() {
             bad(
@@ -593,10 +730,14 @@ impl Settings {
                 "must be an IP:port socket address, e.g. 0.0.0.0:9090".into(),
             );
         }
-        if let Some(t) = &self.metrics.auth_token {
-            if t.trim().is_empty() {
-                bad("metrics.auth_token", q(t), "must not be empty when set (unset it to disable auth)".into());
-            }
+        if let Some(t) = &self.metrics.auth_token
+            && t.trim().is_empty()
+        {
+            bad(
+                "metrics.auth_token",
+                q(t),
+                "must not be empty when set (unset it to disable auth)".into(),
+            );
         }
 
         let p = &self.policies;
@@ -607,7 +748,11 @@ impl Settings {
             ("policies.drain", &p.drain),
         ] {
             if v.trim().is_empty() {
-                bad(key, q(v), "must be \"default\" or the path of a policy component".into());
+                bad(
+                    key,
+                    q(v),
+                    "must be \"default\" or the path of a policy component".into(),
+                );
             }
         }
         out
@@ -634,7 +779,10 @@ impl Settings {
     pub fn database_url(&self) -> String {
         match &self.database.url {
             Some(u) => u.clone(),
-            None => format!("sqlite://{}", self.node.data_dir.join("chitin.db").display()),
+            None => format!(
+                "sqlite://{}",
+                self.node.data_dir.join("chitin.db").display()
+            ),
         }
     }
 }
@@ -643,7 +791,11 @@ impl Settings {
 fn check_table(table: &mut toml::Table, origins: &Origins, problems: &mut Vec<Problem>) {
     for (section, value) in table.iter_mut() {
         if !SECTIONS.contains(&section.as_str()) {
-            problems.push(Problem::UnknownKey { key: section.clone(), origin: origins.file.clone(), known: SECTIONS.to_vec() });
+            problems.push(Problem::UnknownKey {
+                key: section.clone(),
+                origin: origins.file.clone(),
+                known: SECTIONS.to_vec(),
+            });
             continue;
         }
         let Some(sect) = value.as_table_mut() else {
@@ -676,7 +828,10 @@ fn check_table(table: &mut toml::Table, origins: &Origins, problems: &mut Vec<Pr
                 }
             }
         }
-        if section == "policies" && sect.contains_key("instance-id") && sect.contains_key("instance_id") {
+        if section == "policies"
+            && sect.contains_key("instance-id")
+            && sect.contains_key("instance_id")
+        {
             problems.push(Problem::BadValue {
                 key: "policies.instance_id".into(),
                 value: "(set twice)".into(),
@@ -708,8 +863,15 @@ fn env_value(kind: Kind, raw: &str) -> Option<toml::Value> {
             "false" | "0" | "no" | "off" => Some(toml::Value::Boolean(false)),
             _ => None,
         },
-        Kind::Count => t.parse::<u32>().ok().map(|n| toml::Value::Integer(i64::from(n))),
-        Kind::Secs => t.parse::<f64>().ok().filter(|f| f.is_finite()).map(toml::Value::Float),
+        Kind::Count => t
+            .parse::<u32>()
+            .ok()
+            .map(|n| toml::Value::Integer(i64::from(n))),
+        Kind::Secs => t
+            .parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite())
+            .map(toml::Value::Float),
     }
 }
 
@@ -720,7 +882,10 @@ fn host_port(s: &str) -> bool {
     }
     match s.rsplit_once(':') {
         Some((host, port)) => {
-            !host.is_empty() && !host.contains(':') && !host.contains(char::is_whitespace) && port.parse::<u16>().is_ok()
+            !host.is_empty()
+                && !host.contains(':')
+                && !host.contains(char::is_whitespace)
+                && port.parse::<u16>().is_ok()
         }
         None => false,
     }
@@ -728,12 +893,11 @@ fn host_port(s: &str) -> bool {
 
 /// A URL with any password replaced by `***`.
 fn redact(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        if let Some((auth, host)) = rest.split_once('@') {
-            if let Some((user, _)) = auth.split_once(':') {
-                return format!("{scheme}://{user}:***@{host}");
-            }
-        }
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((auth, host)) = rest.split_once('@')
+        && let Some((user, _)) = auth.split_once(':')
+    {
+        return format!("{scheme}://{user}:***@{host}");
     }
     url.to_owned()
 }

@@ -21,10 +21,16 @@ impl fmt::Display for LostReason {
         match self {
             LostReason::NoLease => f.write_str("the shard has no lease"),
             LostReason::Released => f.write_str("the lease was released"),
-            LostReason::Superseded { holder: Some(h), epoch } => {
+            LostReason::Superseded {
+                holder: Some(h),
+                epoch,
+            } => {
                 write!(f, "now held by {h} at epoch {epoch}")
             }
-            LostReason::Superseded { holder: None, epoch } => {
+            LostReason::Superseded {
+                holder: None,
+                epoch,
+            } => {
                 write!(f, "now free at epoch {epoch}")
             }
             LostReason::Expired { expired_at } => {
@@ -44,7 +50,11 @@ pub struct MetaMismatch {
 
 impl fmt::Display for MetaMismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: the cluster has {}, this node has {}", self.field, self.cluster, self.ours)
+        write!(
+            f,
+            "{}: the cluster has {}, this node has {}",
+            self.field, self.cluster, self.ours
+        )
     }
 }
 
@@ -67,7 +77,12 @@ pub enum LeaseError {
          (database clock). Stop that process, or choose another name; a crashed process's name is free again \
          once it has not been seen for the liveness timeout"
     )]
-    NameInUse { name: String, holder: Uuid, address: String, last_seen: DateTime<Utc> },
+    NameInUse {
+        name: String,
+        holder: Uuid,
+        address: String,
+        last_seen: DateTime<Utc>,
+    },
 
     #[error("node registration {0} is unknown or down; register again")]
     NodeNotRegistered(Uuid),
@@ -76,7 +91,12 @@ pub enum LeaseError {
     NodeNotLive(Uuid),
 
     #[error("lease of shard `{shard}` lost by {holder} at epoch {epoch}: {reason}")]
-    LeaseLost { shard: String, holder: Uuid, epoch: i64, reason: LostReason },
+    LeaseLost {
+        shard: String,
+        holder: Uuid,
+        epoch: i64,
+        reason: LostReason,
+    },
 
     #[error(
         "this node's settings differ from the cluster's: {}. Use the cluster's values (every node must agree), \

@@ -195,7 +195,11 @@ pub struct Lease {
 
 impl Lease {
     pub fn token(&self) -> LeaseToken {
-        LeaseToken { shard: self.shard.clone(), holder: self.holder, epoch: self.epoch }
+        LeaseToken {
+            shard: self.shard.clone(),
+            holder: self.holder,
+            epoch: self.epoch,
+        }
     }
 }
 
@@ -315,9 +319,32 @@ impl Store {
         let migrator = schema::migrator(self.dialect());
         match self {
             Store::Postgres(s) => migrator.run(&s.pool).await?,
-            Store::MySql(s) => migrator.run(&s.pool).await?,
+            // sqlx's MySQL lock is `GET_LOCK(…, -1)`, which MariaDB answers
+            // with NULL (no lock): take our own named lock on one connection.
+            Store::MySql(s) => {
+                let mut migrator = migrator;
+                migrator.set_locking(false);
+                let mut conn = s.pool.acquire().await?;
+                let got: Option<i64> = sqlx::query_scalar(
+                    "SELECT GET_LOCK(CONCAT('chitin_migrate.', COALESCE(DATABASE(), '')), 600)",
+                )
+                .fetch_one(&mut *conn)
+                .await?;
+                if got != Some(1) {
+                    return Err(LeaseError::Corrupt(
+                        "could not take the migration lock (GET_LOCK) within 600 s".into(),
+                    ));
+                }
+                let ran = migrator.run_direct(None, &mut *conn, false).await;
+                sqlx::query("SELECT RELEASE_LOCK(CONCAT('chitin_migrate.', COALESCE(DATABASE(), '')))")
+                    .execute(&mut *conn)
+                    .await?;
+                ran?;
+            }
             // sqlx takes no lock on SQLite: hold the write lock for the whole
             // run so that concurrent starts apply each migration once.
+            // (`run_direct` is what `run` calls; it takes the connection of
+            // our transaction, which `run`'s `Acquire` bound cannot.)
             Store::Sqlite(s) => {
                 let mut tx = s.pool.begin_with("BEGIN IMMEDIATE").await?;
                 migrator.run_direct(None, &mut *tx, false).await?;
@@ -490,7 +517,12 @@ impl Store {
     }
 
     /// Up to `limit` entries of `stream` with `seq >= from`, in order.
-    pub async fn read(&self, stream: &str, from: i64, limit: u32) -> Result<Vec<JournalEntry>, LeaseError> {
+    pub async fn read(
+        &self,
+        stream: &str,
+        from: i64,
+        limit: u32,
+    ) -> Result<Vec<JournalEntry>, LeaseError> {
         dispatch!(self, s => s.read(stream, from, i64::from(limit)).await)
     }
 }
@@ -528,7 +560,10 @@ pub(crate) struct CurrentLease {
 }
 
 /// Why `token` does not hold `current` (None: it does).
-pub(crate) fn lost_reason(current: Option<&CurrentLease>, token: &LeaseToken) -> Option<LostReason> {
+pub(crate) fn lost_reason(
+    current: Option<&CurrentLease>,
+    token: &LeaseToken,
+) -> Option<LostReason> {
     let c = match current {
         None => return Some(LostReason::NoLease),
         Some(c) => c,
@@ -537,25 +572,37 @@ pub(crate) fn lost_reason(current: Option<&CurrentLease>, token: &LeaseToken) ->
         if c.live {
             None
         } else {
-            Some(LostReason::Expired { expired_at: c.expires_at.unwrap_or_default() })
+            Some(LostReason::Expired {
+                expired_at: c.expires_at.unwrap_or_default(),
+            })
         }
     } else if c.holder.is_none() && c.epoch == token.epoch {
         Some(LostReason::Released)
     } else {
-        Some(LostReason::Superseded { holder: c.holder, epoch: c.epoch })
+        Some(LostReason::Superseded {
+            holder: c.holder,
+            epoch: c.epoch,
+        })
     }
 }
 
 pub(crate) fn lost(token: &LeaseToken, reason: LostReason) -> LeaseError {
-    LeaseError::LeaseLost { shard: token.shard.clone(), holder: token.holder, epoch: token.epoch, reason }
+    LeaseError::LeaseLost {
+        shard: token.shard.clone(),
+        holder: token.holder,
+        epoch: token.epoch,
+        reason,
+    }
 }
 
 /// The constraint name of a unique violation, if `e` is one.
 pub(crate) fn unique_violation(e: &sqlx::Error) -> Option<String> {
     match e {
-        sqlx::Error::Database(d) if d.is_unique_violation() => {
-            Some(d.constraint().map(str::to_owned).unwrap_or_else(|| d.message().to_owned()))
-        }
+        sqlx::Error::Database(d) if d.is_unique_violation() => Some(
+            d.constraint()
+                .map(str::to_owned)
+                .unwrap_or_else(|| d.message().to_owned()),
+        ),
         _ => None,
     }
 }

@@ -6,13 +6,14 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::Row;
+use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlPoolOptions, MySqlRow};
 use uuid::Uuid;
 
 use super::{
-    lost, lost_reason, micros, parse_uuid, unique_violation, Appended, CurrentLease, HistoryEntry,
-    JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken, NodeRecord, NodeState, StoreOptions, RETRIES,
+    Appended, CurrentLease, HistoryEntry, JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken,
+    NodeRecord, NodeState, RETRIES, StoreOptions, lost, lost_reason, micros, parse_uuid,
+    unique_violation,
 };
 
 #[derive(Clone, Debug)]
@@ -64,7 +65,9 @@ impl MySqlStore {
     pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Self, LeaseError> {
         // sqlx speaks `mysql://`; `mariadb://` is the same protocol.
         let url = match url.split_once("://") {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("mariadb") => format!("mysql://{rest}"),
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("mariadb") => {
+                format!("mysql://{rest}")
+            }
             _ => url.to_owned(),
         };
         // The session time zone is UTC (sqlx's default, set explicitly here).
@@ -86,11 +89,17 @@ impl MySqlStore {
     }
 
     pub(super) async fn now(&self) -> Result<DateTime<Utc>, LeaseError> {
-        Ok(sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)").fetch_one(&self.pool).await?)
+        Ok(sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
+            .fetch_one(&self.pool)
+            .await?)
     }
 
     async fn lost_error(&self, token: &LeaseToken) -> LeaseError {
-        let row = match sqlx::query(CURRENT).bind(&token.shard).fetch_optional(&self.pool).await {
+        let row = match sqlx::query(CURRENT)
+            .bind(&token.shard)
+            .fetch_optional(&self.pool)
+            .await
+        {
             Ok(row) => row,
             Err(e) => return e.into(),
         };
@@ -107,7 +116,11 @@ impl MySqlStore {
 
     // ---- nodes ------------------------------------------------------------
 
-    pub(super) async fn register_node(&self, name: &str, address: &str) -> Result<Uuid, LeaseError> {
+    pub(super) async fn register_node(
+        &self,
+        name: &str,
+        address: &str,
+    ) -> Result<Uuid, LeaseError> {
         for _ in 0..RETRIES {
             match self.register_once(name, address).await {
                 Ok(Some(id)) => return Ok(id),
@@ -116,7 +129,9 @@ impl MySqlStore {
                 Err(e) => return Err(e),
             }
         }
-        Err(LeaseError::Corrupt(format!("could not register `{name}`: too many conflicts")))
+        Err(LeaseError::Corrupt(format!(
+            "could not register `{name}`: too many conflicts"
+        )))
     }
 
     async fn register_once(&self, name: &str, address: &str) -> Result<Option<Uuid>, LeaseError> {
@@ -130,7 +145,9 @@ impl MySqlStore {
         .execute(&mut *tx)
         .await?;
         // The database assigns the UUID.
-        let id: String = sqlx::query_scalar("SELECT UUID()").fetch_one(&mut *tx).await?;
+        let id: String = sqlx::query_scalar("SELECT UUID()")
+            .fetch_one(&mut *tx)
+            .await?;
         let inserted = sqlx::query(
             "INSERT INTO chitin_nodes (id, name, address, state, started_at, last_seen) \
              VALUES (?, ?, ?, 'joining', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
@@ -180,7 +197,11 @@ impl MySqlStore {
         Ok(())
     }
 
-    pub(super) async fn set_node_state(&self, node: Uuid, state: NodeState) -> Result<(), LeaseError> {
+    pub(super) async fn set_node_state(
+        &self,
+        node: Uuid,
+        state: NodeState,
+    ) -> Result<(), LeaseError> {
         let done = sqlx::query(
             "UPDATE chitin_nodes SET state = ?, last_seen = UTC_TIMESTAMP(6) WHERE id = ? AND state <> 'down'",
         )
@@ -274,7 +295,11 @@ impl MySqlStore {
 
     // ---- leases -----------------------------------------------------------
 
-    pub(super) async fn try_acquire(&self, shard: &str, node: Uuid) -> Result<Option<Lease>, LeaseError> {
+    pub(super) async fn try_acquire(
+        &self,
+        shard: &str,
+        node: Uuid,
+    ) -> Result<Option<Lease>, LeaseError> {
         for _ in 0..RETRIES {
             match self.try_acquire_once(shard, node).await {
                 Err(e) if retryable_lease(&e) => continue,
@@ -283,7 +308,9 @@ impl MySqlStore {
                 other => return other,
             }
         }
-        Err(LeaseError::Corrupt(format!("could not acquire `{shard}`: too many conflicts")))
+        Err(LeaseError::Corrupt(format!(
+            "could not acquire `{shard}`: too many conflicts"
+        )))
     }
 
     async fn try_acquire_once(&self, shard: &str, node: Uuid) -> Result<Option<Lease>, LeaseError> {
@@ -297,7 +324,10 @@ impl MySqlStore {
         let Some(name) = name else {
             return Err(LeaseError::NodeNotRegistered(node));
         };
-        let row = sqlx::query(CURRENT_FOR_UPDATE).bind(shard).fetch_optional(&mut *tx).await?;
+        let row = sqlx::query(CURRENT_FOR_UPDATE)
+            .bind(shard)
+            .fetch_optional(&mut *tx)
+            .await?;
         match row.as_ref().map(current).transpose()? {
             None => {
                 sqlx::query(
@@ -346,7 +376,13 @@ impl MySqlStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Some(Lease { shard: shard.to_owned(), holder: node, holder_name: name, epoch, expires_at }))
+        Ok(Some(Lease {
+            shard: shard.to_owned(),
+            holder: node,
+            holder_name: name,
+            epoch,
+            expires_at,
+        }))
     }
 
     pub(super) async fn renew(&self, lease: &Lease) -> Result<Lease, LeaseError> {
@@ -356,7 +392,10 @@ impl MySqlStore {
                 other => return other,
             }
         }
-        Err(LeaseError::Corrupt(format!("could not renew `{}`: too many conflicts", lease.shard)))
+        Err(LeaseError::Corrupt(format!(
+            "could not renew `{}`: too many conflicts",
+            lease.shard
+        )))
     }
 
     async fn renew_once(&self, lease: &Lease) -> Result<Lease, LeaseError> {
@@ -381,7 +420,10 @@ impl MySqlStore {
                 .fetch_one(&mut *tx)
                 .await?;
         tx.commit().await?;
-        Ok(Lease { expires_at, ..lease.clone() })
+        Ok(Lease {
+            expires_at,
+            ..lease.clone()
+        })
     }
 
     pub(super) async fn release(&self, lease: &Lease) -> Result<(), LeaseError> {
@@ -413,7 +455,10 @@ impl MySqlStore {
                 other => return other,
             }
         }
-        Err(LeaseError::Corrupt(format!("could not hand over `{}`: too many conflicts", lease.shard)))
+        Err(LeaseError::Corrupt(format!(
+            "could not hand over `{}`: too many conflicts",
+            lease.shard
+        )))
     }
 
     async fn handover_once(&self, lease: &Lease, to: Uuid) -> Result<Lease, LeaseError> {
@@ -464,7 +509,13 @@ impl MySqlStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Lease { shard: lease.shard.clone(), holder: to, holder_name: name, epoch, expires_at })
+        Ok(Lease {
+            shard: lease.shard.clone(),
+            holder: to,
+            holder_name: name,
+            epoch,
+            expires_at,
+        })
     }
 
     pub(super) async fn holders(&self) -> Result<Vec<LeaseRow>, LeaseError> {
@@ -489,7 +540,10 @@ impl MySqlStore {
             .collect()
     }
 
-    pub(super) async fn history(&self, shard: Option<&str>) -> Result<Vec<HistoryEntry>, LeaseError> {
+    pub(super) async fn history(
+        &self,
+        shard: Option<&str>,
+    ) -> Result<Vec<HistoryEntry>, LeaseError> {
         let rows = sqlx::query(
             "SELECT shard_id, epoch, holder, holder_name, via, acquired_at FROM chitin_lease_history \
              WHERE ? IS NULL OR shard_id = ? ORDER BY shard_id, epoch",
@@ -524,14 +578,19 @@ impl MySqlStore {
         payload: &[u8],
     ) -> Result<Appended, LeaseError> {
         for _ in 0..RETRIES {
-            match self.append_once(fence, shard, epoch, stream, request_id, payload).await {
+            match self
+                .append_once(fence, shard, epoch, stream, request_id, payload)
+                .await
+            {
                 Err(e) if retryable_lease(&e) => continue,
                 Ok(None) => continue,
                 Ok(Some(done)) => return Ok(done),
                 Err(e) => return Err(e),
             }
         }
-        Err(LeaseError::Corrupt(format!("could not append to `{stream}`: too many conflicts")))
+        Err(LeaseError::Corrupt(format!(
+            "could not append to `{stream}`: too many conflicts"
+        )))
     }
 
     async fn append_once(
@@ -546,7 +605,10 @@ impl MySqlStore {
         let mut tx = self.pool.begin().await?;
         if let Some(token) = fence {
             // First statement: shared row lock on the lease, then the check.
-            let row = sqlx::query(CURRENT_FOR_SHARE).bind(&token.shard).fetch_optional(&mut *tx).await?;
+            let row = sqlx::query(CURRENT_FOR_SHARE)
+                .bind(&token.shard)
+                .fetch_optional(&mut *tx)
+                .await?;
             let cur = row.as_ref().map(current).transpose()?;
             if let Some(reason) = lost_reason(cur.as_ref(), token) {
                 tx.rollback().await?;
@@ -578,7 +640,11 @@ impl MySqlStore {
         match inserted {
             Ok(_) => {
                 tx.commit().await?;
-                Ok(Some(Appended { seq, epoch, fresh: true }))
+                Ok(Some(Appended {
+                    seq,
+                    epoch,
+                    fresh: true,
+                }))
             }
             Err(e) if unique_violation(&e).is_some() => {
                 tx.rollback().await?;
@@ -589,13 +655,22 @@ impl MySqlStore {
                 .bind(request_id)
                 .fetch_optional(&self.pool)
                 .await?;
-                Ok(original.map(|(seq, epoch)| Appended { seq, epoch, fresh: false }))
+                Ok(original.map(|(seq, epoch)| Appended {
+                    seq,
+                    epoch,
+                    fresh: false,
+                }))
             }
             Err(e) => Err(e.into()),
         }
     }
 
-    pub(super) async fn read(&self, stream: &str, from: i64, limit: i64) -> Result<Vec<JournalEntry>, LeaseError> {
+    pub(super) async fn read(
+        &self,
+        stream: &str,
+        from: i64,
+        limit: i64,
+    ) -> Result<Vec<JournalEntry>, LeaseError> {
         let rows = sqlx::query(
             "SELECT stream, seq, request_id, payload, shard_id, epoch, committed_at FROM chitin_journal \
              WHERE stream = ? AND seq >= ? ORDER BY seq LIMIT ?",

@@ -3,13 +3,13 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use uuid::Uuid;
 
 use super::{
-    lost, lost_reason, unique_violation, Appended, CurrentLease, HistoryEntry, JournalEntry, Lease,
-    LeaseError, LeaseRow, LeaseToken, NodeRecord, NodeState, StoreOptions, RETRIES,
+    Appended, CurrentLease, HistoryEntry, JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken,
+    NodeRecord, NodeState, RETRIES, StoreOptions, lost, lost_reason, unique_violation,
 };
 
 #[derive(Clone, Debug)]
@@ -60,20 +60,27 @@ impl PgStore {
     }
 
     pub(super) async fn now(&self) -> Result<DateTime<Utc>, LeaseError> {
-        Ok(sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&self.pool).await?)
+        Ok(sqlx::query_scalar("SELECT clock_timestamp()")
+            .fetch_one(&self.pool)
+            .await?)
     }
 
     async fn lost_error(&self, token: &LeaseToken) -> LeaseError {
-        match sqlx::query(CURRENT).bind(&token.shard).fetch_optional(&self.pool).await {
+        match sqlx::query(CURRENT)
+            .bind(&token.shard)
+            .fetch_optional(&self.pool)
+            .await
+        {
             Ok(row) => {
                 let cur = match row.as_ref().map(current).transpose() {
                     Ok(c) => c,
                     Err(e) => return e.into(),
                 };
-                let reason = lost_reason(cur.as_ref(), token).unwrap_or(super::LostReason::Superseded {
-                    holder: cur.as_ref().and_then(|c| c.holder),
-                    epoch: cur.as_ref().map_or(0, |c| c.epoch),
-                });
+                let reason =
+                    lost_reason(cur.as_ref(), token).unwrap_or(super::LostReason::Superseded {
+                        holder: cur.as_ref().and_then(|c| c.holder),
+                        epoch: cur.as_ref().map_or(0, |c| c.epoch),
+                    });
                 lost(token, reason)
             }
             Err(e) => e.into(),
@@ -82,7 +89,11 @@ impl PgStore {
 
     // ---- nodes ------------------------------------------------------------
 
-    pub(super) async fn register_node(&self, name: &str, address: &str) -> Result<Uuid, LeaseError> {
+    pub(super) async fn register_node(
+        &self,
+        name: &str,
+        address: &str,
+    ) -> Result<Uuid, LeaseError> {
         for _ in 0..RETRIES {
             let mut tx = self.pool.begin().await?;
             sqlx::query(
@@ -128,7 +139,9 @@ impl PgStore {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(LeaseError::Corrupt(format!("could not register `{name}`: too many conflicts")))
+        Err(LeaseError::Corrupt(format!(
+            "could not register `{name}`: too many conflicts"
+        )))
     }
 
     pub(super) async fn heartbeat(&self, node: Uuid) -> Result<(), LeaseError> {
@@ -144,7 +157,11 @@ impl PgStore {
         Ok(())
     }
 
-    pub(super) async fn set_node_state(&self, node: Uuid, state: NodeState) -> Result<(), LeaseError> {
+    pub(super) async fn set_node_state(
+        &self,
+        node: Uuid,
+        state: NodeState,
+    ) -> Result<(), LeaseError> {
         let done = sqlx::query(
             "UPDATE chitin_nodes SET state = $2, last_seen = clock_timestamp() WHERE id = $1 AND state <> 'down'",
         )
@@ -159,6 +176,18 @@ impl PgStore {
     }
 
     pub(super) async fn deregister(&self, node: Uuid) -> Result<(), LeaseError> {
+        for _ in 0..RETRIES {
+            match self.deregister_once(node).await {
+                Err(LeaseError::Db(e)) if retryable(&e) => continue,
+                other => return other,
+            }
+        }
+        Err(LeaseError::Corrupt(format!(
+            "could not deregister {node}: too many conflicts"
+        )))
+    }
+
+    async fn deregister_once(&self, node: Uuid) -> Result<(), LeaseError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
             "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL WHERE holder = $1",
@@ -226,14 +255,20 @@ impl PgStore {
 
     // ---- leases -----------------------------------------------------------
 
-    pub(super) async fn try_acquire(&self, shard: &str, node: Uuid) -> Result<Option<Lease>, LeaseError> {
+    pub(super) async fn try_acquire(
+        &self,
+        shard: &str,
+        node: Uuid,
+    ) -> Result<Option<Lease>, LeaseError> {
         for _ in 0..RETRIES {
             match self.try_acquire_once(shard, node).await {
                 Err(LeaseError::Db(e)) if retryable(&e) => continue,
                 other => return other,
             }
         }
-        Err(LeaseError::Corrupt(format!("could not acquire `{shard}`: too many conflicts")))
+        Err(LeaseError::Corrupt(format!(
+            "could not acquire `{shard}`: too many conflicts"
+        )))
     }
 
     async fn try_acquire_once(&self, shard: &str, node: Uuid) -> Result<Option<Lease>, LeaseError> {
@@ -278,7 +313,13 @@ impl PgStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Some(Lease { shard: shard.to_owned(), holder: node, holder_name: name, epoch, expires_at }))
+        Ok(Some(Lease {
+            shard: shard.to_owned(),
+            holder: node,
+            holder_name: name,
+            epoch,
+            expires_at,
+        }))
     }
 
     pub(super) async fn renew(&self, lease: &Lease) -> Result<Lease, LeaseError> {
@@ -294,7 +335,10 @@ impl PgStore {
         .fetch_optional(&self.pool)
         .await?;
         match expires_at {
-            Some(expires_at) => Ok(Lease { expires_at, ..lease.clone() }),
+            Some(expires_at) => Ok(Lease {
+                expires_at,
+                ..lease.clone()
+            }),
             None => Err(self.lost_error(&lease.token()).await),
         }
     }
@@ -328,7 +372,10 @@ impl PgStore {
                 other => return other,
             }
         }
-        Err(LeaseError::Corrupt(format!("could not hand over `{}`: too many conflicts", lease.shard)))
+        Err(LeaseError::Corrupt(format!(
+            "could not hand over `{}`: too many conflicts",
+            lease.shard
+        )))
     }
 
     async fn handover_once(&self, lease: &Lease, to: Uuid) -> Result<Lease, LeaseError> {
@@ -374,7 +421,13 @@ impl PgStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Lease { shard: lease.shard.clone(), holder: to, holder_name: name, epoch, expires_at })
+        Ok(Lease {
+            shard: lease.shard.clone(),
+            holder: to,
+            holder_name: name,
+            epoch,
+            expires_at,
+        })
     }
 
     pub(super) async fn holders(&self) -> Result<Vec<LeaseRow>, LeaseError> {
@@ -399,7 +452,10 @@ impl PgStore {
             .collect()
     }
 
-    pub(super) async fn history(&self, shard: Option<&str>) -> Result<Vec<HistoryEntry>, LeaseError> {
+    pub(super) async fn history(
+        &self,
+        shard: Option<&str>,
+    ) -> Result<Vec<HistoryEntry>, LeaseError> {
         let rows = sqlx::query(
             "SELECT shard_id, epoch, holder, holder_name, via, acquired_at FROM chitin_lease_history \
              WHERE $1::text IS NULL OR shard_id = $1 ORDER BY shard_id, epoch",
@@ -433,14 +489,19 @@ impl PgStore {
         payload: &[u8],
     ) -> Result<Appended, LeaseError> {
         for _ in 0..RETRIES {
-            match self.append_once(fence, shard, epoch, stream, request_id, payload).await {
+            match self
+                .append_once(fence, shard, epoch, stream, request_id, payload)
+                .await
+            {
                 Err(LeaseError::Db(e)) if retryable(&e) => continue,
                 Ok(None) => continue,
                 Ok(Some(done)) => return Ok(done),
                 Err(e) => return Err(e),
             }
         }
-        Err(LeaseError::Corrupt(format!("could not append to `{stream}`: too many conflicts")))
+        Err(LeaseError::Corrupt(format!(
+            "could not append to `{stream}`: too many conflicts"
+        )))
     }
 
     /// `Ok(None)`: lost a race on the request id to a transaction that has
@@ -457,7 +518,10 @@ impl PgStore {
         let mut tx = self.pool.begin().await?;
         if let Some(token) = fence {
             // First statement: shared row lock on the lease, then the check.
-            let row = sqlx::query(CURRENT_FOR_SHARE).bind(&token.shard).fetch_optional(&mut *tx).await?;
+            let row = sqlx::query(CURRENT_FOR_SHARE)
+                .bind(&token.shard)
+                .fetch_optional(&mut *tx)
+                .await?;
             let cur = row.as_ref().map(current).transpose()?;
             if let Some(reason) = lost_reason(cur.as_ref(), token) {
                 tx.rollback().await?;
@@ -486,7 +550,11 @@ impl PgStore {
         match inserted {
             Ok(_) => {
                 tx.commit().await?;
-                Ok(Some(Appended { seq, epoch, fresh: true }))
+                Ok(Some(Appended {
+                    seq,
+                    epoch,
+                    fresh: true,
+                }))
             }
             Err(e) if unique_violation(&e).is_some() => {
                 tx.rollback().await?;
@@ -497,13 +565,22 @@ impl PgStore {
                 .bind(request_id)
                 .fetch_optional(&self.pool)
                 .await?;
-                Ok(original.map(|(seq, epoch)| Appended { seq, epoch, fresh: false }))
+                Ok(original.map(|(seq, epoch)| Appended {
+                    seq,
+                    epoch,
+                    fresh: false,
+                }))
             }
             Err(e) => Err(e.into()),
         }
     }
 
-    pub(super) async fn read(&self, stream: &str, from: i64, limit: i64) -> Result<Vec<JournalEntry>, LeaseError> {
+    pub(super) async fn read(
+        &self,
+        stream: &str,
+        from: i64,
+        limit: i64,
+    ) -> Result<Vec<JournalEntry>, LeaseError> {
         let rows = sqlx::query(
             "SELECT stream, seq, request_id, payload, shard_id, epoch, committed_at FROM chitin_journal \
              WHERE stream = $1 AND seq >= $2 ORDER BY seq LIMIT $3",

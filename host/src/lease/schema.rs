@@ -5,8 +5,8 @@
 //! Rolling upgrades: a migration only adds; anything removed goes a version
 //! later, once no node of the previous version runs.
 
-use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::SqlSafeStr;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
 
 use super::Dialect;
 
@@ -28,7 +28,13 @@ pub(crate) fn migrator(dialect: Dialect) -> Migrator {
                 Dialect::MySql => my,
                 Dialect::Sqlite => lite,
             };
-            Migration::new(version, description.into(), MigrationType::Simple, sql.into_sql_str(), false)
+            Migration::new(
+                version,
+                description.into(),
+                MigrationType::Simple,
+                sql.into_sql_str(),
+                false,
+            )
         })
         .collect();
     Migrator::with_migrations(migrations)

@@ -7,15 +7,17 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
 use sqlx::Row;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
 use uuid::Uuid;
 
 use super::{
-    lost, lost_reason, millis, parse_uuid, unique_violation, Appended, CurrentLease, HistoryEntry,
-    JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken, NodeRecord, NodeState, StoreOptions, RETRIES,
+    Appended, CurrentLease, HistoryEntry, JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken,
+    NodeRecord, NodeState, RETRIES, StoreOptions, lost, lost_reason, millis, parse_uuid,
+    unique_violation,
 };
 
 /// The database clock in milliseconds since the Unix epoch.
@@ -106,12 +108,18 @@ impl SqliteStore {
     }
 
     pub(super) async fn now(&self) -> Result<DateTime<Utc>, LeaseError> {
-        let ms: i64 = sqlx::query_scalar(concat!("SELECT ", now_ms!())).fetch_one(&self.pool).await?;
+        let ms: i64 = sqlx::query_scalar(concat!("SELECT ", now_ms!()))
+            .fetch_one(&self.pool)
+            .await?;
         time(ms)
     }
 
     async fn lost_error(&self, token: &LeaseToken) -> LeaseError {
-        let row = match sqlx::query(CURRENT).bind(&token.shard).fetch_optional(&self.pool).await {
+        let row = match sqlx::query(CURRENT)
+            .bind(&token.shard)
+            .fetch_optional(&self.pool)
+            .await
+        {
             Ok(row) => row,
             Err(e) => return e.into(),
         };
@@ -145,8 +153,13 @@ impl SqliteStore {
 
     // ---- nodes ------------------------------------------------------------
 
-    pub(super) async fn register_node(&self, name: &str, address: &str) -> Result<Uuid, LeaseError> {
-        self.retry("register", || self.register_once(name, address)).await
+    pub(super) async fn register_node(
+        &self,
+        name: &str,
+        address: &str,
+    ) -> Result<Uuid, LeaseError> {
+        self.retry("register", || self.register_once(name, address))
+            .await
     }
 
     async fn register_once(&self, name: &str, address: &str) -> Result<Option<Uuid>, LeaseError> {
@@ -215,7 +228,11 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(super) async fn set_node_state(&self, node: Uuid, state: NodeState) -> Result<(), LeaseError> {
+    pub(super) async fn set_node_state(
+        &self,
+        node: Uuid,
+        state: NodeState,
+    ) -> Result<(), LeaseError> {
         let done = sqlx::query(concat!(
             "UPDATE chitin_nodes SET state = ?2, last_seen = ",
             now_ms!(),
@@ -307,9 +324,15 @@ impl SqliteStore {
 
     // ---- leases -----------------------------------------------------------
 
-    pub(super) async fn try_acquire(&self, shard: &str, node: Uuid) -> Result<Option<Lease>, LeaseError> {
-        self.retry("acquire", || async { self.try_acquire_once(shard, node).await.map(Some) })
-            .await
+    pub(super) async fn try_acquire(
+        &self,
+        shard: &str,
+        node: Uuid,
+    ) -> Result<Option<Lease>, LeaseError> {
+        self.retry("acquire", || async {
+            self.try_acquire_once(shard, node).await.map(Some)
+        })
+        .await
     }
 
     async fn try_acquire_once(&self, shard: &str, node: Uuid) -> Result<Option<Lease>, LeaseError> {
@@ -387,7 +410,10 @@ impl SqliteStore {
             })
             .await?;
         match expires_at {
-            Some(ms) => Ok(Lease { expires_at: time(ms)?, ..lease.clone() }),
+            Some(ms) => Ok(Lease {
+                expires_at: time(ms)?,
+                ..lease.clone()
+            }),
             None => Err(self.lost_error(&lease.token()).await),
         }
     }
@@ -420,7 +446,10 @@ impl SqliteStore {
                 lease.shard
             )));
         }
-        self.retry("handover", || async { self.handover_once(lease, to).await.map(Some) }).await
+        self.retry("handover", || async {
+            self.handover_once(lease, to).await.map(Some)
+        })
+        .await
     }
 
     async fn handover_once(&self, lease: &Lease, to: Uuid) -> Result<Lease, LeaseError> {
@@ -470,7 +499,13 @@ impl SqliteStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Lease { shard: lease.shard.clone(), holder: to, holder_name: name, epoch, expires_at: time(expires_at)? })
+        Ok(Lease {
+            shard: lease.shard.clone(),
+            holder: to,
+            holder_name: name,
+            epoch,
+            expires_at: time(expires_at)?,
+        })
     }
 
     pub(super) async fn holders(&self) -> Result<Vec<LeaseRow>, LeaseError> {
@@ -495,7 +530,10 @@ impl SqliteStore {
             .collect()
     }
 
-    pub(super) async fn history(&self, shard: Option<&str>) -> Result<Vec<HistoryEntry>, LeaseError> {
+    pub(super) async fn history(
+        &self,
+        shard: Option<&str>,
+    ) -> Result<Vec<HistoryEntry>, LeaseError> {
         let rows = sqlx::query(
             "SELECT shard_id, epoch, holder, holder_name, via, acquired_at FROM chitin_lease_history \
              WHERE ?1 IS NULL OR shard_id = ?1 ORDER BY shard_id, epoch",
@@ -528,8 +566,10 @@ impl SqliteStore {
         request_id: &str,
         payload: &[u8],
     ) -> Result<Appended, LeaseError> {
-        self.retry("append", || self.append_once(fence, shard, epoch, stream, request_id, payload))
-            .await
+        self.retry("append", || {
+            self.append_once(fence, shard, epoch, stream, request_id, payload)
+        })
+        .await
     }
 
     async fn append_once(
@@ -544,22 +584,30 @@ impl SqliteStore {
         // BEGIN IMMEDIATE: this transaction holds the write lock throughout.
         let mut tx = self.write_tx().await?;
         if let Some(token) = fence {
-            let row = sqlx::query(CURRENT).bind(&token.shard).fetch_optional(&mut *tx).await?;
+            let row = sqlx::query(CURRENT)
+                .bind(&token.shard)
+                .fetch_optional(&mut *tx)
+                .await?;
             let cur = row.as_ref().map(current).transpose()?;
             if let Some(reason) = lost_reason(cur.as_ref(), token) {
                 tx.rollback().await?;
                 return Err(lost(token, reason));
             }
         }
-        let original: Option<(i64, i64)> =
-            sqlx::query_as("SELECT seq, epoch FROM chitin_journal WHERE stream = ?1 AND request_id = ?2")
-                .bind(stream)
-                .bind(request_id)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let original: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT seq, epoch FROM chitin_journal WHERE stream = ?1 AND request_id = ?2",
+        )
+        .bind(stream)
+        .bind(request_id)
+        .fetch_optional(&mut *tx)
+        .await?;
         if let Some((seq, epoch)) = original {
             tx.rollback().await?;
-            return Ok(Some(Appended { seq, epoch, fresh: false }));
+            return Ok(Some(Appended {
+                seq,
+                epoch,
+                fresh: false,
+            }));
         }
         let seq: i64 = sqlx::query_scalar(
             "INSERT INTO chitin_journal_streams (stream, last_seq) VALUES (?1, 1) \
@@ -583,10 +631,19 @@ impl SqliteStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Some(Appended { seq, epoch, fresh: true }))
+        Ok(Some(Appended {
+            seq,
+            epoch,
+            fresh: true,
+        }))
     }
 
-    pub(super) async fn read(&self, stream: &str, from: i64, limit: i64) -> Result<Vec<JournalEntry>, LeaseError> {
+    pub(super) async fn read(
+        &self,
+        stream: &str,
+        from: i64,
+        limit: i64,
+    ) -> Result<Vec<JournalEntry>, LeaseError> {
         let rows = sqlx::query(
             "SELECT stream, seq, request_id, payload, shard_id, epoch, committed_at FROM chitin_journal \
              WHERE stream = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",

@@ -21,7 +21,8 @@ pub fn postgres_admin_url() -> String {
 }
 
 pub fn mysql_admin_url() -> String {
-    std::env::var("CHITIN_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+    std::env::var("CHITIN_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
 }
 
 /// `url` with its database (path) replaced by `db`.
@@ -55,22 +56,45 @@ impl TestDb {
         match dialect {
             Dialect::Postgres => {
                 let admin = postgres_admin_url();
-                let mut c = sqlx::PgConnection::connect(&admin).await.context("connect to PostgreSQL")?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut c).await?;
+                let mut c = sqlx::PgConnection::connect(&admin)
+                    .await
+                    .context("connect to PostgreSQL")?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .execute(&mut c)
+                    .await?;
                 c.close().await?;
-                Ok(TestDb { dialect, url: with_database(&admin, &name), name, _dir: None })
+                Ok(TestDb {
+                    dialect,
+                    url: with_database(&admin, &name),
+                    name,
+                    _dir: None,
+                })
             }
             Dialect::MySql => {
                 let admin = mysql_admin_url();
-                let mut c = sqlx::MySqlConnection::connect(&admin).await.context("connect to MariaDB/MySQL")?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut c).await?;
+                let mut c = sqlx::MySqlConnection::connect(&admin)
+                    .await
+                    .context("connect to MariaDB/MySQL")?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .execute(&mut c)
+                    .await?;
                 c.close().await?;
-                Ok(TestDb { dialect, url: with_database(&admin, &name), name, _dir: None })
+                Ok(TestDb {
+                    dialect,
+                    url: with_database(&admin, &name),
+                    name,
+                    _dir: None,
+                })
             }
             Dialect::Sqlite => {
                 let dir = tempfile::tempdir()?;
                 let url = format!("sqlite://{}", dir.path().join("chitin.db").display());
-                Ok(TestDb { dialect, url, name, _dir: Some(dir) })
+                Ok(TestDb {
+                    dialect,
+                    url,
+                    name,
+                    _dir: Some(dir),
+                })
             }
         }
     }
@@ -79,16 +103,22 @@ impl TestDb {
         match self.dialect {
             Dialect::Postgres => {
                 let mut c = sqlx::PgConnection::connect(&postgres_admin_url()).await?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)))
-                    .execute(&mut c)
-                    .await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                    self.name
+                )))
+                .execute(&mut c)
+                .await?;
                 c.close().await?;
             }
             Dialect::MySql => {
                 let mut c = sqlx::MySqlConnection::connect(&mysql_admin_url()).await?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {}", self.name)))
-                    .execute(&mut c)
-                    .await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {}",
+                    self.name
+                )))
+                .execute(&mut c)
+                .await?;
                 c.close().await?;
             }
             Dialect::Sqlite => {}
@@ -104,7 +134,9 @@ where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = Result<()>> + Send + 'static,
 {
-    let db = TestDb::create(dialect).await.expect("create a test database");
+    let db = TestDb::create(dialect)
+        .await
+        .expect("create a test database");
     let outcome = tokio::spawn(scenario(db.url.clone())).await;
     let dropped = db.drop_db().await;
     match outcome {
@@ -142,16 +174,27 @@ fn expect_lost(r: Result<impl std::fmt::Debug, LeaseError>) -> Result<LostReason
 
 /// The schema migrates, twice and concurrently, without error.
 pub async fn migrate_idempotent(url: String) -> Result<()> {
-    let a = Store::connect(&url).await?;
-    let b = Store::connect(&url).await?;
-    let (ra, rb) = tokio::join!(a.migrate(), b.migrate());
-    ra?;
-    rb?;
+    // Four nodes starting at once on an empty database: each migration is
+    // applied once (the others wait for the lock, then find it applied).
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(Store::connect(&url).await?);
+    }
+    let mut tasks = Vec::new();
+    for s in &stores {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move { s.migrate().await }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let a = &stores[0];
     a.migrate().await?;
     ensure!(a.holders().await?.is_empty());
     ensure!(a.nodes().await?.is_empty());
-    a.close().await;
-    b.close().await;
+    for s in &stores {
+        s.close().await;
+    }
     Ok(())
 }
 
@@ -162,7 +205,12 @@ pub async fn registration(url: String) -> Result<()> {
     let s = store(&url, 2_000, 1_500).await?;
     let a1 = s.register_node("node-a", "127.0.0.1:7001").await?;
     match s.register_node("node-a", "127.0.0.1:7009").await {
-        Err(LeaseError::NameInUse { name, holder, address, .. }) => {
+        Err(LeaseError::NameInUse {
+            name,
+            holder,
+            address,
+            ..
+        }) => {
             ensure!(name == "node-a" && holder == a1 && address == "127.0.0.1:7001");
         }
         other => bail!("expected NameInUse, got {other:?}"),
@@ -177,31 +225,55 @@ pub async fn registration(url: String) -> Result<()> {
     ensure!(a2 != a1, "a restart must get a fresh UUID");
     ensure!(matches!(s.heartbeat(a1).await, Err(LeaseError::NodeNotRegistered(id)) if id == a1));
     s.heartbeat(a2).await?;
-    s.set_node_state(a2, chitin::lease::NodeState::Active).await?;
+    s.set_node_state(a2, chitin::lease::NodeState::Active)
+        .await?;
 
     // A crashed registration (no heartbeats) is free again after the liveness timeout.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let a3 = s.register_node("node-a", "127.0.0.1:7001").await?;
     ensure!(a3 != a2);
-    ensure!(matches!(s.heartbeat(a2).await, Err(LeaseError::NodeNotRegistered(_))));
+    ensure!(matches!(
+        s.heartbeat(a2).await,
+        Err(LeaseError::NodeNotRegistered(_))
+    ));
 
     let nodes = s.nodes().await?;
-    let find = |id| nodes.iter().find(|n| n.id == id).ok_or_else(|| anyhow!("node {id} missing"));
+    let find = |id| {
+        nodes
+            .iter()
+            .find(|n| n.id == id)
+            .ok_or_else(|| anyhow!("node {id} missing"))
+    };
     ensure!(find(a1)?.state == chitin::lease::NodeState::Down);
-    ensure!(find(a2)?.state == chitin::lease::NodeState::Down, "the stale registration is marked down");
+    ensure!(
+        find(a2)?.state == chitin::lease::NodeState::Down,
+        "the stale registration is marked down"
+    );
     ensure!(find(a3)?.live && find(a3)?.state == chitin::lease::NodeState::Joining);
-    ensure!(!find(b1)?.live, "node-b sent no heartbeat within the liveness timeout");
+    ensure!(
+        !find(b1)?.live,
+        "node-b sent no heartbeat within the liveness timeout"
+    );
     ensure!(nodes.len() == 4);
 
     // Names are validated.
-    ensure!(matches!(s.register_node("", "x").await, Err(LeaseError::InvalidArgument(_))));
-    ensure!(matches!(s.register_node("a:b", "x").await, Err(LeaseError::InvalidArgument(_))));
+    ensure!(matches!(
+        s.register_node("", "x").await,
+        Err(LeaseError::InvalidArgument(_))
+    ));
+    ensure!(matches!(
+        s.register_node("a:b", "x").await,
+        Err(LeaseError::InvalidArgument(_))
+    ));
 
     // Concurrent registrations of one name: exactly one wins.
     let mut tasks = Vec::new();
     for i in 0..6 {
         let s = s.clone();
-        tasks.push(tokio::spawn(async move { s.register_node("racer", &format!("127.0.0.1:{}", 8000 + i)).await }));
+        tasks.push(tokio::spawn(async move {
+            s.register_node("racer", &format!("127.0.0.1:{}", 8000 + i))
+                .await
+        }));
     }
     let mut won = 0;
     for t in tasks {
@@ -211,7 +283,10 @@ pub async fn registration(url: String) -> Result<()> {
             Err(e) => bail!("unexpected error in racing registration: {e}"),
         }
     }
-    ensure!(won == 1, "{won} concurrent registrations of one name succeeded");
+    ensure!(
+        won == 1,
+        "{won} concurrent registrations of one name succeeded"
+    );
     s.close().await;
     Ok(())
 }
@@ -223,13 +298,22 @@ pub async fn acquire_renew_expire(url: String) -> Result<()> {
     let n2 = s.register_node("n2", "127.0.0.1:7002").await?;
 
     let before = s.now().await?;
-    let l1 = s.try_acquire("shard-1", n1).await?.context("a free shard is granted")?;
+    let l1 = s
+        .try_acquire("shard-1", n1)
+        .await?
+        .context("a free shard is granted")?;
     let after = s.now().await?;
     ensure!(l1.epoch == 1 && l1.holder == n1 && l1.holder_name == "n1" && l1.shard == "shard-1");
     // Expiry = database now + TTL at the grant.
     let ttl = chrono::Duration::milliseconds(2_000);
-    ensure!(l1.expires_at >= before + ttl - chrono::Duration::milliseconds(5), "{l1:?} vs {before}");
-    ensure!(l1.expires_at <= after + ttl + chrono::Duration::milliseconds(5), "{l1:?} vs {after}");
+    ensure!(
+        l1.expires_at >= before + ttl - chrono::Duration::milliseconds(5),
+        "{l1:?} vs {before}"
+    );
+    ensure!(
+        l1.expires_at <= after + ttl + chrono::Duration::milliseconds(5),
+        "{l1:?} vs {after}"
+    );
 
     // Held: nobody else gets it, not even a second time by the holder.
     ensure!(s.try_acquire("shard-1", n2).await?.is_none());
@@ -245,8 +329,14 @@ pub async fn acquire_renew_expire(url: String) -> Result<()> {
     tokio::time::sleep(Duration::from_millis(3_000)).await;
     let rows = s.holders().await?;
     ensure!(!rows[0].live, "expired by the database clock");
-    ensure!(matches!(expect_lost(s.renew(&r).await)?, LostReason::Expired { .. }));
-    let l2 = s.try_acquire("shard-1", n2).await?.context("an expired lease is granted")?;
+    ensure!(matches!(
+        expect_lost(s.renew(&r).await)?,
+        LostReason::Expired { .. }
+    ));
+    let l2 = s
+        .try_acquire("shard-1", n2)
+        .await?
+        .context("an expired lease is granted")?;
     ensure!(l2.epoch == 2 && l2.holder == n2);
 
     // The old holder can neither renew nor release.
@@ -260,12 +350,18 @@ pub async fn acquire_renew_expire(url: String) -> Result<()> {
     s.release(&l2).await?;
     let rows = s.holders().await?;
     ensure!(rows[0].holder.is_none() && !rows[0].live && rows[0].epoch == 2);
-    let l3 = s.try_acquire("shard-1", n1).await?.context("a released lease is granted")?;
+    let l3 = s
+        .try_acquire("shard-1", n1)
+        .await?
+        .context("a released lease is granted")?;
     ensure!(l3.epoch == 3);
 
     // A down node cannot acquire.
     s.deregister(n2).await?;
-    ensure!(matches!(s.try_acquire("shard-2", n2).await, Err(LeaseError::NodeNotRegistered(_))));
+    ensure!(matches!(
+        s.try_acquire("shard-2", n2).await,
+        Err(LeaseError::NodeNotRegistered(_))
+    ));
     s.close().await;
     Ok(())
 }
@@ -291,19 +387,32 @@ pub async fn epochs_increase(url: String) -> Result<()> {
     epochs.push(l.epoch);
     let l = s.handover(&l, n1).await?;
     epochs.push(l.epoch);
-    ensure!(epochs.windows(2).all(|w| w[1] > w[0]), "epochs {epochs:?} must strictly increase");
+    ensure!(
+        epochs.windows(2).all(|w| w[1] > w[0]),
+        "epochs {epochs:?} must strictly increase"
+    );
     ensure!(epochs == vec![1, 2, 3, 4, 5]);
 
     // The old token cannot hand over again.
-    let stale = chitin::lease::Lease { holder: n3, epoch: 4, ..l.clone() };
+    let stale = chitin::lease::Lease {
+        holder: n3,
+        epoch: 4,
+        ..l.clone()
+    };
     ensure!(expect_lost(s.handover(&stale, n2).await).is_ok());
     // Handover to oneself or to a node that is not live is refused.
-    ensure!(matches!(s.handover(&l, n1).await, Err(LeaseError::InvalidArgument(_))));
+    ensure!(matches!(
+        s.handover(&l, n1).await,
+        Err(LeaseError::InvalidArgument(_))
+    ));
     s.deregister(n2).await?;
     ensure!(matches!(s.handover(&l, n2).await, Err(LeaseError::NodeNotLive(id)) if id == n2));
 
     let h = s.history(Some("s")).await?;
-    let got: Vec<(i64, uuid::Uuid, &str)> = h.iter().map(|e| (e.epoch, e.holder, e.via.as_str())).collect();
+    let got: Vec<(i64, uuid::Uuid, &str)> = h
+        .iter()
+        .map(|e| (e.epoch, e.holder, e.via.as_str()))
+        .collect();
     ensure!(
         got == vec![
             (1, n1, "acquire"),
@@ -332,7 +441,10 @@ pub async fn epochs_increase(url: String) -> Result<()> {
             granted.push(l);
         }
     }
-    ensure!(granted.len() == 1 && granted[0].epoch == 6, "granted {granted:?}");
+    ensure!(
+        granted.len() == 1 && granted[0].epoch == 6,
+        "granted {granted:?}"
+    );
     s.close().await;
     Ok(())
 }
@@ -348,32 +460,64 @@ pub async fn stale_token_writes_nothing(url: String) -> Result<()> {
     ensure!(a.seq == 1 && a.epoch == 1 && a.fresh);
 
     // Not yet held by anyone: NoLease.
-    let ghost = chitin::lease::LeaseToken { shard: "nope".into(), holder: n1, epoch: 1 };
-    ensure!(expect_lost(s.append_fenced(&ghost, "stream", "req-x", b"x").await)? == LostReason::NoLease);
+    let ghost = chitin::lease::LeaseToken {
+        shard: "nope".into(),
+        holder: n1,
+        epoch: 1,
+    };
+    ensure!(
+        expect_lost(s.append_fenced(&ghost, "stream", "req-x", b"x").await)? == LostReason::NoLease
+    );
     // A wrong epoch for the right holder.
-    let wrong = chitin::lease::LeaseToken { epoch: 7, ..t1.clone() };
-    ensure!(matches!(expect_lost(s.append_fenced(&wrong, "stream", "req-x", b"x").await)?, LostReason::Superseded { .. }));
+    let wrong = chitin::lease::LeaseToken {
+        epoch: 7,
+        ..t1.clone()
+    };
+    ensure!(matches!(
+        expect_lost(s.append_fenced(&wrong, "stream", "req-x", b"x").await)?,
+        LostReason::Superseded { .. }
+    ));
 
     // Handed over: the old holder's token is stale.
     let l2 = s.handover(&l1, n2).await?;
     let reason = expect_lost(s.append_fenced(&t1, "stream", "req-2", b"stale").await)?;
-    ensure!(reason == LostReason::Superseded { holder: Some(n2), epoch: 2 }, "{reason:?}");
+    ensure!(
+        reason
+            == LostReason::Superseded {
+                holder: Some(n2),
+                epoch: 2
+            },
+        "{reason:?}"
+    );
     // … also for another stream of the shard.
     ensure!(expect_lost(s.append_fenced(&t1, "stream-b", "req-2", b"stale").await).is_ok());
 
     // The new holder commits at the new epoch, right after the old entry.
-    let b = s.append_fenced(&l2.token(), "stream", "req-3", b"three").await?;
+    let b = s
+        .append_fenced(&l2.token(), "stream", "req-3", b"three")
+        .await?;
     ensure!(b.seq == 2 && b.epoch == 2);
 
     // Released: the old token is Released.
     s.release(&l2).await?;
-    ensure!(expect_lost(s.append_fenced(&l2.token(), "stream", "req-4", b"x").await)? == LostReason::Released);
+    ensure!(
+        expect_lost(s.append_fenced(&l2.token(), "stream", "req-4", b"x").await)?
+            == LostReason::Released
+    );
 
     let entries = s.read("stream", 1, 100).await?;
-    let got: Vec<(i64, &str, i64, &[u8])> =
-        entries.iter().map(|e| (e.seq, e.request_id.as_str(), e.epoch, e.payload.as_slice())).collect();
-    ensure!(got == vec![(1, "req-1", 1, &b"one"[..]), (2, "req-3", 2, &b"three"[..])], "journal {got:?}");
-    ensure!(s.read("stream-b", 1, 100).await?.is_empty(), "nothing committed under a stale token");
+    let got: Vec<(i64, &str, i64, &[u8])> = entries
+        .iter()
+        .map(|e| (e.seq, e.request_id.as_str(), e.epoch, e.payload.as_slice()))
+        .collect();
+    ensure!(
+        got == vec![(1, "req-1", 1, &b"one"[..]), (2, "req-3", 2, &b"three"[..])],
+        "journal {got:?}"
+    );
+    ensure!(
+        s.read("stream-b", 1, 100).await?.is_empty(),
+        "nothing committed under a stale token"
+    );
     ensure!(entries.iter().all(|e| e.shard == "s1"));
     s.close().await;
     Ok(())
@@ -400,15 +544,24 @@ pub async fn request_id_idempotent(url: String) -> Result<()> {
     let n1 = s.register_node("n1", "a1").await?;
     let n2 = s.register_node("n2", "a2").await?;
     let l1 = s.try_acquire("s1", n1).await?.context("grant")?;
-    let first = s.append_fenced(&l1.token(), "st", "req-1", b"original").await?;
-    let again = s.append_fenced(&l1.token(), "st", "req-1", b"different").await?;
+    let first = s
+        .append_fenced(&l1.token(), "st", "req-1", b"original")
+        .await?;
+    let again = s
+        .append_fenced(&l1.token(), "st", "req-1", b"different")
+        .await?;
     ensure!(again.seq == first.seq && again.epoch == first.epoch && !again.fresh && first.fresh);
     let next = s.append_fenced(&l1.token(), "st", "req-2", b"two").await?;
-    ensure!(next.seq == 2, "a deduplicated request consumes no sequence number: {next:?}");
+    ensure!(
+        next.seq == 2,
+        "a deduplicated request consumes no sequence number: {next:?}"
+    );
 
     // Retried through the next holder: still the original outcome.
     let l2 = s.handover(&l1, n2).await?;
-    let retried = s.append_fenced(&l2.token(), "st", "req-1", b"retry").await?;
+    let retried = s
+        .append_fenced(&l2.token(), "st", "req-1", b"retry")
+        .await?;
     ensure!(retried.seq == 1 && retried.epoch == 1 && !retried.fresh);
     // The same request id in another stream is another request.
     let other = s.append_fenced(&l2.token(), "other", "req-1", b"x").await?;
@@ -418,7 +571,9 @@ pub async fn request_id_idempotent(url: String) -> Result<()> {
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let (s, t) = (s.clone(), l2.token());
-        tasks.push(tokio::spawn(async move { s.append_fenced(&t, "st", "req-race", b"r").await }));
+        tasks.push(tokio::spawn(async move {
+            s.append_fenced(&t, "st", "req-race", b"r").await
+        }));
     }
     let mut fresh = 0;
     let mut seqs = std::collections::BTreeSet::new();
@@ -427,7 +582,10 @@ pub async fn request_id_idempotent(url: String) -> Result<()> {
         fresh += usize::from(a.fresh);
         seqs.insert(a.seq);
     }
-    ensure!(fresh == 1 && seqs.len() == 1, "fresh {fresh}, seqs {seqs:?}");
+    ensure!(
+        fresh == 1 && seqs.len() == 1,
+        "fresh {fresh}, seqs {seqs:?}"
+    );
 
     let entries = s.read("st", 1, 100).await?;
     let ids: Vec<&str> = entries.iter().map(|e| e.request_id.as_str()).collect();
@@ -452,8 +610,16 @@ pub async fn concurrent_appends(url: String) -> Result<()> {
             let mut seqs = Vec::new();
             for i in 0..EACH {
                 // Two streams: one shared by all tasks, one per task.
-                let a = s.append_fenced(&token, "shared", &format!("t{t}-{i}"), format!("{t}:{i}").as_bytes()).await?;
-                s.append_fenced(&token, &format!("own-{t}"), &format!("r{i}"), b"x").await?;
+                let a = s
+                    .append_fenced(
+                        &token,
+                        "shared",
+                        &format!("t{t}-{i}"),
+                        format!("{t}:{i}").as_bytes(),
+                    )
+                    .await?;
+                s.append_fenced(&token, &format!("own-{t}"), &format!("r{i}"), b"x")
+                    .await?;
                 seqs.push(a.seq);
             }
             anyhow::Ok(seqs)
@@ -462,14 +628,25 @@ pub async fn concurrent_appends(url: String) -> Result<()> {
     let mut all = Vec::new();
     for t in tasks {
         let seqs = t.await??;
-        ensure!(seqs.windows(2).all(|w| w[1] > w[0]), "one task's appends are ordered: {seqs:?}");
+        ensure!(
+            seqs.windows(2).all(|w| w[1] > w[0]),
+            "one task's appends are ordered: {seqs:?}"
+        );
         all.extend(seqs);
     }
     all.sort();
-    ensure!(all == (1..=(TASKS * EACH) as i64).collect::<Vec<_>>(), "gapless, no duplicates");
+    ensure!(
+        all == (1..=(TASKS * EACH) as i64).collect::<Vec<_>>(),
+        "gapless, no duplicates"
+    );
     let entries = s.read("shared", 1, 1_000).await?;
     ensure!(entries.len() == TASKS * EACH);
-    ensure!(entries.iter().enumerate().all(|(i, e)| e.seq == i as i64 + 1 && e.epoch == 1));
+    ensure!(
+        entries
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.seq == i as i64 + 1 && e.epoch == 1)
+    );
     // Each task's entries appear in its own order.
     for t in 0..TASKS {
         let mine: Vec<String> = entries
@@ -484,7 +661,9 @@ pub async fn concurrent_appends(url: String) -> Result<()> {
     let page = s.read("shared", 50, 5).await?;
     ensure!(page.iter().map(|e| e.seq).collect::<Vec<_>>() == vec![50, 51, 52, 53, 54]);
     // The unfenced baseline writes the same rows.
-    let u = s.append_unfenced(&l.token(), "shared", "unfenced-1", b"u").await?;
+    let u = s
+        .append_unfenced(&l.token(), "shared", "unfenced-1", b"u")
+        .await?;
     ensure!(u.seq == (TASKS * EACH) as i64 + 1 && u.fresh);
     s.close().await;
     Ok(())
@@ -497,17 +676,30 @@ pub async fn cluster_meta(url: String) -> Result<()> {
     let m = s.check_cluster_meta(16, secs(15), secs(5)).await?;
     ensure!(m.shard_count == 16 && m.lease_ttl == secs(15) && m.renew_interval == secs(5));
     s.check_cluster_meta(16, secs(15), secs(5)).await?;
-    match s.check_cluster_meta(32, Duration::from_millis(2_500), secs(5)).await {
+    match s
+        .check_cluster_meta(32, Duration::from_millis(2_500), secs(5))
+        .await
+    {
         Err(LeaseError::ClusterMetaMismatch { mismatches }) => {
             ensure!(mismatches.len() == 2, "{mismatches:?}");
-            ensure!(mismatches[0].field == "shard count" && mismatches[0].cluster == "16" && mismatches[0].ours == "32");
+            ensure!(
+                mismatches[0].field == "shard count"
+                    && mismatches[0].cluster == "16"
+                    && mismatches[0].ours == "32"
+            );
             ensure!(mismatches[1].cluster == "15" && mismatches[1].ours == "2.5");
             let text = LeaseError::ClusterMetaMismatch { mismatches }.to_string();
-            ensure!(text.contains("the cluster has 16, this node has 32"), "{text}");
+            ensure!(
+                text.contains("the cluster has 16, this node has 32"),
+                "{text}"
+            );
         }
         other => bail!("expected ClusterMetaMismatch, got {other:?}"),
     }
-    match s.check_cluster_meta(16, secs(15), Duration::from_millis(500)).await {
+    match s
+        .check_cluster_meta(16, secs(15), Duration::from_millis(500))
+        .await
+    {
         Err(LeaseError::ClusterMetaMismatch { mismatches }) => {
             ensure!(mismatches.len() == 1 && mismatches[0].field == "leases.renew_interval_secs");
             ensure!(mismatches[0].cluster == "5" && mismatches[0].ours == "0.5");
@@ -530,8 +722,13 @@ pub async fn deregister_frees_leases(url: String) -> Result<()> {
     s.deregister(n1).await?; // idempotent
     let rows = s.holders().await?;
     ensure!(rows.iter().filter(|r| r.holder.is_none()).count() == 2);
-    ensure!(rows.iter().any(|r| r.shard == "c" && r.holder == Some(n2) && r.live));
-    ensure!(expect_lost(s.append_fenced(&a.token(), "x", "r", b"x").await)? == LostReason::Released);
+    ensure!(
+        rows.iter()
+            .any(|r| r.shard == "c" && r.holder == Some(n2) && r.live)
+    );
+    ensure!(
+        expect_lost(s.append_fenced(&a.token(), "x", "r", b"x").await)? == LostReason::Released
+    );
     let a2 = s.try_acquire("a", n2).await?.context("grant")?;
     ensure!(a2.epoch == a.epoch + 1);
     ensure!(b.epoch == 1 && c.epoch == 1);
