@@ -54,6 +54,8 @@ pub enum RegistryError {
     Redis(#[from] redis::RedisError),
     #[error("instance info is not valid JSON: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("refreshing affinity claims: {0}")]
+    Affinity(#[from] super::affinity::AffinityError),
 }
 
 /// One index entry as `chitin cluster instances` shows it.
@@ -229,14 +231,7 @@ pub fn spawn_heartbeat(
             let result = async {
                 let outcome = registry.heartbeat().await?;
                 if let Some(a) = &affinity {
-                    a.refresh_all().await.map_err(|e| match e {
-                        super::affinity::AffinityError::Redis(r) => RegistryError::Redis(r),
-                        other => RegistryError::Redis(redis::RedisError::from((
-                            redis::ErrorKind::ClientError,
-                            "affinity refresh",
-                            other.to_string(),
-                        ))),
-                    })?;
+                    a.refresh_all().await?;
                 }
                 Ok::<_, RegistryError>(outcome)
             }
