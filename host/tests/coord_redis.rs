@@ -160,8 +160,8 @@ async fn child_holder() {
     let url = std::env::var("COORD_CHILD_URL").unwrap();
     let mut cfg = chitin::coord::CoordConfig::new(url);
     cfg.namespace = ns;
-    cfg.liveness_timeout = Duration::from_secs(2);
-    cfg.heartbeat_interval = Duration::from_millis(400);
+    cfg.liveness_timeout = Duration::from_secs(3);
+    cfg.heartbeat_interval = Duration::from_millis(300);
     cfg.monitor_interval = Duration::from_secs(3600);
     let info = chitin::coord::InstanceInfo::new("victim", "h", "127.0.0.1:1", "0");
     let node = chitin::coord::Coordinator::new(cfg, info).unwrap();
@@ -200,8 +200,8 @@ async fn ttl_lapse_after_kill_9_and_reclaim() {
     assert!(tokio::time::timeout(Duration::from_secs(60), ready).await.unwrap().unwrap(), "child never got ready");
 
     let other = t.node("survivor", Duration::from_secs(2));
-    // While the holder lives (and heartbeats), its claim outlives the 2 s TTL.
-    let until = Instant::now() + Duration::from_secs(3);
+    // While the holder lives (and heartbeats), its claim outlives the 3 s TTL.
+    let until = Instant::now() + Duration::from_secs(4);
     while Instant::now() < until {
         let e = other.affinity.claim("pinned").await.unwrap_err();
         assert_eq!(owned_by(&e), "victim");
@@ -458,7 +458,7 @@ async fn registry_register_heartbeat_restore_list_deregister() {
 #[tokio::test]
 async fn heartbeat_task_restores_a_swept_registration() {
     let t = TestNs::new();
-    let node = t.node("hb-node", Duration::from_secs(3));
+    let node = t.node("hb-node", Duration::from_secs(4));
     let (tx, rx) = tokio::sync::watch::channel(false);
     let tasks = node.start(rx).await;
     node.affinity.claim("hb-t").await.unwrap();
@@ -472,7 +472,7 @@ async fn heartbeat_task_restores_a_swept_registration() {
         .await
     );
     // Claims keep being refreshed past their TTL while the node lives.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(node.affinity.owner("hb-t").await.unwrap().as_deref(), Some("hb-node"));
     tx.send(true).unwrap();
     tokio::time::timeout(Duration::from_secs(5), tasks.join()).await.unwrap();
