@@ -39,8 +39,9 @@
 //!   LOCK IN SHARE MODE;
 //! ```
 //!
-//! No row means the lease is lost: roll back. [`Store::append_fenced`] does
-//! exactly this before it writes to the journal.
+//! No row means the lease is lost: roll back. [`Dialect::fence_sql`] gives
+//! these statements (and SQLite's); [`Store::append_fenced`] does the same
+//! check before it writes to the journal.
 
 mod error;
 mod mysql;
@@ -85,6 +86,30 @@ impl Dialect {
             Dialect::Postgres => "postgres",
             Dialect::MySql => "mysql",
             Dialect::Sqlite => "sqlite",
+        }
+    }
+}
+
+impl Dialect {
+    /// The fence an application runs as the first statement of its own
+    /// write transaction, with parameters (shard id, holder UUID as text or
+    /// uuid, epoch): one row means the token is current, and the shared row
+    /// lock keeps it current until the transaction ends; no row means the
+    /// lease is lost, so roll back. On SQLite, run it inside `BEGIN IMMEDIATE`.
+    pub fn fence_sql(self) -> &'static str {
+        match self {
+            Dialect::Postgres => {
+                "SELECT 1 FROM chitin_shard_leases WHERE shard_id = $1 AND holder = $2 AND epoch = $3 \
+                 AND expires_at > clock_timestamp() FOR SHARE"
+            }
+            Dialect::MySql => {
+                "SELECT 1 FROM chitin_shard_leases WHERE shard_id = ? AND holder = ? AND epoch = ? \
+                 AND expires_at > UTC_TIMESTAMP(6) LOCK IN SHARE MODE"
+            }
+            Dialect::Sqlite => {
+                "SELECT 1 FROM chitin_shard_leases WHERE shard_id = ?1 AND holder = ?2 AND epoch = ?3 \
+                 AND expires_at > CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+            }
         }
     }
 }

@@ -736,6 +736,128 @@ pub async fn deregister_frees_leases(url: String) -> Result<()> {
     Ok(())
 }
 
+/// The fence SQL documented for applications (`Dialect::fence_sql`) finds
+/// the current token, and nothing for a stale one, inside the
+/// application's own transaction.
+pub async fn application_fence_sql(url: String) -> Result<()> {
+    let s = store(&url, 30_000, 30_000).await?;
+    let n1 = s.register_node("n1", "a1").await?;
+    let n2 = s.register_node("n2", "a2").await?;
+    let l1 = s.try_acquire("s1", n1).await?.context("grant")?;
+    let l2 = s.handover(&l1, n2).await?;
+    let sql = s.dialect().fence_sql();
+    // (shard, holder, epoch, expected to hold)
+    let cases = [
+        (l2.shard.clone(), n2, l2.epoch, true),
+        (l1.shard.clone(), n1, l1.epoch, false),
+        (l2.shard.clone(), n2, l1.epoch, false),
+        ("other".to_owned(), n2, l2.epoch, false),
+    ];
+    for (shard, holder, epoch, want) in cases {
+        let found = match s.dialect() {
+            Dialect::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&url).await?;
+                let mut tx = c.begin().await?;
+                let row: Option<i32> = sqlx::query_scalar(sql)
+                    .bind(&shard)
+                    .bind(holder)
+                    .bind(epoch)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.rollback().await?;
+                row.is_some()
+            }
+            Dialect::MySql => {
+                let mut c = sqlx::MySqlConnection::connect(&url).await?;
+                let mut tx = c.begin().await?;
+                let row: Option<i64> = sqlx::query_scalar(sql)
+                    .bind(&shard)
+                    .bind(holder.to_string())
+                    .bind(epoch)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.rollback().await?;
+                row.is_some()
+            }
+            Dialect::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&url).await?;
+                let mut tx = sqlx::Connection::begin_with(&mut c, "BEGIN IMMEDIATE").await?;
+                let row: Option<i64> = sqlx::query_scalar(sql)
+                    .bind(&shard)
+                    .bind(holder.to_string())
+                    .bind(epoch)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.rollback().await?;
+                row.is_some()
+            }
+        };
+        ensure!(
+            found == want,
+            "fence for ({shard}, {holder}, {epoch}): found {found}, want {want}"
+        );
+    }
+    s.close().await;
+    Ok(())
+}
+
+/// A change of holder waits for an application transaction that passed the
+/// fence: the old holder's in-flight commit lands before the new epoch.
+pub async fn handover_waits_for_fenced_transaction(url: String) -> Result<()> {
+    let s = store(&url, 30_000, 30_000).await?;
+    let n1 = s.register_node("n1", "a1").await?;
+    let n2 = s.register_node("n2", "a2").await?;
+    let l1 = s.try_acquire("s1", n1).await?.context("grant")?;
+    let sql = s.dialect().fence_sql();
+
+    // Opens the application's transaction, passes the fence, then starts a
+    // handover and checks that it waits until the transaction ends.
+    macro_rules! check {
+        ($tx:expr, $sql:expr, $holder:expr) => {{
+            let mut tx = $tx;
+            let row: Option<i64> = sqlx::query_scalar($sql)
+                .bind(&l1.shard)
+                .bind($holder)
+                .bind(l1.epoch)
+                .fetch_optional(&mut *tx)
+                .await?;
+            ensure!(row.is_some(), "the holder passes the fence");
+            let (s2, l) = (s.clone(), l1.clone());
+            let handover = tokio::spawn(async move { s2.handover(&l, n2).await });
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            ensure!(
+                !handover.is_finished(),
+                "the handover must wait for the fenced transaction"
+            );
+            tx.commit().await?;
+            let l2 = tokio::time::timeout(Duration::from_secs(30), handover).await???;
+            ensure!(l2.epoch == l1.epoch + 1 && l2.holder == n2);
+        }};
+    }
+    match s.dialect() {
+        Dialect::Postgres => {
+            let mut c = sqlx::PgConnection::connect(&url).await?;
+            // PostgreSQL's `SELECT 1` is int4; read it as int8 like the others.
+            let sql = sql.replacen("SELECT 1", "SELECT 1::int8", 1);
+            check!(c.begin().await?, sqlx::AssertSqlSafe(sql), n1);
+        }
+        Dialect::MySql => {
+            let mut c = sqlx::MySqlConnection::connect(&url).await?;
+            check!(c.begin().await?, sql, n1.to_string());
+        }
+        Dialect::Sqlite => {
+            let mut c = sqlx::SqliteConnection::connect(&url).await?;
+            check!(
+                sqlx::Connection::begin_with(&mut c, "BEGIN IMMEDIATE").await?,
+                sql,
+                n1.to_string()
+            );
+        }
+    }
+    s.close().await;
+    Ok(())
+}
+
 /// Generates one `#[tokio::test]` per scenario for a dialect.
 #[macro_export]
 macro_rules! lease_tests {
@@ -775,6 +897,18 @@ macro_rules! lease_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn cluster_meta() {
             lease_common::run($dialect, lease_common::cluster_meta).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn application_fence_sql() {
+            lease_common::run($dialect, lease_common::application_fence_sql).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn handover_waits_for_fenced_transaction() {
+            lease_common::run(
+                $dialect,
+                lease_common::handover_waits_for_fenced_transaction,
+            )
+            .await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn deregister_frees_leases() {
