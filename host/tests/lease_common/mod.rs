@@ -201,8 +201,8 @@ pub async fn migrate_idempotent(url: String) -> Result<()> {
 /// Each start gets a fresh database-assigned UUID; a live duplicate name is
 /// refused; a deregistered or stale one frees the name.
 pub async fn registration(url: String) -> Result<()> {
-    // Liveness 1.5 s so the stale case below is quick.
-    let s = store(&url, 2_000, 1_500).await?;
+    // Liveness 3 s so the stale case below is quick.
+    let s = store(&url, 2_000, 3_000).await?;
     let a1 = s.register_node("node-a", "127.0.0.1:7001").await?;
     match s.register_node("node-a", "127.0.0.1:7009").await {
         Err(LeaseError::NameInUse {
@@ -229,7 +229,7 @@ pub async fn registration(url: String) -> Result<()> {
         .await?;
 
     // A crashed registration (no heartbeats) is free again after the liveness timeout.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
     let a3 = s.register_node("node-a", "127.0.0.1:7001").await?;
     ensure!(a3 != a2);
     ensure!(matches!(
