@@ -898,3 +898,18 @@ async fn private_mariadb_bad_states() -> Result<()> {
     drop(db);
     Ok(())
 }
+
+/// A real SQLite store passes standalone and is refused in cluster mode.
+#[tokio::test]
+async fn sqlite_store_standalone_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("c.db").display());
+    let s = Store::connect(&url).await.unwrap();
+    let facts = checks::run(&s, false).await.unwrap();
+    assert_eq!(facts.kind, ServerKind::Sqlite);
+    assert!(facts.version.is_some());
+    let e = checks::run(&s, true).await.unwrap_err();
+    assert_eq!(e.refusals().len(), 1);
+    assert_eq!(e.refusals()[0].check, Check::SqliteInCluster);
+    s.close().await;
+}
