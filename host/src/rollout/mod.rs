@@ -11,6 +11,7 @@
 //!   admin plane, waits until every node reports it, checkpoints, bakes.
 
 pub mod checkpoint;
+pub mod exec;
 pub mod plan;
 
 pub use checkpoint::{Checkpoint, Decision};
