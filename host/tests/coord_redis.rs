@@ -461,8 +461,9 @@ async fn heartbeat_task_restores_a_swept_registration() {
     let node = t.node("hb-node", Duration::from_secs(4));
     let (tx, rx) = tokio::sync::watch::channel(false);
     let tasks = node.start(rx).await;
-    node.affinity.claim("hb-t").await.unwrap();
-    // Someone deletes our key and index entry (a monitor that saw it lapse).
+    // Someone deletes our key and index entry (as a peer's monitor does once
+    // the key lapsed; this node's own monitor may well do it too, which also
+    // deletes its claims: an instance seen dead loses them).
     t.del(&t.keys.instance("hb-node"));
     let _: i64 = redis::cmd("SREM").arg(t.keys.instances_index()).arg("hb-node").query(&mut t.raw()).unwrap();
     assert!(
@@ -472,6 +473,7 @@ async fn heartbeat_task_restores_a_swept_registration() {
         .await
     );
     // Claims keep being refreshed past their TTL while the node lives.
+    assert_eq!(node.affinity.claim("hb-t").await.unwrap(), Claim::Claimed);
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(node.affinity.owner("hb-t").await.unwrap().as_deref(), Some("hb-node"));
     tx.send(true).unwrap();
