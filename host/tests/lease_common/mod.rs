@@ -519,6 +519,17 @@ pub async fn stale_token_writes_nothing(url: String) -> Result<()> {
         "nothing committed under a stale token"
     );
     ensure!(entries.iter().all(|e| e.shard == "s1"));
+
+    // What a fault checker proves from the tables: every entry's epoch was
+    // granted before the entry committed, and the next epoch after it.
+    let history = s.history(Some("s1")).await?;
+    for e in &entries {
+        let granted = history.iter().find(|h| h.epoch == e.epoch).context("epoch in history")?;
+        ensure!(granted.acquired_at <= e.committed_at, "{granted:?} vs {e:?}");
+        if let Some(next) = history.iter().find(|h| h.epoch == e.epoch + 1) {
+            ensure!(next.acquired_at >= e.committed_at, "{next:?} vs {e:?}");
+        }
+    }
     s.close().await;
     Ok(())
 }
