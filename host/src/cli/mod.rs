@@ -7,6 +7,7 @@ mod coord;
 mod journal;
 mod node;
 mod policy;
+mod scaffold;
 mod rollout;
 
 use std::process::ExitCode;

@@ -1,4 +1,5 @@
-//! `chitin policy …`: inspect components and run fixtures against them.
+//! `chitin policy …`: inspect components, run fixtures against them, and
+//! scaffold new plugins.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,6 +28,21 @@ pub enum PolicyCommand {
         #[arg(required = true)]
         fixtures: Vec<PathBuf>,
     },
+    /// Scaffold a plugin crate for one slot with the policy SDK, one fixture and a README.
+    New {
+        /// The slot the plugin serves: instance-id, placement, split or drain.
+        #[arg(long)]
+        slot: String,
+        /// The crate name (letters, digits, `-`, `_`); the crate is written to DIR/NAME.
+        name: String,
+        /// Where to create the crate.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// The SDK directory (plugins/sdk of a chitin checkout); default: the
+        /// checkout this binary was built from.
+        #[arg(long, env = "CHITIN_SDK_PATH")]
+        sdk_path: Option<PathBuf>,
+    },
 }
 
 pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
@@ -37,6 +53,21 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
             deadline_ms,
             fixtures,
         } => test(&plugin, deadline_ms, &fixtures),
+        PolicyCommand::New {
+            slot,
+            name,
+            dir,
+            sdk_path,
+        } => {
+            let root = super::scaffold::new_plugin_with_sdk(&slot, &name, &dir, sdk_path.as_deref())?;
+            println!("created {} (slot `{slot}`)", root.display());
+            println!("  cd {} && cargo test && cargo build --release --target wasm32-wasip2", root.display());
+            println!(
+                "  chitin policy test --plugin target/wasm32-wasip2/release/{}.wasm fixtures/",
+                name.replace('-', "_")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

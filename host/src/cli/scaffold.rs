@@ -49,6 +49,7 @@ const SLOTS: [(&str, &str, &str, &str, &str); 4] = [
 
 /// Writes the plugin crate `NAME` for `slot` into `dir/NAME` and returns that
 /// directory. The SDK is found as the module documentation says.
+#[cfg_attr(not(test), allow(dead_code))] // the CLI passes `--sdk-path` through `new_plugin_with_sdk`
 pub fn new_plugin(slot: &str, name: &str, dir: &Path) -> anyhow::Result<PathBuf> {
     new_plugin_with_sdk(slot, name, dir, None)
 }
