@@ -289,7 +289,7 @@ async fn a_joining_node_receives_at_most_four_shards_per_round_from_each_holder(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_watcher_sees_draining_then_lost_for_every_shard_handed_away() {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
+    let c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
     let status = c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
     let mine: HashMap<String, u64> =
         status.leases.iter().filter(|l| l.holder == "node-01").map(|l| (l.shard.clone(), l.epoch)).collect();

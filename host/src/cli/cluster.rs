@@ -1,4 +1,5 @@
-//! `chitin cluster status|drain` (and `chitin admin drain`).
+//! `chitin cluster status|drain|instances|cleanup-stale` (and `chitin admin
+//! drain`); the rollout verbs live in `rollout.rs`.
 
 use std::process::ExitCode;
 
@@ -18,6 +19,18 @@ pub enum ClusterCommand {
     },
     /// Hand every shard of a node over and leave it running, drained, until it is stopped.
     Drain(DrainArgs),
+    /// Every instance in the Redis registry, alive or stale.
+    Instances {
+        #[command(flatten)]
+        addr: NodeAddr,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One health-monitor sweep by hand: removes stale instances and their claims.
+    CleanupStale {
+        #[command(flatten)]
+        addr: NodeAddr,
+    },
     #[command(flatten)]
     Rollout(super::rollout::RolloutCommand),
 }
@@ -33,16 +46,13 @@ pub struct DrainArgs {
 }
 
 pub fn run(cmd: ClusterCommand) -> anyhow::Result<ExitCode> {
-    if let ClusterCommand::Rollout(cmd) = cmd {
-        return super::rollout::run(cmd);
+    match cmd {
+        ClusterCommand::Rollout(cmd) => super::rollout::run(cmd),
+        ClusterCommand::Instances { addr, json } => super::coord::instances(addr, json),
+        ClusterCommand::CleanupStale { addr } => super::coord::cleanup_stale(addr),
+        ClusterCommand::Status { addr, json } => runtime()?.block_on(status(&addr.node, json)),
+        ClusterCommand::Drain(args) => runtime()?.block_on(drain(args)),
     }
-    runtime()?.block_on(async {
-        match cmd {
-            ClusterCommand::Status { addr, json } => status(&addr.node, json).await,
-            ClusterCommand::Drain(args) => drain(args).await,
-            ClusterCommand::Rollout(_) => unreachable!("handled above"),
-        }
-    })
 }
 
 async fn status(address: &str, json: bool) -> anyhow::Result<ExitCode> {

@@ -168,7 +168,7 @@ impl Plugin {
 fn exported_interfaces(component: &Component) -> Vec<ExportedInterface> {
     let ty = component.component_type();
     ty.exports(engine())
-        .filter(|(_, item)| matches!(item, ComponentItem::ComponentInstance(_)))
+        .filter(|(_, item)| matches!(item.ty, ComponentItem::ComponentInstance(_)))
         .map(|(name, _)| {
             let (path, version) = match name.split_once('@') {
                 Some((p, v)) => (p, Some(v.to_string())),
@@ -196,7 +196,7 @@ fn semver_compatible(found: &str, supported: &str) -> bool {
     };
     match (parts(found), parts(supported)) {
         (Some((0, fm)), Some((0, sm))) => fm == sm,
-        (Some((fM, _)), Some((sM, _))) => fM == sM && fM > 0,
+        (Some((found_major, _)), Some((supported_major, _))) => found_major == supported_major && found_major > 0,
         _ => false,
     }
 }
