@@ -16,7 +16,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use chitin::coord::{Affinity, Claim, Keys, RedisConn};
+use chitin::coord::{Affinity, Claim, Keys, RedisConn, RedisSettings};
 
 fn host_port(url: &str) -> (String, u16) {
     let rest = url.trim_start_matches("redis://");
@@ -107,7 +107,10 @@ async fn main() {
     let url = std::env::var("CHITIN_BENCH_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let n: usize = std::env::var("CHITIN_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(if quick { 2000 } else { 100_000 });
     let ns = format!("chitin-bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let conn = RedisConn::open(&url).expect("url");
+    // Generous timeouts: a loaded machine must slow the figures, not fail the run.
+    let mut settings = RedisSettings::new(&url);
+    settings.response_timeout = Duration::from_secs(30);
+    let conn = RedisConn::new(settings).expect("url");
     if let Err(e) = conn.get().await {
         eprintln!("affinity bench: Redis at {url} unreachable ({e}); skipped");
         return;
@@ -130,7 +133,6 @@ async fn main() {
             rb = rb.max(redis_benchmark(&url, &ns, n, pipeline, in_flight));
             fresh = fresh.max(claims(&a, &targets, pipeline, in_flight, Claim::Claimed).await);
             owned = owned.max(claims(&a, &targets, pipeline, in_flight, Claim::AlreadyOurs).await);
-            let _ = a.release_all().await;
             clean(&conn, &ns).await;
         }
         println!(
