@@ -1,0 +1,210 @@
+//! The example plugins of `plugins/` and freshly scaffolded ones, built for
+//! wasm32-wasip2 and run through `chitin policy test` exactly as a plugin
+//! author runs them.
+//!
+//! The plugins build with a nested cargo into `target/plugin-examples` (a
+//! target directory of their own, so the build never waits on the outer
+//! build's lock nor touches `target/guests`, where `build.rs` builds the
+//! embedded defaults), in a scrubbed environment as `build.rs` does.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use chitin::policy::{Plugin, PluginSource, Slot};
+
+/// (crate directory under `plugins/`, component file stem, slot).
+const EXAMPLES: [(&str, &str, Slot); 4] = [
+    ("zone-placement", "zone_placement", Slot::Placement),
+    ("load-split", "load_split", Slot::Split),
+    ("priority-drain", "priority_drain", Slot::Drain),
+    ("pod-instance-id", "pod_instance_id", Slot::InstanceId),
+];
+
+const GUEST_TARGET: &str = "wasm32-wasip2";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    root().join("target").join("plugin-examples")
+}
+
+/// A cargo command without the outer build's environment (as `build.rs`).
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CARGO_") && key != "CARGO_HOME" || key == "RUSTFLAGS" || key == "RUSTC_WRAPPER" {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Builds every example once per test process; returns the `.wasm` directory.
+fn examples_built() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let mut cmd = cargo();
+        cmd.args(["build", "--release", "--target", GUEST_TARGET, "--manifest-path"])
+            .arg(root().join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(target_dir());
+        for (dir, _, _) in EXAMPLES {
+            cmd.args(["-p", dir]);
+        }
+        run(&mut cmd);
+        target_dir().join(GUEST_TARGET).join("release")
+    })
+}
+
+fn chitin(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_chitin")).args(args).output().expect("run chitin")
+}
+
+fn fixture_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
+        .count()
+}
+
+/// Runs `chitin policy test` and asserts every fixture of `fixtures` passed.
+fn assert_fixtures_pass(wasm: &Path, fixtures: &Path) {
+    assert!(wasm.is_file(), "no component at {}", wasm.display());
+    let out = chitin(&["policy", "test", "--plugin", wasm.to_str().unwrap(), fixtures.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}:\n{stdout}\n{}",
+        wasm.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n = fixture_count(fixtures);
+    assert!(n >= 1, "no fixtures in {}", fixtures.display());
+    let summary = stdout.lines().last().unwrap_or_default();
+    assert_eq!(summary, format!("{n} passed, 0 failed"), "{stdout}");
+}
+
+#[test]
+fn every_example_passes_its_fixtures_through_the_cli() {
+    let wasm_dir = examples_built();
+    for (dir, stem, _) in EXAMPLES {
+        let fixtures = root().join("plugins").join(dir).join("fixtures");
+        assert!(fixture_count(&fixtures) >= 4, "{dir}: fewer than 4 fixtures");
+        assert_fixtures_pass(&wasm_dir.join(format!("{stem}.wasm")), &fixtures);
+    }
+}
+
+#[test]
+fn every_example_exports_exactly_its_slot_at_the_current_version() {
+    let wasm_dir = examples_built();
+    for (_, stem, slot) in EXAMPLES {
+        let path = wasm_dir.join(format!("{stem}.wasm"));
+        let plugin = Plugin::load(&PluginSource::File(path.clone()), None).unwrap();
+        let names: Vec<&str> = plugin.exports().iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, [format!("chitin:policy/{slot}@0.1.0")], "{}", path.display());
+        assert_eq!(plugin.slot_version(slot).unwrap(), "0.1.0");
+        for other in Slot::ALL.into_iter().filter(|s| *s != slot) {
+            assert!(plugin.slot_version(other).is_err(), "{stem} serves {other}");
+        }
+    }
+}
+
+#[test]
+fn the_embedded_defaults_built_with_the_sdk_macro_export_all_four_slots() {
+    let out = chitin(&["policy", "inspect", "default"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    for slot in Slot::ALL {
+        let line = stdout.lines().find(|l| l.starts_with(&slot.to_string())).unwrap_or_default();
+        assert!(line.contains("ok") && line.contains(&format!("chitin:policy/{slot}@0.1.0")), "{stdout}");
+    }
+}
+
+/// The Python example (plugins/py-load-split) when componentize-py is
+/// installed (`pip install componentize-py`); otherwise the test says so and passes.
+#[test]
+fn the_python_example_passes_the_same_fixtures_when_componentize_py_is_installed() {
+    if !Command::new("componentize-py").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: componentize-py is not installed (pip install componentize-py)");
+        return;
+    }
+    let dir = root().join("plugins/py-load-split");
+    let wasm = target_dir().join("py_load_split.wasm");
+    run(Command::new(dir.join("build.sh")).arg(&wasm));
+    assert_fixtures_pass(&wasm, &dir.join("fixtures"));
+}
+
+/// The JavaScript example (plugins/js-instance-id) when ComponentizeJS is
+/// installed (`componentize-js` on PATH, or `npm install` in that directory);
+/// otherwise the test says so and passes.
+#[test]
+fn the_javascript_example_passes_the_same_fixtures_when_componentize_js_is_installed() {
+    let dir = root().join("plugins/js-instance-id");
+    let local = dir.join("node_modules/.bin/componentize-js");
+    let on_path = Command::new("componentize-js").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !on_path && !local.exists() {
+        eprintln!("skipped: componentize-js is not installed (npm install in plugins/js-instance-id)");
+        return;
+    }
+    let wasm = target_dir().join("js_instance_id.wasm");
+    run(Command::new(dir.join("build.sh")).arg(&wasm));
+    assert_fixtures_pass(&wasm, &dir.join("fixtures"));
+}
+
+#[test]
+fn a_scaffolded_plugin_of_every_slot_builds_and_passes_as_generated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = target_dir().join("scaffolded");
+    for slot in Slot::ALL {
+        let name = format!("my-{slot}");
+        let out = chitin(&["policy", "new", "--slot", &slot.to_string(), &name, "--dir", tmp.path().to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let crate_dir = tmp.path().join(&name);
+        for file in ["Cargo.toml", "README.md", "src/lib.rs", "tests/fixtures.rs"] {
+            assert!(crate_dir.join(file).is_file(), "{name}: no {file}");
+        }
+        // The repository's lock file pins the same dependency versions (and
+        // spares the registry); cargo drops the entries the crate does not use.
+        std::fs::copy(root().join("Cargo.lock"), crate_dir.join("Cargo.lock")).unwrap();
+        let manifest = crate_dir.join("Cargo.toml");
+        // Its own tests (logic + fixture, natively)…
+        run(cargo().arg("test").arg("--manifest-path").arg(&manifest).arg("--target-dir").arg(&target));
+        // …then the component, through the CLI.
+        run(cargo()
+            .args(["build", "--release", "--target", GUEST_TARGET, "--manifest-path"])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target));
+        let wasm = target.join(GUEST_TARGET).join("release").join(format!("{}.wasm", name.replace('-', "_")));
+        assert_fixtures_pass(&wasm, &crate_dir.join("fixtures"));
+        let plugin = Plugin::load(&PluginSource::File(wasm), None).unwrap();
+        assert_eq!(plugin.slot_version(slot).unwrap(), "0.1.0");
+    }
+}
+
+#[test]
+fn scaffolding_refuses_an_unknown_slot_and_an_existing_crate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let out = chitin(&["policy", "new", "--slot", "lease", "x", "--dir", dir]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown slot `lease`"));
+    assert!(chitin(&["policy", "new", "--slot", "split", "x", "--dir", dir]).status.success());
+    let again = chitin(&["policy", "new", "--slot", "split", "x", "--dir", dir]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+}
