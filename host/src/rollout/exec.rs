@@ -246,11 +246,18 @@ impl Target {
         let req = proto::BootstrapRequest { node_id: self.id.clone(), config_json: config.to_json() };
         match self.client.bootstrap(req).await {
             Ok(r) => Ok(Some(r.into_inner())),
-            Err(s) if transient(&s) => Ok(None),
+            // ALREADY_EXISTS: it was provisioned meanwhile (a restarting node
+            // reports UNPROVISIONED until it has loaded its stored config).
+            Err(s) if transient(&s) || s.code() == Code::AlreadyExists => Ok(None),
             Err(s) => Err(self.refused(config.version, &s)),
         }
     }
 }
+
+/// How long a node must keep reporting UNPROVISIONED before a sequence
+/// bootstraps it: a node restarting with a stored config reports it briefly
+/// while it starts.
+pub const UNPROVISIONED_GRACE: Duration = Duration::from_secs(2);
 
 // ---------------------------------------------------------------- sequences
 
@@ -411,16 +418,21 @@ async fn converge(
     let version = config.version;
     let deadline = Instant::now() + opts.timeout;
     let mut pushed = std::collections::HashSet::new();
+    let mut unprovisioned_since: HashMap<String, Instant> = HashMap::new();
     loop {
         let mut lagging = Vec::new();
         for n in &config.nodes {
             let t = targets.get_mut(&n.id).expect("every node has a target");
             let report = t.report().await;
+            if report != Report::Unprovisioned {
+                unprovisioned_since.remove(&n.id);
+            }
             match &report {
                 Report::At { version: v, .. } if *v >= version => continue,
                 Report::Unreachable(_) => {}
                 Report::Unprovisioned => {
-                    if t.bootstrap(config).await?.is_some() {
+                    let since = *unprovisioned_since.entry(n.id.clone()).or_insert_with(Instant::now);
+                    if since.elapsed() >= UNPROVISIONED_GRACE.min(opts.timeout / 2) && t.bootstrap(config).await?.is_some() {
                         pushed.insert(n.id.clone());
                     }
                 }
