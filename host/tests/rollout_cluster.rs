@@ -506,3 +506,36 @@ async fn invalid_transitions_are_refused() {
     assert!(!Path::new(&format!("{config}.rollout.json")).exists(), "a refused start left a checkpoint");
     c.teardown().await.unwrap();
 }
+
+/// `add-node --rebalance`: the placement policy's moves onto the new node, in
+/// rounds of at most `--max-handoffs-per-round`, each round an add and a
+/// (baked) remove; every shard keeps a holder.
+#[tokio::test(flavor = "multi_thread")]
+async fn add_node_with_rebalance() {
+    let _serial = SERIAL.lock().await;
+    let mut c = unprovisioned_cluster(4).await.unwrap();
+    let config = cfg(&c);
+    chitin_ok(&["cluster", "bootstrap-nodes", "--config", &config]).await;
+    for n in &mut c.nodes {
+        n.wait_ready(Duration::from_secs(60)).await.unwrap();
+    }
+    let n4 = extra_node(&c, "node-04").unwrap();
+    wait_admin(&n4.api, Duration::from_secs(60)).await.unwrap();
+    let out = chitin_ok(&[
+        "cluster", "add-node", "--config", &config, "--node-id", "node-04", "--node-address", &n4.api.clone(), "--rebalance",
+        "--max-handoffs-per-round", "2", "--bake-secs", "0",
+    ])
+    .await;
+    // 12 replicas over 4 nodes: 3 move to node-04, in rounds of 2 and 1.
+    assert!(out.contains("step 5/5: version 6") && out.contains("round 2/2"), "{out}");
+    let after = load(&c.config);
+    let on4 = after.shards().flat_map(|(_, s)| &s.replicas).filter(|r| r.node_id == "node-04").count();
+    assert_eq!(on4, 3, "{}", after.to_json());
+    assert_all_at(&c, &[&n4], 6).await;
+    c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    // Already balanced: nothing to do.
+    let out = chitin_ok(&["cluster", "rebalance", "--config", &config]).await;
+    assert!(out.contains("nothing to do"), "{out}");
+    drop(n4);
+    c.teardown().await.unwrap();
+}
