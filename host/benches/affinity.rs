@@ -88,6 +88,24 @@ async fn clean(conn: &RedisConn, ns: &str) {
     }
 }
 
+/// Deletes the namespace's keys even when a measurement panics.
+struct CleanOnDrop {
+    url: String,
+    ns: String,
+}
+
+impl Drop for CleanOnDrop {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(self.url.as_str()) else { return };
+        let Ok(mut c) = client.get_connection_with_timeout(Duration::from_secs(1)) else { return };
+        let pattern = Keys::scan_pattern(&format!("{}:", self.ns));
+        let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(&mut c).unwrap_or_default();
+        for chunk in keys.chunks(5000) {
+            let _: redis::RedisResult<i64> = redis::cmd("UNLINK").arg(chunk).query(&mut c);
+        }
+    }
+}
+
 fn fmt(x: f64) -> String {
     let s = format!("{:.0}", x);
     let mut out = String::new();
@@ -115,6 +133,7 @@ async fn main() {
         eprintln!("affinity bench: Redis at {url} unreachable ({e}); skipped");
         return;
     }
+    let _guard = CleanOnDrop { url: url.clone(), ns: ns.clone() };
     let a = Affinity::new(conn.clone(), Keys::new(&ns), "bench-node", Duration::from_secs(120)).unwrap();
 
     let reps: usize = if quick { 1 } else { 3 };
