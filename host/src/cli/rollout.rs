@@ -217,7 +217,7 @@ fn sequence(
         Prepared::Run { checkpoint, from, resumed } => {
             let opts = run.options();
             let mut print = |line: &str| println!("{line}");
-            let outcome = runtime()?.block_on(exec::execute(config, checkpoint, from, resumed, &opts, &mut print))?;
+            let outcome = runtime()?.block_on(exec::execute(config, *checkpoint, from, resumed, &opts, &mut print))?;
             println!(
                 "done: `{command}`: version {} on all {} node(s) ({} of {} step(s) run now); {} updated",
                 outcome.version,

@@ -265,7 +265,7 @@ pub const UNPROVISIONED_GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub enum Prepared {
     /// Run `checkpoint`'s steps from `from` (0-based).
-    Run { checkpoint: Checkpoint, from: usize, resumed: bool },
+    Run { checkpoint: Box<Checkpoint>, from: usize, resumed: bool },
     /// The same request finished already; the file holds its result.
     AlreadyDone { version: u64 },
     /// The plan has no step (e.g. a balanced cluster).
@@ -288,10 +288,10 @@ pub fn prepare(
             if p.steps.is_empty() {
                 return Ok(Prepared::NothingToDo { version: file_config.version });
             }
-            Ok(Prepared::Run { checkpoint: Checkpoint::new(sequence, &p), from: 0, resumed: false })
+            Ok(Prepared::Run { checkpoint: Box::new(Checkpoint::new(sequence, &p)), from: 0, resumed: false })
         }
         Decision::Resume { from } => {
-            Ok(Prepared::Run { checkpoint: existing.expect("resume has a checkpoint"), from, resumed: true })
+            Ok(Prepared::Run { checkpoint: Box::new(existing.expect("resume has a checkpoint")), from, resumed: true })
         }
         Decision::AlreadyDone { version } => Ok(Prepared::AlreadyDone { version }),
         Decision::Refuse(unfinished) => Err(ExecError::Unfinished {
