@@ -75,21 +75,23 @@ async fn append(node: &NodeProc, stream: &str, request_id: &str) -> Result<proto
 async fn takeover_after_kill(dialect: Dialect) -> Result<()> {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new(dialect, 3, 8, 3, "").await?;
-    let status = c.wait_all_owned(Duration::from_secs(30)).await?;
-    let victims: Vec<String> = status.leases.iter().filter(|l| l.holder == "node-01").map(|l| l.shard.clone()).collect();
-    ensure!(!victims.is_empty(), "node-01 holds nothing: {:?}", status.leases);
+    let status = c.wait_settled(Duration::from_secs(30)).await?;
+    let v = c.busiest(&status);
+    let victim = c.nodes[v].name.clone();
+    let survivor = (v + 1) % c.nodes.len();
+    let victims: Vec<String> = status.leases.iter().filter(|l| l.holder == victim).map(|l| l.shard.clone()).collect();
     let store = store(&c).await;
 
     let killed_at = store.now().await?;
-    c.node("node-01").kill9();
+    c.nodes[v].kill9();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let s = c.status().await?;
-        let done = victims.iter().all(|v| s.leases.iter().any(|l| &l.shard == v && l.holder != "node-01" && !l.holder.is_empty()));
+        let done = victims.iter().all(|v| s.leases.iter().any(|l| &l.shard == v && l.holder != victim && !l.holder.is_empty()));
         if done {
             break;
         }
-        ensure!(Instant::now() < deadline, "shards of node-01 not taken over: {:?}\n{}", s.leases, c.logs());
+        ensure!(Instant::now() < deadline, "shards of {victim} not taken over: {:?}\n{}", s.leases, c.logs());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Takeover time by the database clock: kill to the grant of the new epoch.
@@ -104,8 +106,8 @@ async fn takeover_after_kill(dialect: Dialect) -> Result<()> {
     let map = shard_map(&c);
     for shard in &victims {
         let stream = stream_on(&map, shard);
-        let ack = append(&c.nodes[1], &stream, "after-kill").await?;
-        ensure!(&ack.shard == shard && ack.holder != "node-01");
+        let ack = append(&c.nodes[survivor], &stream, "after-kill").await?;
+        ensure!(&ack.shard == shard && ack.holder != victim);
     }
     store.close().await;
     c.teardown().await
@@ -125,24 +127,27 @@ async fn a_killed_holder_is_replaced_within_ttl_plus_renew_mariadb() {
 async fn a_paused_holder_commits_nothing_under_its_stale_epoch() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
-    let status = c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
-    let lease = status.leases.iter().find(|l| l.holder == "node-01").unwrap().clone();
+    let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
+    let p = c.busiest(&status);
+    let paused = c.nodes[p].name.clone();
+    let other = (p + 1) % c.nodes.len();
+    let lease = status.leases.iter().find(|l| l.holder == paused).unwrap().clone();
     let stream = stream_on(&shard_map(&c), &lease.shard);
-    let first = append(&c.nodes[0], &stream, "before").await.unwrap();
+    let first = append(&c.nodes[p], &stream, "before").await.unwrap();
     assert_eq!(first.epoch, lease.epoch);
 
-    c.node("node-01").pause();
+    c.nodes[p].pause();
     tokio::time::sleep(TTL + RENEW * 2).await;
-    // Meanwhile the shard moved on: a write through node-02 lands under a new epoch.
-    let during = append(&c.nodes[1], &stream, "during").await.unwrap();
+    // Meanwhile the shard moved on: a write through another node lands under a new epoch.
+    let during = append(&c.nodes[other], &stream, "during").await.unwrap();
     assert!(during.epoch > lease.epoch, "{during:?}");
-    assert_ne!(during.holder, "node-01");
-    c.node("node-01").resume();
+    assert_ne!(during.holder, paused);
+    c.nodes[p].resume();
 
     // The resumed node must not commit under its old epoch: whatever it
     // answers, it is through the current holder.
     for i in 0..20 {
-        if let Ok(ack) = append(&c.nodes[0], &stream, &format!("after-{i}")).await {
+        if let Ok(ack) = append(&c.nodes[p], &stream, &format!("after-{i}")).await {
             assert!(ack.epoch >= during.epoch, "committed under a stale epoch: {ack:?}");
         }
     }
@@ -201,24 +206,29 @@ async fn client(
 async fn drain_and_graceful_stop_lose_no_acknowledged_append() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
-    c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
+    // The busiest node drains; the client talks to the other two, one of
+    // which then stops gracefully.
+    let d = c.busiest(&status);
+    let (stopping, staying) = ((d + 1) % 3, (d + 2) % 3);
+    let drained_name = c.nodes[d].name.clone();
     let streams: Vec<String> = (0..16).map(|i| format!("load-{i}")).collect();
     let stop = Arc::new(AtomicBool::new(false));
-    // The client talks to node-02 and node-03; node-01 drains, node-02 stops.
-    let targets: Vec<(String, String)> = c.nodes[1..].iter().map(|n| (n.name.clone(), n.api.clone())).collect();
+    let targets: Vec<(String, String)> =
+        [stopping, staying].iter().map(|&i| (c.nodes[i].name.clone(), c.nodes[i].api.clone())).collect();
     let load = tokio::spawn(client(targets, streams.clone(), stop.clone()));
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let mut admin = c.nodes[0].admin().await.unwrap();
+    let mut admin = c.nodes[d].admin().await.unwrap();
     let drained = admin.drain(proto::DrainRequest {}).await.unwrap().into_inner();
     assert!(drained.handed_over > 0, "{drained:?}");
     let s = c.status().await.unwrap();
-    assert!(s.leases.iter().all(|l| l.holder != "node-01"), "node-01 still holds shards after its drain: {:?}", s.leases);
-    let (code, _) = http_get(&c.nodes[0].metrics, "/readyz").await.unwrap();
+    assert!(s.leases.iter().all(|l| l.holder != drained_name), "{drained_name} still holds shards after its drain: {:?}", s.leases);
+    let (code, _) = http_get(&c.nodes[d].metrics, "/readyz").await.unwrap();
     assert_eq!(code, 503, "a drained node is not ready");
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let exit = c.node("node-02").terminate(Duration::from_secs(30)).unwrap();
+    let exit = c.nodes[stopping].terminate(Duration::from_secs(30)).unwrap();
     assert!(exit.success(), "graceful stop exit status {exit:?}\n{}", c.logs());
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, Ordering::Relaxed);
@@ -289,19 +299,20 @@ async fn a_joining_node_receives_at_most_four_shards_per_round_from_each_holder(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_watcher_sees_draining_then_lost_for_every_shard_handed_away() {
     let _serial = SERIAL.lock().await;
-    let c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
-    let status = c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
+    let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
+    let w = c.busiest(&status);
     let mine: HashMap<String, u64> =
-        status.leases.iter().filter(|l| l.holder == "node-01").map(|l| (l.shard.clone(), l.epoch)).collect();
+        status.leases.iter().filter(|l| l.holder == c.nodes[w].name).map(|l| (l.shard.clone(), l.epoch)).collect();
     assert!(!mine.is_empty());
-    let mut watch = proto::ownership_client::OwnershipClient::connect(format!("http://{}", c.nodes[0].api))
+    let mut watch = proto::ownership_client::OwnershipClient::connect(format!("http://{}", c.nodes[w].api))
         .await
         .unwrap()
         .watch_ownership(proto::WatchRequest {})
         .await
         .unwrap()
         .into_inner();
-    c.nodes[0].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap();
+    c.nodes[w].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap();
     let mut events: Vec<proto::OwnershipEvent> = Vec::new();
     while let Ok(Some(e)) = tokio::time::timeout(Duration::from_secs(2), watch.message()).await.map(|m| m.unwrap()) {
         events.push(e);

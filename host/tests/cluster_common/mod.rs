@@ -297,6 +297,32 @@ impl Cluster {
         }
     }
 
+    /// Waits until every shard is owned and the holders stay the same for a
+    /// second (handoffs to nodes that started later have finished).
+    pub async fn wait_settled(&mut self, within: Duration) -> Result<proto::StatusResponse> {
+        let deadline = Instant::now() + within;
+        let mut previous: Option<Vec<(String, String)>> = None;
+        loop {
+            let s = self.wait_all_owned(within).await?;
+            let holders: Vec<(String, String)> = s.leases.iter().map(|l| (l.shard.clone(), l.holder.clone())).collect();
+            if previous.as_ref() == Some(&holders) {
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                bail!("the cluster did not settle within {within:?}: {holders:?}\n{}", self.logs());
+            }
+            previous = Some(holders);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// The index of the node holding the most shards in `status`.
+    pub fn busiest(&self, status: &proto::StatusResponse) -> usize {
+        (0..self.nodes.len())
+            .max_by_key(|&i| status.leases.iter().filter(|l| l.holder == self.nodes[i].name).count())
+            .expect("nodes")
+    }
+
     pub fn logs(&self) -> String {
         self.nodes.iter().map(|n| format!("---- {}\n{}", n.name, n.log_text())).collect()
     }
