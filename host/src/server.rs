@@ -163,6 +163,19 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
         shutdown: watch::channel(false).0,
         tasks: Mutex::new(Vec::new()),
     });
+    // The node is in place before the first request: a restarting node must
+    // never look unprovisioned (and accept a bootstrap) for a moment.
+    match node {
+        Some(node) => {
+            tracing::info!(%api_addr, %metrics_addr, name = %node.name, "node serving");
+            control.activate(node).await;
+        }
+        None => tracing::warn!(
+            %api_addr,
+            "UNPROVISIONED: no cluster config in the data dir and no [cluster] config_file; serving the admin plane \
+             only until `chitin cluster bootstrap-node` gives this node its id and config"
+        ),
+    }
     let grpc = api::grpc::router(control.clone());
     let mut stop = control.shutdown.subscribe();
     let grpc_task = tokio::spawn(async move {
@@ -190,17 +203,6 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
         }
     });
     control.tasks.lock().unwrap_or_else(|p| p.into_inner()).extend([grpc_task, http_task]);
-    match node {
-        Some(node) => {
-            tracing::info!(%api_addr, %metrics_addr, name = %node.name, "node serving");
-            control.activate(node).await;
-        }
-        None => tracing::warn!(
-            %api_addr,
-            "UNPROVISIONED: no cluster config in the data dir and no [cluster] config_file; serving the admin plane \
-             only until `chitin cluster bootstrap-node` gives this node its id and config"
-        ),
-    }
     Ok(Running {
         control,
         api_addr,

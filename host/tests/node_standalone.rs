@@ -16,7 +16,8 @@ fn chitin(args: &[&str]) -> (bool, String) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_standalone_node_appends_reads_and_stops_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let (api, metrics) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let ports = free_ports(2);
+    let (api, metrics) = (format!("127.0.0.1:{}", ports[0]), format!("127.0.0.1:{}", ports[1]));
     let settings = dir.path().join("chitin.toml");
     std::fs::write(
         &settings,

@@ -237,6 +237,10 @@ impl Leases {
             let h = held
                 .get_mut(shard)
                 .ok_or_else(|| LeaseError::InvalidArgument(format!("shard `{shard}` is not held by this node")))?;
+            // A drain and a round may both pick the shard: one handoff only.
+            if h.draining {
+                return Err(LeaseError::InvalidArgument(format!("shard `{shard}` is already being handed over")));
+            }
             h.draining = true;
             (h.gate.clone(), h.lease.clone())
         };

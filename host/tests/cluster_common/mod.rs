@@ -20,7 +20,14 @@ pub const TTL: Duration = Duration::from_secs(2);
 pub const RENEW: Duration = Duration::from_millis(500);
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    free_ports(1)[0]
+}
+
+/// `n` distinct free loopback ports: every listener stays bound until all
+/// are chosen, so the kernel cannot hand the same port out twice.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
 }
 
 /// One `chitin node` process.
@@ -212,8 +219,12 @@ impl Cluster {
     pub async fn new(dialect: Dialect, count: usize, shards: u32, start: usize, extra: &str) -> Result<Cluster> {
         let dir = tempfile::tempdir()?;
         let db = TestDb::create(dialect).await?;
+        let ports = free_ports(2 * count.max(3));
         let names: Vec<(String, String, String)> = (1..=count.max(3))
-            .map(|i| (format!("node-{i:02}"), format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port())))
+            .map(|i| {
+                let (api, metrics) = (ports[2 * i - 2], ports[2 * i - 1]);
+                (format!("node-{i:02}"), format!("127.0.0.1:{api}"), format!("127.0.0.1:{metrics}"))
+            })
             .collect();
         let config = dir.path().join("cluster_config.json");
         let pairs: Vec<(String, String)> = names.iter().map(|(n, a, _)| (n.clone(), a.clone())).collect();
