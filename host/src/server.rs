@@ -230,19 +230,29 @@ impl Running {
     }
 }
 
-/// Runs a node until SIGTERM or Ctrl-C, then stops it gracefully.
+/// Runs a node until SIGTERM or Ctrl-C, then stops it gracefully. SIGHUP
+/// reloads the policy components.
 pub async fn run(settings: Settings) -> Result<(), NodeError> {
+    use tokio::signal::unix::{SignalKind, signal};
     let running = start(settings).await?;
-    wait_for_signal().await;
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+            _ = hup.recv() => {
+                if let Some(node) = running.control.node() {
+                    match tokio::task::spawn_blocking(move || node.reload_policies()).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => tracing::error!(error = %e, "policy reload failed; the previous policies stay in use"),
+                        Err(e) => tracing::error!(error = %e, "policy reload task failed"),
+                    }
+                }
+            }
+        }
+    }
     tracing::info!("stop requested; draining");
     running.stop().await;
     Ok(())
-}
-
-async fn wait_for_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }

@@ -81,3 +81,45 @@ fn bad_settings_are_refused_with_the_key_and_the_rule() {
     assert!(!ok);
     assert!(out.contains("leases.renew_interval_secs") && out.contains('6') && out.contains("less than half"), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn policies_reload_on_request_and_a_failed_reload_keeps_the_previous_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(2);
+    let (api, metrics) = (format!("127.0.0.1:{}", ports[0]), format!("127.0.0.1:{}", ports[1]));
+    let plugin = dir.path().join("placement.wasm");
+    std::fs::write(&plugin, chitin::policy::plugin::EMBEDDED_DEFAULTS).unwrap();
+    let settings = dir.path().join("chitin.toml");
+    std::fs::write(
+        &settings,
+        format!(
+            "[node]\ndata_dir = {:?}\n\n[api]\nlisten = {api:?}\n\n[metrics]\nlisten = {metrics:?}\n\n[policies]\nplacement = {plugin:?}\n",
+            dir.path().join("data")
+        ),
+    )
+    .unwrap();
+    let mut node = NodeProc::spawn("reload", settings, api.clone(), metrics, dir.path().join("node.log")).unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+
+    let (ok, out) = chitin(&["policy", "reload", "--node", &api]);
+    assert!(ok, "{out}");
+    assert!(out.contains(&format!("placement: {}", plugin.display())), "{out}");
+
+    // A broken component on disk: the reload is refused and says why.
+    std::fs::write(&plugin, b"not a component").unwrap();
+    let (ok, out) = chitin(&["policy", "reload", "--node", &api]);
+    assert!(!ok);
+    assert!(out.contains("previous policies stay in use") && out.contains("placement.wasm"), "{out}");
+    // SIGHUP does the same and the node keeps serving with the old policies.
+    Command::new("kill").args(["-HUP", &node.pid().to_string()]).status().unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(node.is_running());
+    let (ok, out) = chitin(&["journal", "append", "--node", &api, "--stream", "s", "--payload", "p"]);
+    assert!(ok, "{out}");
+    assert!(node.log_text().contains("policy reload failed"), "{}", node.log_text());
+
+    std::fs::write(&plugin, chitin::policy::plugin::EMBEDDED_DEFAULTS).unwrap();
+    let (ok, out) = chitin(&["policy", "reload", "--node", &api]);
+    assert!(ok, "{out}");
+    assert!(node.terminate(Duration::from_secs(30)).unwrap().success());
+}

@@ -260,6 +260,18 @@ impl admin_server::Admin for Api {
         Ok(Response::new(proto::UpdateConfigResponse { config_version: version }))
     }
 
+    async fn reload_policies(
+        &self,
+        _req: Request<proto::ReloadPoliciesRequest>,
+    ) -> Result<Response<proto::ReloadPoliciesResponse>, Status> {
+        let node = self.node()?;
+        let slots = tokio::task::spawn_blocking(move || node.reload_policies())
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| Status::failed_precondition(format!("reload failed, the previous policies stay in use: {e}")))?;
+        Ok(Response::new(proto::ReloadPoliciesResponse { slots }))
+    }
+
     async fn get_config(&self, _req: Request<proto::GetConfigRequest>) -> Result<Response<proto::GetConfigResponse>, Status> {
         Ok(Response::new(match self.0.node() {
             Some(node) => {

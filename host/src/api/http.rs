@@ -59,8 +59,17 @@ async fn health(State(control): State<Arc<Control>>, headers: HeaderMap) -> Resp
         });
         return (StatusCode::OK, axum::Json(body)).into_response();
     };
-    let registry = node.registry();
-    let active_instances = registry.iter().filter(|r| r.live).count();
+    let cluster = match &node.coord {
+        Some(coord) => {
+            let m = coord.metrics_snapshot().await;
+            json!({
+                "healthy": m.healthy(),
+                "active_instances": m.active_instances,
+                "active_deployments": m.deployments_active,
+            })
+        }
+        None => json!({"healthy": true, "active_instances": 1, "active_deployments": 0}),
+    };
     let body = json!({
         "status": if node.is_ready() { "ok" } else { node.lifecycle().as_str() },
         "instance_id": node.uuid.to_string(),
@@ -70,10 +79,7 @@ async fn health(State(control): State<Arc<Control>>, headers: HeaderMap) -> Resp
         "mode": if node.standalone { "standalone" } else { "cluster" },
         "config_version": node.topology().config.version,
         "shards_held": node.leases.held().len(),
-        "cluster": {
-            "healthy": active_instances > 0,
-            "active_instances": active_instances,
-        },
+        "cluster": cluster,
     });
     (StatusCode::OK, axum::Json(body)).into_response()
 }
@@ -103,12 +109,10 @@ async fn metrics(State(control): State<Arc<Control>>, headers: HeaderMap) -> Res
         "1 while the node takes work (joining or active).",
         u8::from(node.is_ready()),
     );
-    gauge(
-        &mut out,
-        "chitin_cluster_active_instances",
-        "Live node registrations in the database.",
-        node.registry().iter().filter(|r| r.live).count(),
-    );
+    match &node.coord {
+        Some(coord) => out.push_str(&coord.metrics_snapshot().await.to_prometheus()),
+        None => gauge(&mut out, "chitin_cluster_active_instances", "Live instances (standalone: this one).", 1),
+    }
     node.metrics.render_counters(&mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

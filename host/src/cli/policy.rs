@@ -43,6 +43,12 @@ pub enum PolicyCommand {
         #[arg(long, env = "CHITIN_SDK_PATH")]
         sdk_path: Option<PathBuf>,
     },
+    /// Make a running node load its configured policy components again (as
+    /// SIGHUP does); a reload that fails keeps the previous ones.
+    Reload {
+        #[command(flatten)]
+        addr: super::client::NodeAddr,
+    },
 }
 
 pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
@@ -53,6 +59,7 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
             deadline_ms,
             fixtures,
         } => test(&plugin, deadline_ms, &fixtures),
+        PolicyCommand::Reload { addr } => reload(&addr.node),
         PolicyCommand::New {
             slot,
             name,
@@ -124,4 +131,21 @@ fn test(plugin: &str, deadline_ms: u64, paths: &[PathBuf]) -> anyhow::Result<Exi
     }
     println!("{passed} passed, {failed} failed");
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn reload(address: &str) -> anyhow::Result<ExitCode> {
+    use chitin::api::proto::{ReloadPoliciesRequest, admin_client::AdminClient};
+    super::client::runtime()?.block_on(async {
+        let slots = AdminClient::new(super::client::connect(address).await?)
+            .reload_policies(ReloadPoliciesRequest {})
+            .await
+            .map_err(|s| anyhow::anyhow!("{}", s.message()))?
+            .into_inner()
+            .slots;
+        println!("reloaded:");
+        for slot in slots {
+            println!("  {slot}");
+        }
+        Ok(ExitCode::SUCCESS)
+    })
 }

@@ -126,7 +126,7 @@ pub struct Node {
     pub standalone: bool,
     pub settings: Settings,
     pub store: Store,
-    pub policies: Arc<Policies>,
+    policies: std::sync::RwLock<Arc<Policies>>,
     topology: std::sync::RwLock<Arc<Topology>>,
     pub leases: Leases,
     pub metrics: Arc<Metrics>,
@@ -210,7 +210,7 @@ impl Node {
             standalone,
             settings,
             store,
-            policies,
+            policies: std::sync::RwLock::new(policies),
             topology: std::sync::RwLock::new(Arc::new(Topology { config, map })),
             leases,
             metrics,
@@ -219,6 +219,26 @@ impl Node {
             registry: Mutex::new(Vec::new()),
             started: std::time::Instant::now(),
         }))
+    }
+
+    /// The policy components in use.
+    pub fn policies(&self) -> Arc<Policies> {
+        self.policies.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Loads the configured policy components again (after they changed on
+    /// disk). A reload that fails keeps the components in use and says why;
+    /// calls in progress finish on the components they started with.
+    pub fn reload_policies(&self) -> Result<Vec<String>, PolicyLoadError> {
+        let settings = policy_settings(&self.settings);
+        let fresh = Policies::load(&settings, Some(self.settings.node.data_dir.join("policy-cache")))?;
+        let loaded = crate::policy::Slot::ALL
+            .iter()
+            .map(|slot| format!("{slot}: {}", fresh.slot(*slot).plugin().name()))
+            .collect();
+        *self.policies.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
+        tracing::info!(?loaded, "policies reloaded");
+        Ok(loaded)
     }
 
     /// The cluster config served now and its shard map.
@@ -365,7 +385,7 @@ impl Node {
         &self,
         f: impl FnOnce(&Policies) -> Result<T, PolicyCallError> + Send + 'static,
     ) -> Result<T, PolicyCallError> {
-        let policies = self.policies.clone();
+        let policies = self.policies();
         self.metrics.policy_calls.inc();
         let result = tokio::task::spawn_blocking(move || f(&policies)).await.expect("policy task");
         if result.is_err() {
