@@ -164,10 +164,9 @@ impl Default for MetricsSettings {
     }
 }
 
-/// `[policies]`: each slot is `"default"` or the path of a component file.
-///
-/// Placeholder until the policy host defines `chitin::policy::PolicySettings`;
-/// unknown slots are refused.
+/// `[policies]`: each slot is `"default"` or the path of a component file,
+/// plus the limits of every call (see `chitin::policy::PolicySettings`,
+/// which the node builds from this).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicySlots {
@@ -176,6 +175,12 @@ pub struct PolicySlots {
     pub placement: String,
     pub split: String,
     pub drain: String,
+    /// Deadline of one policy call, in milliseconds (1 … 60000).
+    pub deadline_ms: u32,
+    /// Linear-memory limit of one policy instance, in MiB (1 … 4096).
+    pub memory_limit_mib: u32,
+    /// Where precompiled components are cached; default `<data_dir>/policy-cache`.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for PolicySlots {
@@ -186,6 +191,9 @@ impl Default for PolicySlots {
             placement: d(),
             split: d(),
             drain: d(),
+            deadline_ms: 100,
+            memory_limit_mib: 64,
+            cache_dir: None,
         }
     }
 }
@@ -237,6 +245,9 @@ const KEYS: &[(&str, &str, Kind, bool)] = &[
     ("policies", "placement", Kind::Str, false),
     ("policies", "split", Kind::Str, false),
     ("policies", "drain", Kind::Str, false),
+    ("policies", "deadline_ms", Kind::Count, false),
+    ("policies", "memory_limit_mib", Kind::Count, false),
+    ("policies", "cache_dir", Kind::Path, true),
 ];
 
 const SECTIONS: &[&str] = &[

@@ -591,7 +591,9 @@ fn policy_settings(settings: &Settings) -> PolicySettings {
         placement: p.placement.clone(),
         split: p.split.clone(),
         drain: p.drain.clone(),
-        ..PolicySettings::default()
+        deadline_ms: u64::from(p.deadline_ms),
+        memory_limit_mib: u64::from(p.memory_limit_mib),
+        cache_dir: p.cache_dir.clone(),
     }
 }
 
