@@ -192,8 +192,14 @@ impl Node {
             let map = ShardMap::from_config(&config);
             (config, map, address)
         };
+        // The shard count every node must agree on is the number of shards
+        // the keyspaces were first divided into: splits add children under a
+        // parent and leave it unchanged, so a node restarted after a split
+        // still agrees with the cluster.
+        let shard_count = config.shards().filter(|(_, s)| s.parent_id.is_none()).count();
+        let shard_count = if standalone { map.shards().len() } else { shard_count };
         store
-            .check_cluster_meta(map.shards().len() as u64, settings.lease_ttl(), settings.renew_interval())
+            .check_cluster_meta(shard_count as u64, settings.lease_ttl(), settings.renew_interval())
             .await?;
         let uuid = store.register_node(&name, &address).await?;
         tracing::info!(%name, %uuid, %address, standalone, "registered; joining");
