@@ -302,16 +302,13 @@ async fn a_watcher_sees_draining_then_lost_for_every_shard_handed_away() {
     let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
     let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
     let w = c.busiest(&status);
+    let mut ownership = proto::ownership_client::OwnershipClient::connect(format!("http://{}", c.nodes[w].api)).await.unwrap();
+    let mut watch = ownership.watch_ownership(proto::WatchRequest {}).await.unwrap().into_inner();
+    // What the node holds once the watch is in place: every one of these
+    // must be reported draining, then lost, whoever hands it over.
     let mine: HashMap<String, u64> =
-        status.leases.iter().filter(|l| l.holder == c.nodes[w].name).map(|l| (l.shard.clone(), l.epoch)).collect();
+        ownership.held(proto::HeldRequest {}).await.unwrap().into_inner().leases.into_iter().map(|l| (l.shard, l.epoch)).collect();
     assert!(!mine.is_empty());
-    let mut watch = proto::ownership_client::OwnershipClient::connect(format!("http://{}", c.nodes[w].api))
-        .await
-        .unwrap()
-        .watch_ownership(proto::WatchRequest {})
-        .await
-        .unwrap()
-        .into_inner();
     c.nodes[w].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap();
     let mut events: Vec<proto::OwnershipEvent> = Vec::new();
     while let Ok(Some(e)) = tokio::time::timeout(Duration::from_secs(2), watch.message()).await.map(|m| m.unwrap()) {
