@@ -53,6 +53,11 @@ pub enum NodeError {
     ClusterConfig { path: String, reason: String },
     #[error(transparent)]
     Stored(#[from] stored::StoredError),
+    #[error(
+        "the node name {name:?} {why}; set [cluster] instance_id or CHITIN__CLUSTER__INSTANCE_ID to a non-empty \
+         name without `:`"
+    )]
+    InvalidName { name: String, why: &'static str },
     #[error("Redis coordination: {0}")]
     Coordination(String),
     #[error("this node has no cluster config yet (UNPROVISIONED); bootstrap it first")]
@@ -163,7 +168,7 @@ impl Node {
             }
         };
         if let Some(why) = crate::policy::invalid_name_reason(&name) {
-            return Err(NodeError::Policy(PolicyLoadError::Limits(format!("node name {name:?} {why}"))));
+            return Err(NodeError::InvalidName { name, why });
         }
 
         let url = settings.database_url();
