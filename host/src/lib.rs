@@ -9,9 +9,11 @@
 //! - [`rollout`]: control sequences: planner, executor, checkpoints;
 //! - [`node`]: a node's lifecycle, lease rounds, drain and journal;
 //! - [`api`]: gRPC and HTTP;
-//! - [`server`]: running a node until it is told to stop.
+//! - [`server`]: running a node until it is told to stop;
+//! - [`chaos`]: the fault-injection run and its checker.
 
 pub mod api;
+pub mod chaos;
 pub mod coord;
 pub mod lease;
 pub mod node;

@@ -1,5 +1,6 @@
 //! The command groups of the `chitin` binary.
 
+mod chaos;
 mod client;
 mod cluster;
 mod config;
@@ -58,6 +59,10 @@ pub enum Command {
     /// Inspect, test and scaffold policy plugins.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Fault-injection run: nodes, clients, kills, pauses, restarts, drains,
+    /// Redis and database restarts, network cuts; then a check that no
+    /// acknowledged append was lost.
+    Chaos(chaos::ChaosArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -83,6 +88,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Affinity(cmd) => coord::affinity(cmd),
         Command::Deployments(cmd) => coord::deployments(cmd),
         Command::Policy(cmd) => policy::run(cmd),
+        Command::Chaos(args) => chaos::run(args),
     }
 }
 

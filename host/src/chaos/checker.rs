@@ -1,0 +1,338 @@
+//! The checker: pure judgement of a run from what the database holds, what
+//! the clients were told and when nodes died. No I/O, so that every rule is
+//! tested on hand-made histories below.
+//!
+//! Rules (each broken one is a [`Violation`] carrying its evidence):
+//! - every acknowledged append is stored, once, with the sequence and epoch
+//!   the client was told;
+//! - no request id is stored twice;
+//! - every entry's epoch was the shard's current epoch (the newest grant in
+//!   the lease history) when it committed;
+//! - after a node dies, each shard it held is granted again within the bound
+//!   (lease TTL + renew interval + slack).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use super::clients::Ack;
+
+/// A stored journal entry. Times are microseconds since the Unix epoch by
+/// the database clock.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Row {
+    pub stream: String,
+    pub seq: i64,
+    pub request_id: String,
+    pub shard: String,
+    pub epoch: i64,
+    pub committed_us: i64,
+}
+
+/// One entry of the lease history: `epoch` of `shard` granted to `holder`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Grant {
+    pub shard: String,
+    pub epoch: i64,
+    pub holder: String,
+    pub acquired_us: i64,
+}
+
+/// A node that stopped serving at `at_us` (database clock) while holding `shards`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Death {
+    pub fault: usize,
+    pub node: String,
+    pub at_us: i64,
+    pub shards: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Violation {
+    Lost { stream: String, request_id: String, sequence: i64, epoch: i64 },
+    AckMismatch { stream: String, request_id: String, acked: (i64, i64), stored: (i64, i64) },
+    Duplicate { request_id: String, copies: Vec<(String, i64)> },
+    StaleEpoch { stream: String, seq: i64, request_id: String, shard: String, epoch: i64, current: Option<i64>, committed_us: i64 },
+    SlowTakeover { fault: usize, node: String, shard: String, died_us: i64, granted_us: Option<i64>, bound_ms: u64 },
+}
+
+/// A measured takeover.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Takeover {
+    pub fault: usize,
+    pub node: String,
+    pub shard: String,
+    pub ms: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Verdict {
+    pub violations: Vec<Violation>,
+    pub takeovers: Vec<Takeover>,
+    pub lost: usize,
+    pub duplicates: usize,
+    pub stale_epoch: usize,
+    pub mismatched: usize,
+    pub slow_takeovers: usize,
+}
+
+/// Judges a run.
+pub fn check(acks: &[Ack], rows: &[Row], grants: &[Grant], deaths: &[Death], bound_ms: u64) -> Verdict {
+    let mut v = Verdict::default();
+    check_acks(acks, rows, &mut v);
+    check_duplicates(rows, &mut v);
+    check_epochs(rows, grants, &mut v);
+    check_takeovers(grants, deaths, bound_ms, &mut v);
+    v
+}
+
+fn check_acks(acks: &[Ack], rows: &[Row], v: &mut Verdict) {
+    let stored: HashMap<(&str, &str), &Row> = rows.iter().map(|r| ((r.stream.as_str(), r.request_id.as_str()), r)).collect();
+    for a in acks {
+        match stored.get(&(a.stream.as_str(), a.request_id.as_str())) {
+            None => {
+                v.lost += 1;
+                v.violations.push(Violation::Lost {
+                    stream: a.stream.clone(),
+                    request_id: a.request_id.clone(),
+                    sequence: a.sequence,
+                    epoch: a.epoch,
+                });
+            }
+            Some(r) if (r.seq, r.epoch) != (a.sequence, a.epoch) => {
+                v.mismatched += 1;
+                v.violations.push(Violation::AckMismatch {
+                    stream: a.stream.clone(),
+                    request_id: a.request_id.clone(),
+                    acked: (a.sequence, a.epoch),
+                    stored: (r.seq, r.epoch),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+fn check_duplicates(rows: &[Row], v: &mut Verdict) {
+    let mut by_id: BTreeMap<&str, Vec<(String, i64)>> = BTreeMap::new();
+    for r in rows {
+        by_id.entry(&r.request_id).or_default().push((r.stream.clone(), r.seq));
+    }
+    for (id, copies) in by_id {
+        if copies.len() > 1 {
+            v.duplicates += copies.len() - 1;
+            v.violations.push(Violation::Duplicate { request_id: id.to_string(), copies });
+        }
+    }
+}
+
+/// Grants of each shard, by epoch.
+fn grants_by_shard(grants: &[Grant]) -> HashMap<&str, Vec<&Grant>> {
+    let mut by: HashMap<&str, Vec<&Grant>> = HashMap::new();
+    for g in grants {
+        by.entry(&g.shard).or_default().push(g);
+    }
+    for list in by.values_mut() {
+        list.sort_by_key(|g| g.epoch);
+    }
+    by
+}
+
+fn check_epochs(rows: &[Row], grants: &[Grant], v: &mut Verdict) {
+    let by = grants_by_shard(grants);
+    for r in rows {
+        let current = by
+            .get(r.shard.as_str())
+            .and_then(|list| list.iter().rev().find(|g| g.acquired_us <= r.committed_us))
+            .map(|g| g.epoch);
+        if current != Some(r.epoch) {
+            v.stale_epoch += 1;
+            v.violations.push(Violation::StaleEpoch {
+                stream: r.stream.clone(),
+                seq: r.seq,
+                request_id: r.request_id.clone(),
+                shard: r.shard.clone(),
+                epoch: r.epoch,
+                current,
+                committed_us: r.committed_us,
+            });
+        }
+    }
+}
+
+fn check_takeovers(grants: &[Grant], deaths: &[Death], bound_ms: u64, v: &mut Verdict) {
+    let by = grants_by_shard(grants);
+    let none = Vec::new();
+    for d in deaths {
+        for shard in &d.shards {
+            let list = by.get(shard.as_str()).unwrap_or(&none);
+            // Only shards the dead node still held by the history: one
+            // handed away before the death is not its to lose.
+            let holder = list.iter().rev().find(|g| g.acquired_us <= d.at_us).map(|g| g.holder.as_str());
+            if holder != Some(d.node.as_str()) {
+                continue;
+            }
+            let next = list.iter().find(|g| g.acquired_us > d.at_us).map(|g| g.acquired_us);
+            let ms = next.map(|t| ((t - d.at_us).max(0) / 1000) as u64);
+            match ms {
+                Some(ms) if ms <= bound_ms => {
+                    v.takeovers.push(Takeover { fault: d.fault, node: d.node.clone(), shard: shard.clone(), ms });
+                }
+                _ => {
+                    if let Some(ms) = ms {
+                        v.takeovers.push(Takeover { fault: d.fault, node: d.node.clone(), shard: shard.clone(), ms });
+                    }
+                    v.slow_takeovers += 1;
+                    v.violations.push(Violation::SlowTakeover {
+                        fault: d.fault,
+                        node: d.node.clone(),
+                        shard: shard.clone(),
+                        died_us: d.at_us,
+                        granted_us: next,
+                        bound_ms,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Stretches during which some client waited longer than `threshold_ms`
+/// for an acknowledgement, merged across clients: `(start_ms, end_ms)`.
+pub fn unavailability(acks: &[Ack], threshold_ms: u64) -> Vec<(u64, u64)> {
+    let mut spans: Vec<(u64, u64)> =
+        acks.iter().filter(|a| a.acked_ms - a.first_try_ms > threshold_ms).map(|a| (a.first_try_ms, a.acked_ms)).collect();
+    spans.sort();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (s, e) in spans {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    merged
+}
+
+/// The `p`-th percentile (0–100) of `values` by nearest rank.
+pub fn percentile(values: &[u64], p: f64) -> Option<u64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
+    Some(v[rank.min(v.len()) - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(stream: &str, id: &str, seq: i64, epoch: i64) -> Ack {
+        Ack {
+            stream: stream.into(),
+            request_id: id.into(),
+            sequence: seq,
+            epoch,
+            shard: "s".into(),
+            first_try_ms: 0,
+            acked_ms: 1,
+            attempts: 1,
+        }
+    }
+
+    fn row(stream: &str, id: &str, seq: i64, epoch: i64, at: i64) -> Row {
+        Row { stream: stream.into(), seq, request_id: id.into(), shard: "s".into(), epoch, committed_us: at }
+    }
+
+    fn grant(epoch: i64, holder: &str, at: i64) -> Grant {
+        Grant { shard: "s".into(), epoch, holder: holder.into(), acquired_us: at }
+    }
+
+    #[test]
+    fn a_clean_history_passes() {
+        let grants = [grant(1, "a", 0), grant(2, "b", 5_000_000)];
+        let rows = [row("x", "r1", 1, 1, 1_000), row("x", "r2", 2, 2, 5_000_001)];
+        let acks = [ack("x", "r1", 1, 1), ack("x", "r2", 2, 2)];
+        let deaths = [Death { fault: 0, node: "a".into(), at_us: 3_000_000, shards: vec!["s".into()] }];
+        let v = check(&acks, &rows, &grants, &deaths, 3_500);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert_eq!(v.takeovers, vec![Takeover { fault: 0, node: "a".into(), shard: "s".into(), ms: 2_000 }]);
+    }
+
+    #[test]
+    fn an_acknowledged_append_missing_is_lost() {
+        let v = check(&[ack("x", "r1", 1, 1)], &[], &[grant(1, "a", 0)], &[], 1);
+        assert_eq!(v.lost, 1);
+        assert!(matches!(&v.violations[0], Violation::Lost { request_id, .. } if request_id == "r1"));
+    }
+
+    #[test]
+    fn an_ack_that_disagrees_with_the_store_is_reported() {
+        let v = check(&[ack("x", "r1", 1, 1)], &[row("x", "r1", 2, 1, 10)], &[grant(1, "a", 0)], &[], 1);
+        assert_eq!(v.mismatched, 1);
+        assert_eq!(v.lost, 0);
+    }
+
+    #[test]
+    fn a_request_id_stored_twice_is_a_duplicate() {
+        let rows = [row("x", "r1", 1, 1, 10), row("y", "r1", 1, 1, 20)];
+        let v = check(&[], &rows, &[grant(1, "a", 0)], &[], 1);
+        assert_eq!(v.duplicates, 1);
+        assert!(matches!(&v.violations[0], Violation::Duplicate { copies, .. } if copies.len() == 2));
+    }
+
+    #[test]
+    fn a_commit_under_a_superseded_epoch_is_stale() {
+        // Epoch 2 was granted at t=100; a commit under epoch 1 at t=150 is stale.
+        let grants = [grant(1, "a", 0), grant(2, "b", 100)];
+        let v = check(&[], &[row("x", "r1", 1, 1, 150)], &grants, &[], 1);
+        assert_eq!(v.stale_epoch, 1);
+        assert!(matches!(&v.violations[0], Violation::StaleEpoch { current: Some(2), epoch: 1, .. }));
+        // A commit before any grant is stale too.
+        let v = check(&[], &[row("x", "r1", 1, 1, 5)], &[grant(1, "a", 10)], &[], 1);
+        assert_eq!(v.stale_epoch, 1);
+    }
+
+    #[test]
+    fn a_slow_or_missing_takeover_is_reported() {
+        let death = Death { fault: 3, node: "a".into(), at_us: 1_000_000, shards: vec!["s".into()] };
+        let slow = check(&[], &[], &[grant(1, "a", 0), grant(2, "b", 6_000_000)], std::slice::from_ref(&death), 3_500);
+        assert_eq!(slow.slow_takeovers, 1);
+        assert_eq!(slow.takeovers[0].ms, 5_000);
+        let never = check(&[], &[], &[grant(1, "a", 0)], std::slice::from_ref(&death), 3_500);
+        assert!(matches!(&never.violations[0], Violation::SlowTakeover { granted_us: None, .. }));
+    }
+
+    #[test]
+    fn a_shard_handed_away_before_the_death_is_not_judged() {
+        let death = Death { fault: 0, node: "a".into(), at_us: 1_000_000, shards: vec!["s".into()] };
+        let v = check(&[], &[], &[grant(1, "a", 0), grant(2, "b", 500_000)], &[death], 3_500);
+        assert!(v.violations.is_empty());
+        assert!(v.takeovers.is_empty());
+    }
+
+    #[test]
+    fn unavailability_merges_overlapping_waits() {
+        let mut a = ack("x", "r", 1, 1);
+        let spans: Vec<Ack> = [(0, 10), (100, 1_500), (1_000, 2_600), (5_000, 5_200), (7_000, 9_000)]
+            .iter()
+            .map(|&(s, e)| {
+                a.first_try_ms = s;
+                a.acked_ms = e;
+                a.clone()
+            })
+            .collect();
+        assert_eq!(unavailability(&spans, 1_000), vec![(100, 2_600), (7_000, 9_000)]);
+    }
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50));
+        assert_eq!(percentile(&v, 99.0), Some(99));
+        assert_eq!(percentile(&v, 100.0), Some(100));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+}

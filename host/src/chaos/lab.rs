@@ -1,0 +1,181 @@
+//! The lab of one run: its servers, its network, its node processes, and
+//! the questions the nemesis asks of them (who holds what, has the cluster
+//! recovered).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use tonic::transport::Endpoint;
+
+use crate::api::proto::{self, admin_client::AdminClient};
+
+use super::procs::{Network, NodeProc, http_status};
+use super::servers::{PrivatePostgres, PrivateRedis};
+
+/// The servers, network and nodes of a run.
+pub struct Lab {
+    pub exe: PathBuf,
+    pub dir: PathBuf,
+    pub nodes: Vec<NodeProc>,
+    pub redis: PrivateRedis,
+    pub redis_url: String,
+    pub namespace: String,
+    pub postgres: Option<PrivatePostgres>,
+    pub network: Option<Network>,
+    /// The run's database, as this process reaches it.
+    pub database_url: String,
+    pub ttl: Duration,
+    pub renew: Duration,
+    /// Database clock minus this process's clock, in microseconds.
+    pub clock_offset_us: i64,
+    /// Node processes that exited on their own and were started again.
+    pub supervisor_restarts: Vec<String>,
+}
+
+/// `cluster_config.json` with one `journal` application of `shards` equal
+/// shards, a replica on every node.
+pub fn cluster_config(nodes: &[(String, String)], shards: u32) -> String {
+    let shard_list: Vec<serde_json::Value> = crate::topology::ops::equal_ranges(shards)
+        .into_iter()
+        .map(|(lower, upper)| {
+            let id = crate::topology::ops::shard_id("journal", lower, upper);
+            let width = if shards <= 256 { 2 } else { 4 };
+            let hex = |v: u32| format!("{:0width$x}", v >> (32 - 4 * width));
+            serde_json::json!({
+                "id": id,
+                "lower_bound": hex(lower),
+                "upper_bound": hex(upper),
+                "state": "active",
+                "replicas": nodes.iter().enumerate().map(|(k, (n, _))| serde_json::json!({
+                    "id": format!("{id}_{k:08x}"), "node_id": n
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::to_string_pretty(&serde_json::json!({
+        "applications": [{
+            "name": "journal",
+            "implementation": "chitin-journal",
+            "replication_factor": nodes.len(),
+            "shards": shard_list,
+        }],
+        "nodes": nodes.iter().map(|(n, a)| serde_json::json!({"id": n, "grpc_address": a})).collect::<Vec<_>>(),
+        "version": 1,
+    }))
+    .expect("JSON")
+}
+
+impl Lab {
+    pub fn node_index(&self, name: &str) -> usize {
+        self.nodes.iter().position(|n| n.name == name).expect("a node of the run")
+    }
+
+    /// This process's now on the database clock, in microseconds.
+    pub fn db_now_us(&self) -> i64 {
+        chrono::Utc::now().timestamp_micros() + self.clock_offset_us
+    }
+
+    pub async fn wait_ready(&mut self, k: usize, within: Duration) -> Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            if !self.nodes[k].is_running() {
+                bail!("{} exited while starting; log tail:\n{}", self.nodes[k].name, self.nodes[k].log_tail(30));
+            }
+            if http_status(&self.nodes[k].http, "/readyz").await == 200 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{} not ready within {within:?}; log tail:\n{}", self.nodes[k].name, self.nodes[k].log_tail(30));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Status as the first reachable node reports it.
+    pub async fn status(&self) -> Option<proto::StatusResponse> {
+        for n in &self.nodes {
+            let Ok(ep) = Endpoint::from_shared(format!("http://{}", n.api)) else { continue };
+            let ep = ep.connect_timeout(Duration::from_secs(1)).timeout(Duration::from_secs(3));
+            let Ok(ch) = ep.connect().await else { continue };
+            if let Ok(s) = AdminClient::new(ch).status(proto::StatusRequest {}).await {
+                return Some(s.into_inner());
+            }
+        }
+        None
+    }
+
+    /// Shards `node` holds by the cluster's status.
+    pub async fn held_by(&self, node: &str) -> Vec<String> {
+        match self.status().await {
+            Some(s) => s.leases.into_iter().filter(|l| l.holder == node).map(|l| l.shard).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Live instance keys in the run's Redis namespace.
+    async fn registered_instances(&self) -> Option<usize> {
+        let client = redis::Client::open(self.redis_url.as_str()).ok()?;
+        let mut c = tokio::time::timeout(Duration::from_secs(2), client.get_multiplexed_async_connection()).await.ok()?.ok()?;
+        let index = format!("{}:instances:index", self.namespace);
+        let ids: Vec<String> = redis::cmd("SMEMBERS").arg(&index).query_async(&mut c).await.ok()?;
+        let mut live = 0;
+        for id in ids {
+            let exists: bool = redis::cmd("EXISTS").arg(format!("{}:instances:{id}", self.namespace)).query_async(&mut c).await.ok()?;
+            live += usize::from(exists);
+        }
+        Some(live)
+    }
+
+    /// Waits until every node is ready, every shard has a live holder and
+    /// every node is in the Redis registry. A node that exited on its own is
+    /// started again, as its supervisor would, and noted.
+    pub async fn wait_recovered(&mut self, within: Duration) -> Result<Duration> {
+        let start = Instant::now();
+        loop {
+            for k in 0..self.nodes.len() {
+                if !self.nodes[k].is_running() {
+                    let name = self.nodes[k].name.clone();
+                    tracing::warn!(node = %name, "node exited on its own; starting it again");
+                    self.supervisor_restarts.push(format!("{name}: {}", self.nodes[k].log_tail(5)));
+                    let exe = self.exe.clone();
+                    self.nodes[k].start(&exe)?;
+                }
+            }
+            let mut ready = true;
+            for n in &self.nodes {
+                ready &= http_status(&n.http, "/readyz").await == 200;
+            }
+            if ready {
+                let owned = self.status().await.is_some_and(|s| s.unowned.is_empty() && !s.leases.is_empty());
+                if owned && self.registered_instances().await == Some(self.nodes.len()) {
+                    return Ok(start.elapsed());
+                }
+            }
+            if start.elapsed() > within {
+                let tails: String =
+                    self.nodes.iter().map(|n| format!("---- {}\n{}\n", n.name, n.log_tail(15))).collect();
+                bail!("the cluster did not recover within {within:?} (status: {:?})\n{tails}", self.status().await.map(|s| s.unowned));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Hands every shard of node `k` over (Admin.Drain).
+    pub async fn drain(&self, k: usize) -> Result<proto::DrainResponse> {
+        let ep = Endpoint::from_shared(format!("http://{}", self.nodes[k].api))?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(60));
+        let ch = ep.connect().await.with_context(|| format!("connect to {}", self.nodes[k].name))?;
+        Ok(AdminClient::new(ch).drain(proto::DrainRequest {}).await?.into_inner())
+    }
+
+    pub fn start_node(&mut self, k: usize) -> Result<()> {
+        let exe = self.exe.clone();
+        self.nodes[k].start(&exe)
+    }
+
+    pub fn logs_dir(&self) -> &Path {
+        &self.dir
+    }
+}

@@ -1,0 +1,154 @@
+//! The run's report: a table for people, JSON for tools, both from one struct.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use super::checker::{Verdict, Violation, percentile, unavailability};
+use super::clients::ClientLog;
+use super::nemesis::FaultRecord;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub seed: u64,
+    pub nodes: usize,
+    pub shards: u32,
+    pub clients: usize,
+    pub database: String,
+    pub network: String,
+    pub duration_ms: u64,
+    pub faults: Vec<FaultRecord>,
+    pub faults_by_kind: BTreeMap<String, usize>,
+    /// Kinds asked for that this run could not inject, with the reason.
+    pub skipped: BTreeMap<String, String>,
+    pub acknowledged: usize,
+    pub unacknowledged: usize,
+    pub rejected: usize,
+    pub stored: usize,
+    pub lost: usize,
+    pub duplicates: usize,
+    pub stale_epoch: usize,
+    pub mismatched: usize,
+    pub slow_takeovers: usize,
+    pub takeover_bound_ms: u64,
+    pub takeovers: usize,
+    pub takeover_p50_ms: Option<u64>,
+    pub takeover_p99_ms: Option<u64>,
+    pub takeover_max_ms: Option<u64>,
+    /// Stretches in which some client waited more than a second for an ack.
+    pub unavailability_windows: usize,
+    pub unavailability_longest_ms: u64,
+    pub unavailability_total_ms: u64,
+    pub supervisor_restarts: Vec<String>,
+    pub violations: Vec<Violation>,
+    pub passed: bool,
+}
+
+/// The run's facts, before judgement.
+pub struct RunFacts {
+    pub seed: u64,
+    pub nodes: usize,
+    pub shards: u32,
+    pub clients: usize,
+    pub database: String,
+    pub network: String,
+    pub duration_ms: u64,
+    pub faults: Vec<FaultRecord>,
+    pub skipped: BTreeMap<String, String>,
+    pub log: ClientLog,
+    pub stored: usize,
+    pub takeover_bound_ms: u64,
+    pub supervisor_restarts: Vec<String>,
+}
+
+impl Report {
+    pub fn new(f: RunFacts, verdict: Verdict) -> Report {
+        let mut faults_by_kind = BTreeMap::new();
+        for r in &f.faults {
+            *faults_by_kind.entry(r.kind.name().to_string()).or_insert(0) += 1;
+        }
+        let takeover_ms: Vec<u64> = verdict.takeovers.iter().map(|t| t.ms).collect();
+        let windows = unavailability(&f.log.acks, 1000);
+        let passed = verdict.violations.is_empty() && f.log.rejected.is_empty();
+        Report {
+            seed: f.seed,
+            nodes: f.nodes,
+            shards: f.shards,
+            clients: f.clients,
+            database: f.database,
+            network: f.network,
+            duration_ms: f.duration_ms,
+            faults_by_kind,
+            skipped: f.skipped,
+            acknowledged: f.log.acks.len(),
+            unacknowledged: f.log.unacknowledged.len(),
+            rejected: f.log.rejected.len(),
+            stored: f.stored,
+            lost: verdict.lost,
+            duplicates: verdict.duplicates,
+            stale_epoch: verdict.stale_epoch,
+            mismatched: verdict.mismatched,
+            slow_takeovers: verdict.slow_takeovers,
+            takeover_bound_ms: f.takeover_bound_ms,
+            takeovers: takeover_ms.len(),
+            takeover_p50_ms: percentile(&takeover_ms, 50.0),
+            takeover_p99_ms: percentile(&takeover_ms, 99.0),
+            takeover_max_ms: takeover_ms.iter().copied().max(),
+            unavailability_windows: windows.len(),
+            unavailability_longest_ms: windows.iter().map(|(s, e)| e - s).max().unwrap_or(0),
+            unavailability_total_ms: windows.iter().map(|(s, e)| e - s).sum(),
+            supervisor_restarts: f.supervisor_restarts,
+            faults: f.faults,
+            violations: verdict.violations,
+            passed,
+        }
+    }
+
+    /// The summary table (markdown, so it pastes into docs/reliability.md).
+    pub fn table(&self) -> String {
+        let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
+        let mut t = String::new();
+        let _ = writeln!(t, "chaos run: seed {}, {} nodes, {} shards, {} clients, {:.0} s", self.seed, self.nodes, self.shards, self.clients, self.duration_ms as f64 / 1000.0);
+        let _ = writeln!(t, "database: {}; network cuts: {}\n", self.database, self.network);
+        let _ = writeln!(t, "| fault | injected |\n|---|---:|");
+        for (kind, n) in &self.faults_by_kind {
+            let _ = writeln!(t, "| {kind} | {n} |");
+        }
+        for (kind, why) in &self.skipped {
+            let _ = writeln!(t, "| {kind} | skipped: {why} |");
+        }
+        let _ = writeln!(t, "| **total** | **{}** |\n", self.faults.len());
+        let _ = writeln!(t, "| check | result |\n|---|---:|");
+        let rows = [
+            ("acknowledged appends", self.acknowledged.to_string()),
+            ("unacknowledged when the run stopped", self.unacknowledged.to_string()),
+            ("entries stored", self.stored.to_string()),
+            ("lost", self.lost.to_string()),
+            ("duplicates", self.duplicates.to_string()),
+            ("stale-epoch commits", self.stale_epoch.to_string()),
+            ("acks that disagree with the store", self.mismatched.to_string()),
+            ("rejected as invalid", self.rejected.to_string()),
+            (&format!("takeovers over {} ms", self.takeover_bound_ms), self.slow_takeovers.to_string()),
+            ("takeovers measured", self.takeovers.to_string()),
+            ("takeover p50", ms(self.takeover_p50_ms)),
+            ("takeover p99", ms(self.takeover_p99_ms)),
+            ("takeover max", ms(self.takeover_max_ms)),
+            ("unavailability windows (> 1 s)", self.unavailability_windows.to_string()),
+            ("longest window", format!("{} ms", self.unavailability_longest_ms)),
+            ("total unavailability", format!("{} ms", self.unavailability_total_ms)),
+            ("nodes restarted by the supervisor", self.supervisor_restarts.len().to_string()),
+        ];
+        for (name, value) in rows {
+            let _ = writeln!(t, "| {name} | {value} |");
+        }
+        let _ = writeln!(t, "\n{}", if self.passed { "PASSED" } else { "FAILED" });
+        for v in self.violations.iter().take(20) {
+            let _ = writeln!(t, "violation: {}", serde_json::to_string(v).unwrap_or_default());
+        }
+        if self.violations.len() > 20 {
+            let _ = writeln!(t, "… and {} more in the JSON report", self.violations.len() - 20);
+        }
+        t
+    }
+}

@@ -1,0 +1,92 @@
+//! `chitin chaos`: the fault-injection run (see [`chitin::chaos`]).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use chitin::chaos::{ChaosOptions, Database, FaultKind};
+
+#[derive(clap::Args, Debug)]
+pub struct ChaosArgs {
+    /// Node processes to start (3 to 5).
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Faults to inject, one at a time.
+    #[arg(long, default_value_t = 20)]
+    faults: usize,
+    /// Stop injecting after this many seconds, whatever --faults says.
+    #[arg(long, default_value_t = 600)]
+    duration: u64,
+    /// Seed of every random choice; the same seed gives the same schedule.
+    /// Default: from the clock (printed, so the run can be repeated).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Server to create the run's database in (PostgreSQL or MySQL/MariaDB URL).
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres", env = "CHITIN_CHAOS_DATABASE_URL")]
+    database_url: String,
+    /// Use a private PostgreSQL cluster on a free port instead (enables the
+    /// database restart and network cut faults).
+    #[arg(long)]
+    private_postgres: bool,
+    /// Shards of the journal application (power of two).
+    #[arg(long, default_value_t = 16)]
+    shards: u32,
+    /// Concurrent journal clients.
+    #[arg(long, default_value_t = 3)]
+    clients: usize,
+    /// Pause of each client between appends, in milliseconds.
+    #[arg(long, default_value_t = 10)]
+    append_interval_ms: u64,
+    /// Lease TTL of the nodes, in seconds.
+    #[arg(long, default_value_t = 2.0)]
+    lease_ttl: f64,
+    /// Lease renew interval, in seconds.
+    #[arg(long, default_value_t = 0.5)]
+    renew_interval: f64,
+    /// Slack added to TTL + renew interval for the takeover bound, in seconds.
+    #[arg(long, default_value_t = 1.0)]
+    takeover_slack: f64,
+    /// Fault kinds to draw from (comma-separated). Default: all.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    kinds: Vec<FaultKind>,
+    /// Directory for logs, settings and the private servers' data (kept).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Also write the report as JSON here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+    });
+    let dir = args.dir.unwrap_or_else(|| std::env::temp_dir().join(format!("chitin-chaos-{seed}")));
+    let secs = |s: f64, what: &str| {
+        Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("--{what} must be a positive number of seconds"))
+    };
+    let opts = ChaosOptions {
+        nodes: args.nodes,
+        faults: args.faults,
+        duration: Duration::from_secs(args.duration),
+        seed,
+        database: if args.private_postgres { Database::PrivatePostgres } else { Database::Configured(args.database_url) },
+        shards: args.shards,
+        clients: args.clients,
+        append_interval: Duration::from_millis(args.append_interval_ms),
+        lease_ttl: secs(args.lease_ttl, "lease-ttl")?,
+        renew_interval: secs(args.renew_interval, "renew-interval")?,
+        takeover_slack: secs(args.takeover_slack, "takeover-slack")?,
+        kinds: if args.kinds.is_empty() { FaultKind::ALL.to_vec() } else { args.kinds },
+        dir: dir.clone(),
+    };
+    eprintln!("chaos: seed {seed}; logs and data in {}", dir.display());
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let report = runtime.block_on(chitin::chaos::run(opts))?;
+    print!("{}", report.table());
+    if let Some(path) = args.report {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+        eprintln!("chaos: report written to {}", path.display());
+    }
+    Ok(if report.passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
