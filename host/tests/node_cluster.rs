@@ -1,5 +1,6 @@
 //! Nodes as real processes sharing one real database: takeover after a
-//! crash, fencing of a paused holder, drain and graceful stop under load.
+//! crash, fencing of a paused holder, drain and graceful stop under load,
+//! and `examples/stale-instances.sh` against the cluster's Redis registry.
 //! Lease timing: a 2 s TTL renewed every 0.5 s.
 
 mod cluster_common;
@@ -323,5 +324,165 @@ async fn a_watcher_sees_draining_then_lost_for_every_shard_handed_away() {
         assert!(newest as u64 > *epoch, "{shard} was not handed over with a new epoch");
     }
     store.close().await;
+    c.teardown().await.unwrap();
+}
+
+/// Runs `examples/<name>` against the shared Redis for namespace `ns`.
+fn run_example(name: &str, ns: &str) -> String {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(ns)
+        .env("REDIS_HOST", "127.0.0.1")
+        .env("REDIS_PORT", "6379")
+        .output()
+        .expect("bash");
+    assert!(out.status.success(), "{name} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Deletes every key of the cluster's namespace, also after a failed assertion.
+struct RedisNs {
+    ns: String,
+    conn: redis::Connection,
+}
+
+impl RedisNs {
+    fn new(ns: &str) -> RedisNs {
+        let conn = redis::Client::open("redis://127.0.0.1:6379").unwrap().get_connection().unwrap();
+        RedisNs { ns: ns.to_string(), conn }
+    }
+
+    fn pttl(&mut self, key: &str) -> i64 {
+        redis::cmd("PTTL").arg(key).query(&mut self.conn).unwrap()
+    }
+
+    fn index(&mut self) -> Vec<String> {
+        redis::cmd("SMEMBERS").arg(format!("{}:instances:index", self.ns)).query(&mut self.conn).unwrap()
+    }
+
+    /// Instance UUID → the JSON stored at `{ns}:instances:{id}`, for every
+    /// index entry whose instance key exists.
+    fn instances(&mut self) -> HashMap<String, serde_json::Value> {
+        self.index()
+            .into_iter()
+            .filter_map(|id| {
+                let raw: Option<String> = redis::cmd("GET").arg(format!("{}:instances:{id}", self.ns)).query(&mut self.conn).unwrap();
+                raw.map(|r| (id, serde_json::from_str(&r).unwrap()))
+            })
+            .collect()
+    }
+}
+
+impl Drop for RedisNs {
+    fn drop(&mut self) {
+        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}:*", self.ns)).query(&mut self.conn).unwrap_or_default();
+        if !keys.is_empty() {
+            let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(keys).query(&mut self.conn);
+        }
+    }
+}
+
+/// `examples/stale-instances.sh` against three real nodes: nothing while
+/// all heartbeat, exactly the killed node's UUID once its instance key has
+/// expired. The survivors' health monitors sweep a dead entry within a
+/// heartbeat (1 s) of its expiry, so they are paused (SIGSTOP) from just
+/// before the expiry until the scripts have run; their own keys have well
+/// over a second left then, checked before they resume.
+#[tokio::test(flavor = "multi_thread")]
+async fn stale_instances_script_names_exactly_the_killed_node() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
+    let mut redis = RedisNs::new(&c.namespace);
+    let ns = c.namespace.clone();
+    let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
+
+    // Each node's instance UUID, by its gRPC address in the registry, and
+    // the same as the status API reports.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let registered = loop {
+        let r = redis.instances();
+        if r.len() == 3 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "three instances not registered in Redis: {r:?}\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let uuid_of = |api: &str| -> String {
+        let (id, _) = registered.iter().find(|(_, info)| info["grpc_address"] == api).unwrap_or_else(|| panic!("no instance at {api}: {registered:?}"));
+        id.clone()
+    };
+    let uuids: Vec<String> = c.nodes.iter().map(|n| uuid_of(&n.api)).collect();
+    for (n, id) in c.nodes.iter().zip(&uuids) {
+        assert_ne!(id, &n.name, "instance keys use the UUID, not the name");
+        uuid::Uuid::parse_str(id).unwrap();
+        assert!(!registered[id]["hostname"].as_str().unwrap_or_default().is_empty());
+        let reported = status.nodes.iter().find(|s| s.name == n.name).unwrap();
+        assert_eq!(&reported.uuid, id, "status API and registry disagree on {}", n.name);
+    }
+    assert_eq!(run_example("stale-instances.sh", &ns), "", "all three alive");
+
+    let v = 1;
+    let victim = uuids[v].clone();
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != v).collect();
+    let key = |id: &str| format!("{ns}:instances:{id}");
+    c.nodes[v].kill9();
+
+    // Wait for the victim's key to be about to expire with the survivors'
+    // keys fresh, then pause the survivors.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = redis.pttl(&key(&victim));
+        let fresh = survivors.iter().all(|&i| redis.pttl(&key(&uuids[i])) >= left.max(0) + 1200);
+        if left <= 500 && fresh {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{victim}'s key did not near its expiry (PTTL {left} ms)\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for &i in &survivors {
+        c.nodes[i].pause();
+    }
+    // Poll the script until it reports something (the victim's key expires
+    // within 0.5 s; the bound is wide).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stale = loop {
+        let out = run_example("stale-instances.sh", &ns);
+        if !out.is_empty() || Instant::now() > deadline {
+            break out;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let cleaned = run_example("cleanup-stale-instances.sh", &ns);
+    let after = run_example("stale-instances.sh", &ns);
+    let left: Vec<i64> = survivors.iter().map(|&i| redis.pttl(&key(&uuids[i]))).collect();
+    for &i in &survivors {
+        c.nodes[i].resume();
+    }
+    assert_eq!(stale, format!("Stale: {victim}\n"), "survivors {:?}", survivors.iter().map(|&i| &uuids[i]).collect::<Vec<_>>());
+    assert!(left.iter().all(|&l| l > 0), "a survivor's key lapsed while paused: {left:?}");
+    assert_eq!(cleaned, format!("Removing stale instance: {victim}\n"));
+    assert_eq!(after, "", "nothing stale after the cleanup");
+
+    // The survivors heartbeat on (a heartbeat stamped after they resumed);
+    // the index holds exactly them.
+    let resumed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = redis.instances();
+        let beat = |id: &String| r.get(id).and_then(|i| i["last_heartbeat"].as_u64()).is_some_and(|t| t > resumed);
+        if survivors.iter().all(|&i| beat(&uuids[i])) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the survivors did not heartbeat after resuming: {r:?}\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut live = redis.index();
+    live.sort();
+    let mut want: Vec<String> = survivors.iter().map(|&i| uuids[i].clone()).collect();
+    want.sort();
+    assert_eq!(live, want);
+    assert_eq!(run_example("stale-instances.sh", &ns), "");
+    drop(redis);
     c.teardown().await.unwrap();
 }
