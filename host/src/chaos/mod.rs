@@ -271,12 +271,19 @@ async fn run_in(
     let mut faults = Vec::new();
     let mut deaths = Vec::new();
     let mut failure = None;
+    // Kinds are drawn from shuffled bags of all of them, so that every kind
+    // comes round once in each stretch of `kinds.len()` faults.
+    let mut bag: Vec<FaultKind> = Vec::new();
     for index in 0..opts.faults {
         if start.elapsed() >= opts.duration {
             break;
         }
         tokio::time::sleep(rng.between(Duration::from_millis(500), Duration::from_secs(2))).await;
-        let kind = kinds[rng.below(kinds.len())];
+        if bag.is_empty() {
+            bag = kinds.clone();
+            rng.shuffle(&mut bag);
+        }
+        let kind = bag.pop().expect("refilled");
         tracing::info!(index, kind = kind.name(), "fault");
         match nemesis::inject(&mut lab, &mut rng, index, kind, start).await {
             Ok((record, death)) => {

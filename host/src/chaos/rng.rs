@@ -24,6 +24,13 @@ impl Rng {
         (self.next_u64() % n as u64) as usize
     }
 
+    /// Fisher–Yates.
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i + 1));
+        }
+    }
+
     /// Uniform in `lo..=hi`.
     pub fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
         let (lo, hi) = (lo.as_millis() as u64, hi.as_millis().max(lo.as_millis()) as u64);
@@ -52,5 +59,10 @@ mod tests {
             let d = r.between(Duration::from_millis(100), Duration::from_millis(200));
             assert!((100..=200).contains(&(d.as_millis() as u64)));
         }
+        let mut items: Vec<u32> = (0..10).collect();
+        r.shuffle(&mut items);
+        let mut sorted = items.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..10).collect::<Vec<_>>());
     }
 }

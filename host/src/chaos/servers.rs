@@ -151,7 +151,9 @@ impl PrivatePostgres {
         std::fs::set_permissions(&base, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
         let data = base.join("data");
         let data_s = data.to_str().context("non-UTF-8 path")?;
-        pg_tool(&bin, "initdb", &["-D", data_s, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"])?;
+        pg_tool(&bin, "initdb", &["-D", data_s, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"]).with_context(|| {
+            format!("initdb in {} (as root it runs as `postgres`, which must be able to reach that directory)", base.display())
+        })?;
         let port = free_port()?;
         let listen = match extra {
             Some((addr, _)) => format!("127.0.0.1,{addr}"),
