@@ -7,11 +7,11 @@
 mod lease_common;
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use chitin::chaos::servers::PrivatePostgres;
 use chitin::lease::Store;
 use chitin::lease::checks::{self, Check, ServerFacts, ServerKind, StartCheckError};
 
@@ -534,149 +534,11 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-/// Runs a PostgreSQL tool, as user `postgres` when we are root (initdb and
-/// postgres refuse to run as root).
-fn pg_tool(bin: &Path, tool: &str, args: &[&str]) -> Result<()> {
-    let exe = bin.join(tool);
-    let out = if is_root() {
-        Command::new("runuser")
-            .arg("-u")
-            .arg("postgres")
-            .arg("--")
-            .arg(&exe)
-            .args(args)
-            .output()?
-    } else {
-        Command::new(&exe).args(args).output()?
-    };
-    if !out.status.success() {
-        bail!(
-            "{tool} {args:?} failed: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
-}
-
-fn pg_bin() -> Result<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")?
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-        .filter(|p| p.join("initdb").exists())
-        .collect();
-    dirs.sort_by_key(|p| {
-        p.parent()
-            .and_then(|v| v.file_name())
-            .and_then(|v| v.to_str())
-            .and_then(|v| v.parse::<u32>().ok())
-    });
-    dirs.pop()
-        .context("no PostgreSQL binaries under /usr/lib/postgresql/*/bin")
-}
-
-/// A private PostgreSQL cluster; stopped (immediately) when dropped.
-struct PrivatePg {
-    bin: PathBuf,
-    data: PathBuf,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl PrivatePg {
-    /// initdb + start, with `extra_conf` appended to postgresql.conf.
-    fn start(extra_conf: &str) -> Result<PrivatePg> {
-        let bin = pg_bin()?;
-        let dir = tempfile::Builder::new().prefix("chitin-pg-").tempdir()?;
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o777),
-        )?;
-        let data = dir.path().join("data");
-        let data_s = data.to_str().unwrap().to_owned();
-        pg_tool(
-            &bin,
-            "initdb",
-            &[
-                "-D",
-                &data_s,
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--no-sync",
-                "-E",
-                "UTF8",
-            ],
-        )?;
-        let port = free_port();
-        let conf = format!(
-            "port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n\
-             shared_buffers = 16MB\nmax_connections = 20\n{extra_conf}\n",
-            dir.path().display()
-        );
-        let path = data.join("postgresql.conf");
-        let mut text = std::fs::read_to_string(&path)?;
-        text.push_str(&conf);
-        std::fs::write(&path, text)?;
-        let pg = PrivatePg {
-            bin,
-            data,
-            port,
-            _dir: dir,
-        };
-        pg.pg_ctl_start()?;
-        Ok(pg)
-    }
-
-    fn pg_ctl_start(&self) -> Result<()> {
-        let log = self.data.parent().unwrap().join("server.log");
-        pg_tool(
-            &self.bin,
-            "pg_ctl",
-            &[
-                "-D",
-                self.data.to_str().unwrap(),
-                "-l",
-                log.to_str().unwrap(),
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-        )
-    }
-
-    fn stop(&self) -> Result<()> {
-        pg_tool(
-            &self.bin,
-            "pg_ctl",
-            &[
-                "-D",
-                self.data.to_str().unwrap(),
-                "-m",
-                "immediate",
-                "-w",
-                "stop",
-            ],
-        )
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for PrivatePg {
-    fn drop(&mut self) {
-        let _ = self.stop();
-    }
+/// A private PostgreSQL cluster under a temporary directory.
+fn private_pg(extra_conf: &str) -> Result<(PrivatePostgres, tempfile::TempDir)> {
+    let dir = tempfile::Builder::new().prefix("chitin-pg-").tempdir()?;
+    let pg = PrivatePostgres::start(dir.path(), None, extra_conf)?;
+    Ok((pg, dir))
 }
 
 async fn refused_checks(store: &Store) -> Result<Vec<Check>> {
@@ -719,9 +581,9 @@ async fn pg_reload_until(
 /// = off; fixed, it passes; restarted as a standby (in recovery), it is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_postgres_bad_states() -> Result<()> {
-    let pg = tokio::task::spawn_blocking(|| PrivatePg::start("fsync = off")).await??;
-    let store = Store::connect(&pg.url()).await?;
-    let admin = sqlx::PgPool::connect(&pg.url()).await?;
+    let (mut pg, _dir) = tokio::task::spawn_blocking(|| private_pg("fsync = off")).await??;
+    let store = Store::connect(&pg.url("127.0.0.1")).await?;
+    let admin = sqlx::PgPool::connect(&pg.url("127.0.0.1")).await?;
 
     let facts = checks::gather(&store).await?;
     ensure!(facts.fsync.as_deref() == Some("off"), "{facts:?}");
@@ -757,10 +619,10 @@ async fn private_postgres_bad_states() -> Result<()> {
     admin.close().await;
 
     // Restart as a standby: in recovery, read-only.
-    pg.stop()?;
-    std::fs::write(pg.data.join("standby.signal"), "")?;
-    let pg = tokio::task::spawn_blocking(move || pg.pg_ctl_start().map(|_| pg)).await??;
-    let store = Store::connect(&pg.url()).await?;
+    pg.down()?;
+    std::fs::write(pg.data_dir().join("standby.signal"), "")?;
+    let pg = tokio::task::spawn_blocking(move || pg.up().map(|_| pg)).await??;
+    let store = Store::connect(&pg.url("127.0.0.1")).await?;
     let facts = checks::gather(&store).await?;
     ensure!(facts.in_recovery == Some(true), "{facts:?}");
     ensure!(refused_checks(&store).await? == vec![Check::Replica]);

@@ -152,7 +152,7 @@ pub async fn run(opts: ChaosOptions) -> Result<Report> {
     let (postgres, node_db_url, local_db_url, created) = match &opts.database {
         Database::PrivatePostgres => {
             let extra = network.as_ref().map(|n| (n.host(), n.subnet()));
-            let pg = PrivatePostgres::start(&opts.dir, extra.as_ref().map(|(a, b)| (a.as_str(), b.as_str())))?;
+            let pg = PrivatePostgres::start(&opts.dir, extra.as_ref().map(|(a, b)| (a.as_str(), b.as_str())), "")?;
             let (node, local) = (pg.url(&server_host), pg.url("127.0.0.1"));
             (Some(pg), node, local, None)
         }

@@ -36,6 +36,8 @@ pub struct Report {
     pub takeover_p50_ms: Option<u64>,
     pub takeover_p99_ms: Option<u64>,
     pub takeover_max_ms: Option<u64>,
+    /// Per fault that killed a node's leases: shards taken over and the slowest.
+    pub takeovers_by_fault: Vec<FaultTakeover>,
     /// Stretches in which some client waited more than a second for an ack.
     pub unavailability_windows: usize,
     pub unavailability_longest_ms: u64,
@@ -43,6 +45,24 @@ pub struct Report {
     pub supervisor_restarts: Vec<String>,
     pub violations: Vec<Violation>,
     pub passed: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FaultTakeover {
+    pub fault: usize,
+    pub node: String,
+    pub shards: usize,
+    pub max_ms: u64,
+}
+
+fn by_fault(takeovers: &[super::checker::Takeover]) -> Vec<FaultTakeover> {
+    let mut out: BTreeMap<usize, FaultTakeover> = BTreeMap::new();
+    for t in takeovers {
+        let e = out.entry(t.fault).or_insert_with(|| FaultTakeover { fault: t.fault, node: t.node.clone(), shards: 0, max_ms: 0 });
+        e.shards += 1;
+        e.max_ms = e.max_ms.max(t.ms);
+    }
+    out.into_values().collect()
 }
 
 /// The run's facts, before judgement.
@@ -95,6 +115,7 @@ impl Report {
             takeover_p50_ms: percentile(&takeover_ms, 50.0),
             takeover_p99_ms: percentile(&takeover_ms, 99.0),
             takeover_max_ms: takeover_ms.iter().copied().max(),
+            takeovers_by_fault: by_fault(&verdict.takeovers),
             unavailability_windows: windows.len(),
             unavailability_longest_ms: windows.iter().map(|(s, e)| e - s).max().unwrap_or(0),
             unavailability_total_ms: windows.iter().map(|(s, e)| e - s).sum(),

@@ -130,8 +130,9 @@ fn pg_bin() -> Result<PathBuf> {
     dirs.pop().map(|(_, p)| p).context("no initdb under /usr/lib/postgresql/*/bin: set PG_BIN")
 }
 
-/// A private PostgreSQL cluster (fsync on, as in production) that the
-/// nemesis restarts; removed with the run's directory.
+/// A private PostgreSQL cluster that the nemesis restarts (and the start
+/// checks' tests put in bad states); its files live under the given
+/// directory.
 pub struct PrivatePostgres {
     bin: PathBuf,
     data: PathBuf,
@@ -140,9 +141,10 @@ pub struct PrivatePostgres {
 }
 
 impl PrivatePostgres {
-    /// initdb + start on a free port, listening on loopback and `extra_listen`
-    /// (trusted from `extra_net`, a CIDR).
-    pub fn start(dir: &Path, extra: Option<(&str, &str)>) -> Result<PrivatePostgres> {
+    /// initdb + start on a free port under `dir`, listening on loopback and,
+    /// with `extra = (address, cidr)`, on `address`, trusting `cidr`;
+    /// `extra_conf` is appended to postgresql.conf.
+    pub fn start(dir: &Path, extra: Option<(&str, &str)>, extra_conf: &str) -> Result<PrivatePostgres> {
         let bin = pg_bin()?;
         let base = dir.join("postgres");
         std::fs::create_dir_all(&base)?;
@@ -161,7 +163,7 @@ impl PrivatePostgres {
         };
         let conf = format!(
             "\nport = {port}\nlisten_addresses = '{listen}'\nunix_socket_directories = '{}'\n\
-             shared_buffers = 32MB\nmax_connections = 100\nfsync = on\nsynchronous_commit = on\n",
+             shared_buffers = 32MB\nmax_connections = 100\n{extra_conf}\n",
             base.display()
         );
         append(&data.join("postgresql.conf"), &conf)?;
@@ -175,6 +177,11 @@ impl PrivatePostgres {
 
     pub fn url(&self, host: &str) -> String {
         format!("postgres://postgres@{host}:{}/postgres", self.port)
+    }
+
+    /// The cluster's data directory (for `standby.signal` and the like).
+    pub fn data_dir(&self) -> &Path {
+        &self.data
     }
 
     pub fn up(&mut self) -> Result<()> {
