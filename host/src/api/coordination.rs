@@ -33,14 +33,26 @@ fn redis(e: impl std::fmt::Display) -> Status {
     Status::unavailable(format!("Redis: {e}"))
 }
 
+/// A bad target or instance id is the caller's; only Redis failures are UNAVAILABLE.
+fn affinity_error(e: coord::AffinityError) -> Status {
+    match e {
+        coord::AffinityError::InvalidTarget { .. } | coord::AffinityError::InstanceId(_) => {
+            Status::invalid_argument(e.to_string())
+        }
+        coord::AffinityError::TargetOwnedByOther { .. } => Status::failed_precondition(e.to_string()),
+        coord::AffinityError::Redis(_) => redis(e),
+    }
+}
+
 fn deployment_error(e: coord::DeploymentError) -> Status {
     let text = e.to_string();
     match e {
         coord::DeploymentError::NotFound { .. } => Status::not_found(text),
         coord::DeploymentError::Redis(_) | coord::DeploymentError::Conflict { .. } => Status::unavailable(text),
-        coord::DeploymentError::InvalidId { .. } | coord::DeploymentError::NotTerminal { .. } => {
-            Status::invalid_argument(text)
-        }
+        coord::DeploymentError::InvalidId { .. }
+        | coord::DeploymentError::NotTerminal { .. }
+        | coord::DeploymentError::InvalidStartState { .. }
+        | coord::DeploymentError::InstanceId(_) => Status::invalid_argument(text),
         _ => Status::failed_precondition(text),
     }
 }
@@ -94,7 +106,7 @@ impl coordination_server::Coordination for Coordination {
 
     async fn affinity_owner(&self, req: Request<proto::TargetRequest>) -> Result<Response<proto::OwnerResponse>, Status> {
         let target = target(req)?;
-        let owner = self.coord()?.affinity.owner(&target).await.map_err(redis)?;
+        let owner = self.coord()?.affinity.owner(&target).await.map_err(affinity_error)?;
         Ok(Response::new(proto::OwnerResponse { owner: owner.unwrap_or_default() }))
     }
 
@@ -106,13 +118,13 @@ impl coordination_server::Coordination for Coordination {
         } else {
             coord.affinity.list(&id).await
         }
-        .map_err(redis)?;
+        .map_err(affinity_error)?;
         Ok(Response::new(proto::TargetsResponse { targets }))
     }
 
     async fn affinity_release(&self, req: Request<proto::TargetRequest>) -> Result<Response<proto::ReleaseResponse>, Status> {
         let target = target(req)?;
-        let released = self.coord()?.affinity.release(&target).await.map_err(redis)?;
+        let released = self.coord()?.affinity.release(&target).await.map_err(affinity_error)?;
         Ok(Response::new(proto::ReleaseResponse { released }))
     }
 
@@ -144,6 +156,18 @@ impl coordination_server::Coordination for Coordination {
         req: Request<proto::DeploymentUpdateRequest>,
     ) -> Result<Response<proto::JsonResponse>, Status> {
         let r = req.into_inner();
+        if r.total == 0 && r.completed > 0 {
+            return Err(Status::invalid_argument(format!(
+                "completed = {} needs total (the steps planned); total = 0 leaves the progress unchanged",
+                r.completed
+            )));
+        }
+        if r.completed > r.total {
+            return Err(Status::invalid_argument(format!(
+                "completed = {} must not exceed total = {}",
+                r.completed, r.total
+            )));
+        }
         let update = DeploymentUpdate {
             state: state(&r.state)?,
             message: Some(r.message).filter(|m| !m.is_empty()),

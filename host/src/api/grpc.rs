@@ -11,7 +11,7 @@ use crate::lease::LeaseRow;
 use crate::node::Node;
 use crate::server::{BootstrapError, Control};
 use crate::topology::ClusterConfig;
-use crate::node::journal::AppendError;
+use crate::node::journal::{AppendError, MAX_STREAM};
 use crate::node::leases::OwnershipEvent;
 
 /// Largest request the server decodes.
@@ -23,7 +23,52 @@ pub fn router(control: Arc<Control>) -> tonic::service::Routes {
     let ownership = ownership_server::OwnershipServer::new(Api(control.clone()));
     let admin = admin_server::AdminServer::new(Api(control.clone())).max_decoding_message_size(64 << 20);
     let coordination = proto::coordination_server::CoordinationServer::new(super::coordination::Coordination(control));
-    tonic::service::Routes::new(journal).add_service(ownership).add_service(admin).add_service(coordination)
+    let router = tonic::service::Routes::new(journal)
+        .add_service(ownership)
+        .add_service(admin)
+        .add_service(coordination)
+        .into_axum_router()
+        .layer(axum::middleware::from_fn(clarify_library_errors));
+    tonic::service::Routes::from(router)
+}
+
+/// The gRPC services this node serves, for the answer to an unknown method.
+const SERVICES: &str = "chitin.v1.Journal, chitin.v1.Ownership, chitin.v1.Admin, chitin.v1.Coordination";
+
+/// Rewrites the answers tonic itself gives to a bad request, before any
+/// handler runs, into ones that say what was wrong:
+/// - an undecodable request (wrong wire types, invalid UTF-8, truncated):
+///   INTERNAL becomes INVALID_ARGUMENT `malformed request: …`;
+/// - a request over the size limit: OUT_OF_RANGE becomes INVALID_ARGUMENT
+///   `request too large: …` (never RESOURCE_EXHAUSTED, which clients retry);
+/// - an unknown service or method: UNIMPLEMENTED gets a message naming it.
+///
+/// Only trailers-only answers (the status in the headers) are looked at;
+/// a handler's own errors never carry these messages.
+async fn clarify_library_errors(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    let path = req.uri().path().to_owned();
+    let mut response = next.run(req).await;
+    let Some(status) = Status::from_header_map(response.headers()) else {
+        return response;
+    };
+    let message = status.message();
+    let clearer = match status.code() {
+        tonic::Code::Internal if message.starts_with("failed to decode Protobuf message") => {
+            Status::invalid_argument(format!("malformed request: {message}"))
+        }
+        tonic::Code::OutOfRange if message.contains("decoded message length too large") => {
+            let detail = message.trim_start_matches("Error, decoded message length too large: ");
+            Status::invalid_argument(format!("request too large: {detail}"))
+        }
+        tonic::Code::Unimplemented if message.is_empty() => {
+            Status::unimplemented(format!("no gRPC method `{path}` on this node; it serves {SERVICES}"))
+        }
+        _ => return response,
+    };
+    if clearer.add_header(response.headers_mut()).is_err() {
+        tracing::debug!(%path, "cannot rewrite a gRPC status");
+    }
+    response
 }
 
 #[derive(Clone)]
@@ -77,11 +122,16 @@ impl journal_server::Journal for Api {
 
     async fn read(&self, req: Request<proto::ReadRequest>) -> Result<Response<proto::ReadResponse>, Status> {
         let r = req.into_inner();
-        if r.stream.is_empty() {
-            return Err(Status::invalid_argument("stream must not be empty"));
+        if r.stream.is_empty() || r.stream.len() > MAX_STREAM {
+            return Err(Status::invalid_argument(format!(
+                "stream must be 1..={MAX_STREAM} bytes, got {}",
+                r.stream.len()
+            )));
         }
+        let from = i64::try_from(r.from)
+            .map_err(|_| Status::invalid_argument(format!("from must be at most {}, got {}", i64::MAX, r.from)))?;
         let limit = if r.limit == 0 { 1000 } else { r.limit };
-        let entries = self.node()?.read(&r.stream, r.from as i64, limit).await.map_err(internal)?;
+        let entries = self.node()?.read(&r.stream, from, limit).await.map_err(internal)?;
         Ok(Response::new(proto::ReadResponse {
             entries: entries
                 .into_iter()
@@ -121,6 +171,9 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<proto::OwnershipEvent, Statu
 impl ownership_server::Ownership for Api {
     async fn route(&self, req: Request<proto::RouteRequest>) -> Result<Response<proto::ShardLease>, Status> {
         let r = req.into_inner();
+        if r.application.is_empty() {
+            return Err(Status::invalid_argument("application must not be empty"));
+        }
         let node = &self.node()?;
         let topology = node.topology();
         let shard = topology.map.route(&r.application, r.key).map_err(|e| Status::not_found(e.to_string()))?;
@@ -242,6 +295,8 @@ impl admin_server::Admin for Api {
         let node = self.0.bootstrap(&r.node_id, config).await.map_err(|e| match e {
             BootstrapError::AlreadyProvisioned(_) => Status::already_exists(e.to_string()),
             BootstrapError::Start(_) => Status::unavailable(e.to_string()),
+            // The request contradicts itself: no node state can make it right.
+            BootstrapError::Invalid(_) | BootstrapError::NotInConfig(_) => Status::invalid_argument(e.to_string()),
             _ => Status::failed_precondition(e.to_string()),
         })?;
         Ok(Response::new(proto::BootstrapResponse {

@@ -2,12 +2,14 @@
 //!
 //! When `[metrics] auth_token` is set, `/health` and `/metrics` require
 //! `Authorization: Bearer <token>`; `/readyz` stays open for load balancers.
+//! Any other path answers 404 and any other method 405, each with a body
+//! naming what is served.
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
@@ -22,7 +24,26 @@ pub fn router(control: Arc<Control>) -> Router {
         .route("/health", get(health))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .fallback(unknown_path)
+        .method_not_allowed_fallback(wrong_method)
         .with_state(control)
+}
+
+async fn unknown_path(uri: Uri) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        format!("no such path `{}`; this listener serves GET /health, /readyz and /metrics\n", uri.path()),
+    )
+        .into_response()
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "GET,HEAD")],
+        format!("method {method} is not allowed on `{}`; use GET\n", uri.path()),
+    )
+        .into_response()
 }
 
 fn authorized(control: &Control, headers: &HeaderMap) -> Result<(), Response> {
