@@ -135,12 +135,16 @@ impl Default for LeaseSettings {
 pub struct ApiSettings {
     /// gRPC listen address.
     pub listen: String,
+    /// When set, every call of the Admin service needs
+    /// `authorization: Bearer <token>` (the CLI sends `CHITIN_ADMIN_TOKEN`).
+    pub admin_token: Option<String>,
 }
 
 impl Default for ApiSettings {
     fn default() -> Self {
         ApiSettings {
             listen: "0.0.0.0:50051".to_owned(),
+            admin_token: None,
         }
     }
 }
@@ -239,6 +243,7 @@ const KEYS: &[(&str, &str, Kind, bool)] = &[
     ("leases", "renew_interval_secs", Kind::Secs, false),
     ("leases", "max_handoffs_per_round", Kind::Count, false),
     ("api", "listen", Kind::Str, false),
+    ("api", "admin_token", Kind::Str, true),
     ("metrics", "listen", Kind::Str, false),
     ("metrics", "auth_token", Kind::Str, true),
     ("policies", "instance_id", Kind::Str, false),
@@ -741,14 +746,16 @@ impl Settings {
                 "must be an IP:port socket address, e.g. 0.0.0.0:9090".into(),
             );
         }
-        if let Some(t) = &self.metrics.auth_token
-            && t.trim().is_empty()
-        {
-            bad(
-                "metrics.auth_token",
-                q(t),
-                "must not be empty when set (unset it to disable auth)".into(),
-            );
+        for (key, token) in [("metrics.auth_token", &self.metrics.auth_token), ("api.admin_token", &self.api.admin_token)] {
+            if let Some(t) = token
+                && (t.trim().is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()))
+            {
+                bad(
+                    key,
+                    q(t),
+                    "must be printable ASCII without spaces when set (unset it to disable auth)".into(),
+                );
+            }
         }
 
         let p = &self.policies;

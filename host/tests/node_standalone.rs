@@ -9,7 +9,18 @@ use std::time::Duration;
 use cluster_common::*;
 
 fn chitin(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(args).output().unwrap();
+    chitin_with_token(args, Some(ADMIN_TOKEN))
+}
+
+const ADMIN_TOKEN: &str = "adm1n";
+
+fn chitin_with_token(args: &[&str], token: Option<&str>) -> (bool, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_chitin"));
+    cmd.args(args).env_remove("CHITIN_ADMIN_TOKEN");
+    if let Some(t) = token {
+        cmd.env("CHITIN_ADMIN_TOKEN", t);
+    }
+    let out = cmd.output().unwrap();
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
@@ -21,7 +32,10 @@ async fn a_standalone_node_appends_reads_and_stops_cleanly() {
     let settings = dir.path().join("chitin.toml");
     std::fs::write(
         &settings,
-        format!("[node]\ndata_dir = {:?}\n\n[api]\nlisten = {api:?}\n\n[metrics]\nlisten = {metrics:?}\nauth_token = \"s3cret\"\n", dir.path().join("data")),
+        format!(
+            "[node]\ndata_dir = {:?}\n\n[api]\nlisten = {api:?}\nadmin_token = {ADMIN_TOKEN:?}\n\n[metrics]\nlisten = {metrics:?}\nauth_token = \"s3cret\"\n",
+            dir.path().join("data")
+        ),
     )
     .unwrap();
     let mut node = NodeProc::spawn("standalone", settings, api.clone(), metrics.clone(), dir.path().join("node.log")).unwrap();
@@ -45,6 +59,24 @@ async fn a_standalone_node_appends_reads_and_stops_cleanly() {
     let status: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(status["leases"].as_array().unwrap().len(), 16, "{status}");
     assert!(status["unowned"].as_array().unwrap().is_empty());
+
+    // The admin plane wants its token; the journal does not. A refused
+    // drain hands nothing over.
+    let (ok, out) = chitin_with_token(&["cluster", "status", "--node", &api], None);
+    assert!(!ok && out.contains("CHITIN_ADMIN_TOKEN"), "{out}");
+    let (ok, out) = chitin_with_token(&["cluster", "drain", "--node", "standalone", "--via", &api], Some("wrong"));
+    assert!(!ok && out.contains("wrong admin token"), "{out}");
+    let mut admin = node.admin().await.unwrap();
+    let refused = admin.status(chitin::api::proto::StatusRequest {}).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    let (ok, out) = chitin(&["cluster", "status", "--node", &api, "--json"]);
+    assert!(ok, "{out}");
+    let after: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let held = |s: &serde_json::Value| -> Vec<String> {
+        s["leases"].as_array().unwrap().iter().map(|l| format!("{} {} {}", l["shard"], l["holder_uuid"], l["epoch"])).collect()
+    };
+    assert_eq!(held(&after), held(&status), "a refused drain changed the leases");
+    assert_eq!(after["state"], status["state"]);
 
     // The token guards /health and /metrics, not /readyz.
     assert_eq!(http_request(&metrics, "/health", None).await.unwrap().0, 401);

@@ -21,7 +21,10 @@ pub const MAX_MESSAGE_BYTES: usize = 2 << 20;
 pub fn router(control: Arc<Control>) -> tonic::service::Routes {
     let journal = journal_server::JournalServer::new(Api(control.clone())).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let ownership = ownership_server::OwnershipServer::new(Api(control.clone()));
-    let admin = admin_server::AdminServer::new(Api(control.clone())).max_decoding_message_size(64 << 20);
+    let admin = tonic::service::interceptor::InterceptedService::new(
+        admin_server::AdminServer::new(Api(control.clone())).max_decoding_message_size(64 << 20),
+        AdminToken(control.settings.api.admin_token.clone()),
+    );
     let coordination = proto::coordination_server::CoordinationServer::new(super::coordination::Coordination(control));
     let router = tonic::service::Routes::new(journal)
         .add_service(ownership)
@@ -30,6 +33,25 @@ pub fn router(control: Arc<Control>) -> tonic::service::Routes {
         .into_axum_router()
         .layer(axum::middleware::from_fn(clarify_library_errors));
     tonic::service::Routes::from(router)
+}
+
+/// `[api] admin_token`: when set, an Admin call without
+/// `authorization: Bearer <token>` is refused (UNAUTHENTICATED) before it runs.
+#[derive(Clone)]
+struct AdminToken(Option<String>);
+
+impl tonic::service::Interceptor for AdminToken {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        let Some(token) = &self.0 else { return Ok(request) };
+        let given = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        match given.and_then(|v| v.strip_prefix("Bearer ")) {
+            Some(t) if super::http::constant_time_eq(t.as_bytes(), token.as_bytes()) => Ok(request),
+            Some(_) => Err(Status::unauthenticated("wrong admin token; set CHITIN_ADMIN_TOKEN to the node's [api] admin_token")),
+            None => Err(Status::unauthenticated(
+                "the admin plane needs `authorization: Bearer <[api] admin_token>`; set CHITIN_ADMIN_TOKEN",
+            )),
+        }
+    }
 }
 
 /// The gRPC services this node serves, for the answer to an unknown method.

@@ -28,3 +28,10 @@ pub async fn connect(address: &str) -> anyhow::Result<Channel> {
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
+
+/// The Admin service of a node, sending `CHITIN_ADMIN_TOKEN` when it is set.
+pub async fn admin(address: &str) -> anyhow::Result<chitin::rollout::exec::Admin> {
+    use chitin::rollout::exec::{BearerAuth, token_from_env};
+    let auth = BearerAuth::new(token_from_env().as_deref());
+    Ok(chitin::api::proto::admin_client::AdminClient::with_interceptor(connect(address).await?, auth))
+}

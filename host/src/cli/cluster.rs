@@ -3,10 +3,10 @@
 
 use std::process::ExitCode;
 
-use chitin::api::proto::{self, admin_client::AdminClient};
+use chitin::api::proto;
 use clap::Subcommand;
 
-use super::client::{NodeAddr, connect, runtime};
+use super::client::{NodeAddr, admin, runtime};
 
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {
@@ -56,7 +56,7 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<ExitCode> {
 }
 
 async fn status(address: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let s = AdminClient::new(connect(address).await?)
+    let s = admin(address).await?
         .status(proto::StatusRequest {})
         .await
         .map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?
@@ -97,7 +97,7 @@ async fn status(address: &str, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
-    let s = AdminClient::new(connect(&args.via).await?)
+    let s = admin(&args.via).await?
         .status(proto::StatusRequest {})
         .await
         .map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?
@@ -107,7 +107,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .find(|n| n.name == args.name)
         .ok_or_else(|| anyhow::anyhow!("no live node named `{}` (live: {})", args.name, s.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ")))?;
-    let report = AdminClient::new(connect(&target.address).await?)
+    let report = admin(&target.address).await?
         .drain(proto::DrainRequest {})
         .await
         .map_err(|s| anyhow::anyhow!("drain failed: {}", s.message()))?

@@ -134,9 +134,9 @@ fn test(plugin: &str, deadline_ms: u64, paths: &[PathBuf]) -> anyhow::Result<Exi
 }
 
 fn reload(address: &str) -> anyhow::Result<ExitCode> {
-    use chitin::api::proto::{ReloadPoliciesRequest, admin_client::AdminClient};
+    use chitin::api::proto::ReloadPoliciesRequest;
     super::client::runtime()?.block_on(async {
-        let slots = AdminClient::new(super::client::connect(address).await?)
+        let slots = super::client::admin(address).await?
             .reload_policies(ReloadPoliciesRequest {})
             .await
             .map_err(|s| anyhow::anyhow!("{}", s.message()))?
