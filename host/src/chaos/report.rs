@@ -42,6 +42,9 @@ pub struct Report {
     pub unavailability_windows: usize,
     pub unavailability_longest_ms: u64,
     pub unavailability_total_ms: u64,
+    /// Each window charged to the fault it overlaps (`none`: no fault was
+    /// under way or recovering): `[windows, longest ms]`.
+    pub unavailability_by_kind: BTreeMap<String, [u64; 2]>,
     pub supervisor_restarts: Vec<String>,
     pub violations: Vec<Violation>,
     pub passed: bool,
@@ -63,6 +66,22 @@ fn by_fault(takeovers: &[super::checker::Takeover]) -> Vec<FaultTakeover> {
         e.max_ms = e.max_ms.max(t.ms);
     }
     out.into_values().collect()
+}
+
+/// Charges each window to the first fault whose span (start to recovered)
+/// overlaps it.
+fn windows_by_kind(windows: &[(u64, u64)], faults: &[FaultRecord]) -> BTreeMap<String, [u64; 2]> {
+    let mut out: BTreeMap<String, [u64; 2]> = BTreeMap::new();
+    for &(s, e) in windows {
+        let kind = faults
+            .iter()
+            .find(|f| s <= f.ended_ms + f.recovered_ms && e >= f.started_ms)
+            .map_or("none", |f| f.kind.name());
+        let entry = out.entry(kind.to_string()).or_insert([0, 0]);
+        entry[0] += 1;
+        entry[1] = entry[1].max(e - s);
+    }
+    out
 }
 
 /// The run's facts, before judgement.
@@ -119,6 +138,7 @@ impl Report {
             unavailability_windows: windows.len(),
             unavailability_longest_ms: windows.iter().map(|(s, e)| e - s).max().unwrap_or(0),
             unavailability_total_ms: windows.iter().map(|(s, e)| e - s).sum(),
+            unavailability_by_kind: windows_by_kind(&windows, &f.faults),
             supervisor_restarts: f.supervisor_restarts,
             faults: f.faults,
             violations: verdict.violations,
@@ -163,6 +183,9 @@ impl Report {
         for (name, value) in rows {
             let _ = writeln!(t, "| {name} | {value} |");
         }
+        for (kind, [n, longest]) in &self.unavailability_by_kind {
+            let _ = writeln!(t, "| windows during {kind} | {n} (longest {longest} ms) |");
+        }
         let _ = writeln!(t, "\n{}", if self.passed { "PASSED" } else { "FAILED" });
         for v in self.violations.iter().take(20) {
             let _ = writeln!(t, "violation: {}", serde_json::to_string(v).unwrap_or_default());
@@ -171,5 +194,25 @@ impl Report {
             let _ = writeln!(t, "… and {} more in the JSON report", self.violations.len() - 20);
         }
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::FaultKind;
+
+    fn fault(kind: FaultKind, started_ms: u64, ended_ms: u64, recovered_ms: u64) -> FaultRecord {
+        FaultRecord { index: 0, kind, node: None, started_ms, ended_ms, recovered_ms, detail: String::new() }
+    }
+
+    #[test]
+    fn windows_are_charged_to_the_fault_they_overlap() {
+        let faults = [fault(FaultKind::Kill, 1_000, 3_000, 500), fault(FaultKind::Redis, 10_000, 12_000, 2_000)];
+        let windows = [(2_000, 4_000), (3_400, 3_600), (13_500, 15_000), (20_000, 21_500)];
+        let by = windows_by_kind(&windows, &faults);
+        assert_eq!(by["kill"], [2, 2_000]);
+        assert_eq!(by["redis"], [1, 1_500]);
+        assert_eq!(by["none"], [1, 1_500]);
     }
 }
