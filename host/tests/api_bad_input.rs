@@ -5,7 +5,8 @@
 //!
 //! - `node-01`: cluster mode on a fresh PostgreSQL database and a fresh Redis
 //!   namespace `chitin-test-<uuid>` (so Coordination is live), seeded with a
-//!   config, `[metrics] auth_token` set;
+//!   config, `[metrics] auth_token` and `[api] admin_token` set (its Admin
+//!   calls carry the token with `chitin::rollout::exec::BearerAuth`);
 //! - `node-02`: cluster mode, UNPROVISIONED (Bootstrap's own checks, and every
 //!   other method refused until it has a config);
 //! - a standalone node (no Redis: Coordination and Bootstrap refused).
@@ -17,16 +18,30 @@
 //! that is not newer, Bootstrap of a provisioned node, undecodable protobuf
 //! (wrong wire types, invalid UTF-8, truncated), unknown methods, and on HTTP
 //! a missing or wrong bearer token, an unknown path, a wrong method and a
-//! request that is not HTTP. (The gRPC listener has no token setting.)
+//! request that is not HTTP.
+//!
+//! The admin token: every Admin method of node-01 (Status, Bootstrap,
+//! UpdateConfig, GetConfig, ReloadPolicies, Drain) is called without a token,
+//! with a wrong one, with `Bearer ` and an empty token, with the token but no
+//! `Bearer ` prefix, with another scheme, with the token plus a byte and with
+//! the metrics token; each must be UNAUTHENTICATED with the message that says
+//! which (missing or wrong). The UpdateConfig sent is a valid newer config
+//! and the Drain a real drain, so a call let through would show in the
+//! snapshot. An undecodable Admin request without the token is refused as
+//! UNAUTHENTICATED too (the token is checked before the body is decoded).
+//! Journal, Ownership and Coordination need no admin token (calls without
+//! one and with a wrong one are served), nor does the Admin service of a
+//! node without `[api] admin_token` (node-02, the standalone node).
 //!
 //! Each case asserts the exact status code and a substring of the message
 //! that says what was wrong; lookups of an unknown id that are documented to
 //! answer empty (not an error) are asserted as such. Before and after the
-//! sweep the test snapshots what the requests could have changed — Status,
-//! GetConfig, a journal stream, held leases, affinity and deployment lists,
-//! the commit counter, every Redis key of the namespace, the unprovisioned
-//! node's data dir — and requires it unchanged. The cases run one at a time,
-//! are table-driven, and no assertion depends on timing.
+//! sweep the test snapshots (with the admin token) what the requests could
+//! have changed — Status, GetConfig, a journal stream, held leases, affinity
+//! and deployment lists, the commit counter, every Redis key of the
+//! namespace, the unprovisioned node's data dir — and requires it unchanged.
+//! The cases run one at a time, are table-driven, and no assertion depends on
+//! timing.
 
 mod cluster_common;
 mod coord_support;
@@ -44,15 +59,25 @@ use chitin::api::proto::{
 };
 use chitin::coord::Keys;
 use chitin::node::journal::{MAX_PAYLOAD, MAX_REQUEST_ID, MAX_STREAM};
+use chitin::rollout::exec::{Admin, BearerAuth};
 use cluster_common::*;
 use coord_support::TestNs;
 use prost::bytes::{Buf, BufMut};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
+/// node-01's `[metrics] auth_token`.
 const TOKEN: &str = "sweep-token";
+/// node-01's `[api] admin_token`.
+const ADMIN_TOKEN: &str = "sweep-admin-token";
+/// The Admin service's answer to a call without `authorization: Bearer …`.
+const NEEDS_TOKEN: &str = "the admin plane needs `authorization: Bearer <[api] admin_token>`; set CHITIN_ADMIN_TOKEN";
+/// The Admin service's answer to a call with another bearer token.
+const WRONG_TOKEN: &str = "wrong admin token; set CHITIN_ADMIN_TOKEN to the node's [api] admin_token";
 /// The Admin service's decoding limit (`api::grpc::router`).
 const ADMIN_MAX: usize = 64 << 20;
 /// tonic's default decoding limit (Ownership, Coordination).
@@ -167,13 +192,17 @@ impl Decoder for RawCodec {
     }
 }
 
-/// `bytes` as the request of `path`; `streaming` for a server-streaming method.
-fn raw(channel: &Channel, path: &str, bytes: Vec<u8>, streaming: bool) -> Call {
+/// `bytes` as the request of `path`; `streaming` for a server-streaming
+/// method; `authorization` as that metadata, when given.
+fn raw(channel: &Channel, path: &str, bytes: Vec<u8>, streaming: bool, authorization: Option<String>) -> Call {
     let mut grpc = tonic::client::Grpc::new(channel.clone());
     let path = PathAndQuery::try_from(path.to_string()).expect("a path");
     Box::pin(async move {
         grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
-        let request = tonic::Request::new(bytes);
+        let mut request = tonic::Request::new(bytes);
+        if let Some(value) = authorization {
+            request.metadata_mut().insert("authorization", value.parse().expect("an ASCII header value"));
+        }
         if streaming {
             grpc.server_streaming(request, path, RawCodec).await.map(|_| "a stream".to_string())
         } else {
@@ -220,10 +249,12 @@ const METHODS: &[(&str, First, bool)] = &[
 ];
 
 /// Undecodable requests for every method: truncated, an invalid wire type,
-/// and where the message has fields a wrong type and invalid UTF-8.
-fn undecodable_cases(channel: &Channel, node: &str) -> Vec<Case> {
+/// and where the message has fields a wrong type and invalid UTF-8. Admin
+/// calls carry `admin_token` when the node has one.
+fn undecodable_cases(channel: &Channel, node: &str, admin_token: Option<&str>) -> Vec<Case> {
     let mut cases = Vec::new();
     for &(path, first, streaming) in METHODS {
+        let auth = admin_token.filter(|_| path.starts_with("/chitin.v1.Admin/")).map(|t| format!("Bearer {t}"));
         let mut bodies: Vec<(&str, Vec<u8>)> = vec![
             // Field 1, 5 bytes long, 1 byte sent.
             ("truncated", vec![0x0a, 0x05, b'a']),
@@ -244,7 +275,7 @@ fn undecodable_cases(channel: &Channel, node: &str) -> Vec<Case> {
         for (what, body) in bodies {
             cases.push(refused(
                 format!("{node} {path}: {what}"),
-                raw(channel, path, body, streaming),
+                raw(channel, path, body, streaming, auth.clone()),
                 Code::InvalidArgument,
                 "malformed request: failed to decode Protobuf message",
             ));
@@ -253,7 +284,7 @@ fn undecodable_cases(channel: &Channel, node: &str) -> Vec<Case> {
     for path in ["/chitin.v1.Journal/Delete", "/chitin.v1.Nope/Append", "/grpc.health.v1.Health/Check"] {
         cases.push(refused(
             format!("{node} {path}: unknown method"),
-            raw(channel, path, Vec::new(), false),
+            raw(channel, path, Vec::new(), false, None),
             Code::Unimplemented,
             format!("no gRPC method `{path}`"),
         ));
@@ -351,7 +382,8 @@ impl Snapshot {
 struct Nodes {
     journal: JournalClient<Channel>,
     ownership: OwnershipClient<Channel>,
-    admin: AdminClient<Channel>,
+    /// node-01's Admin service, with the admin token.
+    admin: Admin,
     coord: CoordinationClient<Channel>,
     metrics: String,
     ns: TestNs,
@@ -450,12 +482,24 @@ fn set_keys(path: &std::path::Path, keys: &[(&str, &str)], drop: &[&str]) -> Res
     Ok(())
 }
 
-async fn channel(addr: &str, within: Duration) -> Result<Channel> {
+/// Adds `key = value` as the first line of `[section]` of a settings file
+/// (`Cluster::new` appends its `extra` to `[metrics]`).
+fn add_key(path: &std::path::Path, section: &str, key: &str, value: &str) -> Result<()> {
+    let text = std::fs::read_to_string(path)?;
+    let header = format!("[{section}]\n");
+    anyhow::ensure!(text.contains(&header), "no [{section}] in {}", path.display());
+    std::fs::write(path, text.replacen(&header, &format!("{header}{key} = {value}\n"), 1))?;
+    Ok(())
+}
+
+/// A channel to `addr` once its admin plane answers (with `admin_token`).
+async fn channel(addr: &str, admin_token: Option<&str>, within: Duration) -> Result<Channel> {
     let deadline = Instant::now() + within;
     loop {
         match tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await {
             Ok(c) => {
-                if AdminClient::new(c.clone()).get_config(proto::GetConfigRequest {}).await.is_ok() {
+                let mut admin = AdminClient::with_interceptor(c.clone(), BearerAuth::new(admin_token));
+                if admin.get_config(proto::GetConfigRequest {}).await.is_ok() {
                     return Ok(c);
                 }
             }
@@ -467,6 +511,34 @@ async fn channel(addr: &str, within: Duration) -> Result<Channel> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Sends `authorization` exactly as given (`BearerAuth` always writes
+/// `Bearer <token>`).
+#[derive(Clone)]
+struct RawAuthorization(String);
+
+impl Interceptor for RawAuthorization {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        request.metadata_mut().insert("authorization", self.0.parse().expect("an ASCII header value"));
+        Ok(request)
+    }
+}
+
+/// One call of every Admin method: reads, and requests that would change the
+/// node if they ran (Bootstrap again, a newer config, a reload, a drain).
+fn every_admin_call<I>(admin: &AdminClient<InterceptedService<Channel, I>>, config: &str, newer: &str) -> Vec<(&'static str, Call)>
+where
+    I: Interceptor + Clone + Send + Sync + 'static,
+{
+    vec![
+        ("Status", rpc!(admin, status, proto::StatusRequest {})),
+        ("Bootstrap", rpc!(admin, bootstrap, bootstrap("node-01", config))),
+        ("UpdateConfig", rpc!(admin, update_config, update_config(newer))),
+        ("GetConfig", rpc!(admin, get_config, proto::GetConfigRequest {})),
+        ("ReloadPolicies", rpc!(admin, reload_policies, proto::ReloadPoliciesRequest {})),
+        ("Drain", rpc!(admin, drain, proto::DrainRequest {})),
+    ]
 }
 
 fn append(stream: impl Into<String>, request_id: impl Into<String>, payload: Vec<u8>) -> proto::AppendRequest {
@@ -539,6 +611,7 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
     // slow machine never moves a lease or expires an instance mid-sweep.
     let mut cluster = Cluster::new(Dialect::Postgres, 2, 4, 0, &format!("auth_token = {TOKEN:?}")).await.unwrap();
     let ns = TestNs { keys: Keys::new(&cluster.namespace), ns: cluster.namespace.clone(), url: "redis://127.0.0.1:6379".into() };
+    add_key(&cluster.nodes[0].settings, "api", "admin_token", &format!("{ADMIN_TOKEN:?}")).unwrap();
     for node in &cluster.nodes {
         set_keys(
             &node.settings,
@@ -565,13 +638,13 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
 
     cluster.nodes[0].wait_ready(Duration::from_secs(60)).await.unwrap();
     standalone.wait_ready(Duration::from_secs(60)).await.unwrap();
-    let main = channel(&cluster.nodes[0].api, Duration::from_secs(10)).await.unwrap();
-    let fresh = channel(&cluster.nodes[1].api, Duration::from_secs(60)).await.with_context(|| cluster.logs()).unwrap();
-    let alone = channel(&standalone.api, Duration::from_secs(10)).await.unwrap();
+    let main = channel(&cluster.nodes[0].api, Some(ADMIN_TOKEN), Duration::from_secs(10)).await.unwrap();
+    let fresh = channel(&cluster.nodes[1].api, None, Duration::from_secs(60)).await.with_context(|| cluster.logs()).unwrap();
+    let alone = channel(&standalone.api, None, Duration::from_secs(10)).await.unwrap();
     let nodes = Nodes {
         journal: JournalClient::new(main.clone()),
         ownership: OwnershipClient::new(main.clone()),
-        admin: AdminClient::new(main.clone()),
+        admin: AdminClient::with_interceptor(main.clone(), BearerAuth::new(Some(ADMIN_TOKEN))),
         coord: CoordinationClient::new(main.clone()),
         metrics: cluster.nodes[0].metrics.clone(),
         ns,
@@ -617,7 +690,7 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
     });
     let older = edited(&config, |v| v["version"] = 0.into());
 
-    use Code::{AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unavailable};
+    use Code::{AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated, Unavailable};
     #[rustfmt::skip]
     let mut cases = vec![
         // ------------------------------------------------ Journal
@@ -733,10 +806,62 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
     ];
     cases.extend(standalone_cases);
 
+    // The admin token of node-01: every Admin method refused, before it runs,
+    // for each way the token can be missing or wrong. The UpdateConfig is a
+    // valid newer config and the Drain a real drain: were either served, the
+    // snapshot after the sweep would differ.
+    let newer = edited(&config, |v| v["version"] = 2.into());
+    let bearer = |token: &str| AdminClient::with_interceptor(main.clone(), BearerAuth::new(Some(token)));
+    let header = |value: String| AdminClient::with_interceptor(main.clone(), RawAuthorization(value));
+    #[rustfmt::skip]
+    let variants: Vec<(&str, Vec<(&str, Call)>, &str)> = vec![
+        ("without a token", every_admin_call(&AdminClient::with_interceptor(main.clone(), BearerAuth::new(None)), &config, &newer), NEEDS_TOKEN),
+        ("with a wrong token", every_admin_call(&bearer("not-the-admin-token"), &config, &newer), WRONG_TOKEN),
+        // HTTP/2 keeps the trailing space: an empty token, not a missing one.
+        ("with `Bearer ` and an empty token", every_admin_call(&bearer(""), &config, &newer), WRONG_TOKEN),
+        ("with the token plus a byte", every_admin_call(&bearer(&format!("{ADMIN_TOKEN}x")), &config, &newer), WRONG_TOKEN),
+        ("with the metrics token", every_admin_call(&bearer(TOKEN), &config, &newer), WRONG_TOKEN),
+        ("with the token but no `Bearer `", every_admin_call(&header(ADMIN_TOKEN.to_string()), &config, &newer), NEEDS_TOKEN),
+        ("with Basic auth", every_admin_call(&header("Basic c3dlZXA6dG9rZW4=".to_string()), &config, &newer), NEEDS_TOKEN),
+    ];
+    for (how, calls, says) in variants {
+        for (method, call) in calls {
+            cases.push(refused(format!("node-01 {method} {how}"), call, Unauthenticated, says));
+        }
+    }
+    // The token is checked before the body is decoded.
+    for &(path, _, streaming) in METHODS.iter().filter(|(p, _, _)| p.starts_with("/chitin.v1.Admin/")) {
+        cases.push(refused(format!("node-01 {path}: undecodable, without a token"), raw(&main, path, vec![0x0f], streaming, None), Unauthenticated, NEEDS_TOKEN));
+        let wrong = Some("Bearer not-the-admin-token".to_string());
+        cases.push(refused(format!("node-01 {path}: undecodable, a wrong token"), raw(&main, path, vec![0x0f], streaming, wrong), Unauthenticated, WRONG_TOKEN));
+    }
+    // Controls: the token is served; Journal, Ownership and Coordination need
+    // none and ignore a wrong one; nodes without `[api] admin_token` ignore one.
+    let stray = || RawAuthorization("Bearer not-the-admin-token".to_string());
+    let journal_stray = JournalClient::with_interceptor(main.clone(), stray());
+    let ownership_stray = OwnershipClient::with_interceptor(main.clone(), stray());
+    let coord_stray = CoordinationClient::with_interceptor(main.clone(), stray());
+    let fresh_stray = AdminClient::with_interceptor(fresh.clone(), stray());
+    let alone_stray = AdminClient::with_interceptor(alone.clone(), stray());
+    #[rustfmt::skip]
+    let served = [
+        answers("node-01 Status with the admin token", rpc!(admin, status, proto::StatusRequest {}), "node: \"node-01\""),
+        answers("node-01 GetConfig with the admin token", rpc!(admin, get_config, proto::GetConfigRequest {}), "config_version: 1"),
+        answers("Journal Read without an admin token", rpc!(journal, read, read("sweep", 0)), "request_id: \"seed-0\""),
+        answers("Journal Read with a wrong admin token", rpc!(journal_stray, read, read("sweep", 0)), "request_id: \"seed-0\""),
+        answers("Ownership Route without an admin token", rpc!(ownership, route, route("journal")), "application: \"journal\""),
+        answers("Ownership Held with a wrong admin token", rpc!(ownership_stray, held, proto::HeldRequest {}), "leases: ["),
+        answers("Coordination AffinityList without an admin token", rpc!(coord, affinity_list, instance("")), "target-1"),
+        answers("Coordination DeploymentShow with a wrong admin token", rpc!(coord_stray, deployment_show, show(&done)), "succeeded"),
+        answers("node-02 GetConfig with a stray token", rpc!(fresh_stray, get_config, proto::GetConfigRequest {}), "UNPROVISIONED"),
+        answers("standalone GetConfig with a stray token", rpc!(alone_stray, get_config, proto::GetConfigRequest {}), "config_version: "),
+    ];
+    cases.extend(served);
+
     // Undecodable requests and unknown methods, on every node.
-    cases.extend(undecodable_cases(&main, "node-01"));
-    cases.extend(undecodable_cases(&fresh, "node-02"));
-    cases.extend(undecodable_cases(&alone, "standalone"));
+    cases.extend(undecodable_cases(&main, "node-01", Some(ADMIN_TOKEN)));
+    cases.extend(undecodable_cases(&fresh, "node-02", None));
+    cases.extend(undecodable_cases(&alone, "standalone", None));
 
     let count = cases.len();
     let mut wrong = sweep(cases).await;
