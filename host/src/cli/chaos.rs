@@ -82,7 +82,16 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     };
     eprintln!("chaos: seed {seed}; logs and data in {}", dir.display());
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let report = runtime.block_on(chitin::chaos::run(opts))?;
+    // On Ctrl-C or SIGTERM the run is dropped mid-way: its nodes, servers
+    // and network namespaces are removed by their destructors.
+    let report = runtime.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            report = chitin::chaos::run(opts) => report,
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the run's processes and namespaces were removed"),
+            _ = term.recv() => anyhow::bail!("terminated; the run's processes and namespaces were removed"),
+        }
+    })?;
     print!("{}", report.table());
     if let Some(path) = args.report {
         std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
