@@ -8,12 +8,16 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// One run at a time: two clusters on two cores would stretch takeovers.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn chitin(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_chitin")).args(args).env("RUST_LOG", "info,sqlx=warn").output().expect("run chitin")
 }
 
 #[test]
 fn twenty_faults_lose_no_acknowledged_append() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::Builder::new().prefix("chitin-chaos-").tempdir().unwrap();
     // The private PostgreSQL runs as `postgres` when we are root: let it in.
     std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -73,4 +77,46 @@ fn bad_options_are_refused_with_the_reason() {
 fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// The same run against a configured server (MariaDB here): a fresh
+/// database, faults that need no private server, and the database dropped
+/// afterwards.
+#[test]
+fn a_run_against_a_configured_mariadb_passes_and_cleans_up() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let url = std::env::var("CHITIN_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+    let dir = tempfile::Builder::new().prefix("chitin-chaos-").tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let out = chitin(&[
+        "chaos",
+        "--faults",
+        "5",
+        "--seed",
+        "9",
+        "--kinds",
+        "kill,pause,restart,drain,redis,database",
+        "--database-url",
+        &url,
+        "--dir",
+        dir.path().join("run").to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "chaos run failed:\n{stdout}\n{}", tail(&String::from_utf8_lossy(&out.stderr), 60));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["passed"], true);
+    assert_eq!(r["lost"], 0);
+    assert_eq!(r["faults"].as_array().unwrap().len(), 5);
+    assert!(r["skipped"]["database"].as_str().unwrap().contains("--private-postgres"), "{}", r["skipped"]);
+    let note = r["database"].as_str().unwrap();
+    let db = note.split_whitespace().nth(2).unwrap();
+    assert!(db.starts_with("chitin_chaos_"), "{note}");
+    let shown = Command::new("mysql")
+        .args(["-uroot", "-h127.0.0.1", "-N", "-e", &format!("SHOW DATABASES LIKE '{db}'")])
+        .output()
+        .expect("mysql client");
+    assert!(shown.status.success());
+    assert_eq!(String::from_utf8_lossy(&shown.stdout).trim(), "", "the run's database {db} was left behind");
 }

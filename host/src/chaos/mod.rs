@@ -149,23 +149,21 @@ pub async fn run(opts: ChaosOptions) -> Result<Report> {
     let server_host = network.as_ref().map_or("127.0.0.1".to_string(), |n| n.host());
 
     let redis = PrivateRedis::start(&opts.dir, network.as_ref().map(|n| n.host()).as_deref())?;
-    let (postgres, node_db_url, local_db_url, created) = match &opts.database {
+    let (postgres, node_db_url, local_db_url, created, database_note) = match &opts.database {
         Database::PrivatePostgres => {
             let extra = network.as_ref().map(|n| (n.host(), n.subnet()));
             let pg = PrivatePostgres::start(&opts.dir, extra.as_ref().map(|(a, b)| (a.as_str(), b.as_str())), "")?;
             let (node, local) = (pg.url(&server_host), pg.url("127.0.0.1"));
-            (Some(pg), node, local, None)
+            let note = format!("private PostgreSQL on port {}", pg.port);
+            (Some(pg), node, local, None, note)
         }
         Database::Configured(url) => {
             let db = format!("chitin_chaos_{run_id}_{}", opts.seed % 1_000_000);
             servers::create_database(url, &db).await?;
             let u = servers::with_database(url, &db);
-            (None, u.clone(), u, Some((url.clone(), db)))
+            let note = format!("fresh database {db} in {}", url.split('@').next_back().unwrap_or(url));
+            (None, u.clone(), u, Some((url.clone(), db)), note)
         }
-    };
-    let database_note = match &opts.database {
-        Database::PrivatePostgres => format!("private PostgreSQL on port {}", postgres.as_ref().map_or(0, |p| p.port)),
-        Database::Configured(url) => format!("fresh database in {}", url.split('@').next_back().unwrap_or(url)),
     };
 
     let outcome = run_in(&opts, kinds, redis, postgres, network, node_db_url, local_db_url.clone(), server_host).await;
