@@ -34,18 +34,18 @@ pub struct Lab {
 }
 
 /// `cluster_config.json` with one `journal` application of `shards` equal
-/// shards, a replica on every node.
-pub fn cluster_config(nodes: &[(String, String)], shards: u32) -> String {
+/// shards (a power of two), a replica on every node, and
+/// `replication_factor` (at most the number of nodes).
+pub fn cluster_config(nodes: &[(String, String)], shards: u32, replication_factor: usize) -> String {
     let shard_list: Vec<serde_json::Value> = crate::topology::ops::equal_ranges(shards)
         .into_iter()
         .map(|(lower, upper)| {
             let id = crate::topology::ops::shard_id("journal", lower, upper);
-            let width = if shards <= 256 { 2 } else { 4 };
-            let hex = |v: u32| format!("{:0width$x}", v >> (32 - 4 * width));
+            let (lower, upper) = crate::topology::bounds::format_bounds(lower, upper);
             serde_json::json!({
                 "id": id,
-                "lower_bound": hex(lower),
-                "upper_bound": hex(upper),
+                "lower_bound": lower,
+                "upper_bound": upper,
                 "state": "active",
                 "replicas": nodes.iter().enumerate().map(|(k, (n, _))| serde_json::json!({
                     "id": format!("{id}_{k:08x}"), "node_id": n
@@ -57,7 +57,7 @@ pub fn cluster_config(nodes: &[(String, String)], shards: u32) -> String {
         "applications": [{
             "name": "journal",
             "implementation": "chitin-journal",
-            "replication_factor": nodes.len(),
+            "replication_factor": replication_factor,
             "shards": shard_list,
         }],
         "nodes": nodes.iter().map(|(n, a)| serde_json::json!({"id": n, "grpc_address": a})).collect::<Vec<_>>(),

@@ -205,7 +205,7 @@ async fn run_in(
     }
     let config = opts.dir.join("cluster_config.json");
     let pairs: Vec<(String, String)> = nodes.iter().map(|n| (n.name.clone(), n.api.clone())).collect();
-    std::fs::write(&config, lab::cluster_config(&pairs, opts.shards))?;
+    std::fs::write(&config, lab::cluster_config(&pairs, opts.shards, opts.nodes))?;
     let settings = NodeSettings {
         data_dir: &opts.dir,
         config_file: &config,

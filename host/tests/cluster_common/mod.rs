@@ -172,36 +172,7 @@ pub async fn http_request(addr: &str, path: &str, bearer: Option<&str>) -> Resul
 /// A cluster config with `nodes` nodes and one `journal` application of
 /// `shards` equal shards (a power of two), each with a replica on every node.
 pub fn cluster_config(nodes: &[(String, String)], shards: u32) -> String {
-    let step = (1u64 << 32) / u64::from(shards);
-    let width = if shards <= 256 { 2 } else { 4 };
-    let shard_list: Vec<serde_json::Value> = (0..u64::from(shards))
-        .map(|i| {
-            let lower = (i * step) >> (32 - 4 * width);
-            let upper = ((i + 1) * step - 1) >> (32 - 4 * width);
-            let (lower, upper) = (format!("{lower:0width$x}"), format!("{upper:0width$x}"));
-            let id = format!("journal_{lower}_{upper}");
-            serde_json::json!({
-                "id": id,
-                "lower_bound": lower,
-                "upper_bound": upper,
-                "state": "active",
-                "replicas": nodes.iter().enumerate().map(|(k, (n, _))| serde_json::json!({
-                    "id": format!("{id}_{k:08x}"), "node_id": n
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    serde_json::to_string_pretty(&serde_json::json!({
-        "applications": [{
-            "name": "journal",
-            "implementation": "chitin-journal",
-            "replication_factor": 3,
-            "shards": shard_list,
-        }],
-        "nodes": nodes.iter().map(|(n, a)| serde_json::json!({"id": n, "grpc_address": a})).collect::<Vec<_>>(),
-        "version": 1,
-    }))
-    .unwrap()
+    chitin::chaos::lab::cluster_config(nodes, shards, 3)
 }
 
 /// A test cluster: a fresh database, a config, and node processes.
