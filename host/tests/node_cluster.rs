@@ -283,6 +283,12 @@ async fn a_joining_node_receives_at_most_four_shards_per_round_from_each_holder(
         let previous = history.iter().filter(|p| p.shard == h.shard && p.epoch < h.epoch).max_by_key(|p| p.epoch).unwrap();
         from_holder.entry(previous.holder_name.clone()).or_default().push(h.acquired_at);
     }
+    // node-03 took up each lease handed to it in its next round: none lapsed
+    // unserved and had to be acquired again under the next epoch.
+    for h in history.iter().filter(|h| h.via == "handover" && h.holder_name == "node-03" && h.acquired_at > joined_at) {
+        let lapsed = history.iter().any(|n| n.shard == h.shard && n.epoch == h.epoch + 1 && n.via == "acquire" && n.holder_name == "node-03");
+        assert!(!lapsed, "{} was handed to node-03 at epoch {} but lapsed unserved\n{}", h.shard, h.epoch, c.logs());
+    }
     let total: usize = from_holder.values().map(Vec::len).sum();
     assert!(total >= 5, "too few handoffs to node-03 to test the cap: {from_holder:?}");
     // Rounds are 0.5 s apart: no window shorter than a round holds more than 4 from one holder.

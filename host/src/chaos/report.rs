@@ -45,6 +45,8 @@ pub struct Report {
     /// Each window charged to the fault it overlaps (`none`: no fault was
     /// under way or recovering): `[windows, longest ms]`.
     pub unavailability_by_kind: BTreeMap<String, [u64; 2]>,
+    /// Every window, `[start, end]` in milliseconds since the run's start.
+    pub unavailability: Vec<(u64, u64)>,
     pub supervisor_restarts: Vec<String>,
     pub violations: Vec<Violation>,
     pub passed: bool,
@@ -139,6 +141,7 @@ impl Report {
             unavailability_longest_ms: windows.iter().map(|(s, e)| e - s).max().unwrap_or(0),
             unavailability_total_ms: windows.iter().map(|(s, e)| e - s).sum(),
             unavailability_by_kind: windows_by_kind(&windows, &f.faults),
+            unavailability: windows,
             supervisor_restarts: f.supervisor_restarts,
             faults: f.faults,
             violations: verdict.violations,

@@ -126,14 +126,7 @@ impl Node {
         let holder = row.holder.expect("a live lease has a holder");
         if holder == self.uuid {
             if self.is_ready() {
-                let lease = crate::lease::Lease {
-                    shard: row.shard,
-                    holder,
-                    holder_name: self.name.clone(),
-                    epoch: row.epoch,
-                    expires_at: row.expires_at.unwrap_or_default(),
-                };
-                if let Err(e) = self.leases.adopt(lease).await {
+                if let Err(e) = self.leases.adopt(self.lease_of(&row)).await {
                     tracing::debug!(%shard, error = %e, "cannot adopt lease");
                 }
             }

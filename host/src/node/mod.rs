@@ -411,6 +411,7 @@ impl Node {
         self.leases.renew_all().await;
         let registry = self.refresh_registry().await?;
         let rows = self.store.holders().await?;
+        self.take_up_handed_over(&rows).await;
 
         let (shards, replicas) = self.policy_shards();
         let nodes = self.policy_nodes(&registry);
@@ -467,6 +468,32 @@ impl Node {
             tracing::info!(name = %self.name, "active");
         }
         Ok(())
+    }
+
+    /// A live lease the database gives this node that its lease table lacks
+    /// was handed over by a peer (or outlived a late renewal here): serve it
+    /// from this round on, not from the first append that happens to arrive,
+    /// and so that a drain of this node hands it on. Renewal is the check:
+    /// it succeeds only for the current epoch, unexpired.
+    async fn take_up_handed_over(&self, rows: &[lease::LeaseRow]) {
+        let held = self.leases.held_ids();
+        for row in rows.iter().filter(|r| r.live && r.holder == Some(self.uuid) && !held.contains(&r.shard)) {
+            match self.leases.adopt(self.lease_of(row)).await {
+                Ok(()) => tracing::info!(shard = %row.shard, epoch = row.epoch, "took up a lease handed to this node"),
+                Err(e) => tracing::debug!(shard = %row.shard, error = %e, "cannot take up lease"),
+            }
+        }
+    }
+
+    /// This node's lease as `row` records it.
+    fn lease_of(&self, row: &lease::LeaseRow) -> lease::Lease {
+        lease::Lease {
+            shard: row.shard.clone(),
+            holder: self.uuid,
+            holder_name: self.name.clone(),
+            epoch: row.epoch,
+            expires_at: row.expires_at.unwrap_or_default(),
+        }
     }
 
     /// Runs rounds every renew interval until `shutdown` fires; a watchdog
