@@ -1,6 +1,7 @@
 //! PostgreSQL (≥ 14). "Now" is always `clock_timestamp()`.
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::Row;
@@ -42,7 +43,14 @@ const CURRENT_FOR_SHARE: &str = "SELECT holder, epoch, expires_at, \
 
 impl PgStore {
     pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Self, LeaseError> {
-        let connect = PgConnectOptions::from_str(url)?;
+        // A peer cut off mid-transaction keeps its row locks until the
+        // server gives up on it; without a bound, the lease it held cannot be
+        // taken over when it expires, and the taker's round (its renewals
+        // too) waits behind the lock. Half a TTL bounds both: the stuck
+        // transaction is ended, a blocked statement fails and is retried.
+        let bound = format!("{}ms", (options.lease_ttl / 2).max(Duration::from_millis(500)).as_millis());
+        let connect = PgConnectOptions::from_str(url)?
+            .options([("idle_in_transaction_session_timeout", bound.as_str()), ("lock_timeout", bound.as_str())]);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
