@@ -173,7 +173,9 @@ pub async fn run(opts: ChaosOptions) -> Result<Report> {
         }
     }
     let (facts, verdict) = outcome?;
-    let facts = report::RunFacts { database: database_note, network: network_note, skipped, ..facts };
+    let mut facts = report::RunFacts { skipped, ..facts };
+    facts.run.database = database_note;
+    facts.run.network = network_note;
     Ok(Report::new(facts, verdict))
 }
 
@@ -320,13 +322,15 @@ async fn run_in(
     let bound = opts.lease_ttl + opts.renew_interval + opts.takeover_slack;
     let verdict = checker::check(&log.acks, &rows, &grants, &deaths, bound.as_millis() as u64);
     let facts = report::RunFacts {
-        seed: opts.seed,
-        nodes: opts.nodes,
-        shards: opts.shards,
-        clients: opts.clients,
-        database: String::new(),
-        network: String::new(),
-        duration_ms,
+        run: report::RunInfo {
+            seed: opts.seed,
+            nodes: opts.nodes,
+            shards: opts.shards,
+            clients: opts.clients,
+            database: String::new(),
+            network: String::new(),
+            duration_ms,
+        },
         faults,
         skipped: BTreeMap::new(),
         log,

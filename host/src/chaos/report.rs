@@ -9,8 +9,9 @@ use super::checker::{Verdict, Violation, percentile, unavailability};
 use super::clients::ClientLog;
 use super::nemesis::FaultRecord;
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Report {
+/// What was run: the same in the facts and in the report.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RunInfo {
     pub seed: u64,
     pub nodes: usize,
     pub shards: u32,
@@ -18,6 +19,12 @@ pub struct Report {
     pub database: String,
     pub network: String,
     pub duration_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    #[serde(flatten)]
+    pub run: RunInfo,
     pub faults: Vec<FaultRecord>,
     pub faults_by_kind: BTreeMap<String, usize>,
     /// Kinds asked for that this run could not inject, with the reason.
@@ -88,13 +95,7 @@ fn windows_by_kind(windows: &[(u64, u64)], faults: &[FaultRecord]) -> BTreeMap<S
 
 /// The run's facts, before judgement.
 pub struct RunFacts {
-    pub seed: u64,
-    pub nodes: usize,
-    pub shards: u32,
-    pub clients: usize,
-    pub database: String,
-    pub network: String,
-    pub duration_ms: u64,
+    pub run: RunInfo,
     pub faults: Vec<FaultRecord>,
     pub skipped: BTreeMap<String, String>,
     pub log: ClientLog,
@@ -113,13 +114,7 @@ impl Report {
         let windows = unavailability(&f.log.acks, 1000);
         let passed = verdict.violations.is_empty() && f.log.rejected.is_empty();
         Report {
-            seed: f.seed,
-            nodes: f.nodes,
-            shards: f.shards,
-            clients: f.clients,
-            database: f.database,
-            network: f.network,
-            duration_ms: f.duration_ms,
+            run: f.run,
             faults_by_kind,
             skipped: f.skipped,
             acknowledged: f.log.acks.len(),
@@ -153,8 +148,9 @@ impl Report {
     pub fn table(&self) -> String {
         let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
         let mut t = String::new();
-        let _ = writeln!(t, "chaos run: seed {}, {} nodes, {} shards, {} clients, {:.0} s", self.seed, self.nodes, self.shards, self.clients, self.duration_ms as f64 / 1000.0);
-        let _ = writeln!(t, "database: {}; network cuts: {}\n", self.database, self.network);
+        let r = &self.run;
+        let _ = writeln!(t, "chaos run: seed {}, {} nodes, {} shards, {} clients, {:.0} s", r.seed, r.nodes, r.shards, r.clients, r.duration_ms as f64 / 1000.0);
+        let _ = writeln!(t, "database: {}; network cuts: {}\n", r.database, r.network);
         let _ = writeln!(t, "| fault | injected |\n|---|---:|");
         for (kind, n) in &self.faults_by_kind {
             let _ = writeln!(t, "| {kind} | {n} |");
