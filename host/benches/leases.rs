@@ -13,24 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chitin::lease::{Store, StoreOptions};
-use sqlx::Connection;
 
-fn admin_url() -> String {
-    std::env::var("CHITIN_BENCH_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-}
-
-async fn fresh_db() -> (String, String) {
-    let name = format!("chitin_bench_{}", uuid::Uuid::new_v4().simple());
-    let mut c = sqlx::PgConnection::connect(&admin_url()).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut c).await.unwrap();
-    let url = admin_url().rsplit_once('/').map(|(base, _)| format!("{base}/{name}")).unwrap();
-    (name, url)
-}
-
-async fn drop_db(name: &str) {
-    let mut c = sqlx::PgConnection::connect(&admin_url()).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).execute(&mut c).await.unwrap();
-}
+mod common;
+use common::{drop_db, fresh_db};
 
 async fn store(url: &str, ttl: Duration) -> Store {
     let s = Store::connect_with(url, StoreOptions { lease_ttl: ttl, liveness_timeout: ttl, max_connections: 20, ..StoreOptions::default() })

@@ -25,27 +25,12 @@ use chitin::node::Node;
 use chitin::node::stored::Provisioned;
 use chitin::settings::Settings;
 use chitin::topology::{self, Application, ClusterConfig, Replica, Shard, ShardState};
-use sqlx::Connection;
+
+mod common;
+use common::{drop_db, fresh_db};
 
 const SHARDS: u32 = 1000;
 const IDLE: Duration = Duration::from_secs(10);
-
-fn admin_url() -> String {
-    std::env::var("CHITIN_BENCH_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-}
-
-async fn fresh_db() -> (String, String) {
-    let name = format!("chitin_bench_{}", uuid::Uuid::new_v4().simple());
-    let mut c = sqlx::PgConnection::connect(&admin_url()).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut c).await.unwrap();
-    let url = admin_url().rsplit_once('/').map(|(base, _)| format!("{base}/{name}")).unwrap();
-    (name, url)
-}
-
-async fn drop_db(name: &str) {
-    let mut c = sqlx::PgConnection::connect(&admin_url()).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).execute(&mut c).await.unwrap();
-}
 
 fn free_ports(n: usize) -> Vec<u16> {
     let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
