@@ -476,8 +476,7 @@ impl Node {
     /// and so that a drain of this node hands it on. Renewal is the check:
     /// it succeeds only for the current epoch, unexpired.
     async fn take_up_handed_over(&self, rows: &[lease::LeaseRow]) {
-        let held = self.leases.held_ids();
-        for row in rows.iter().filter(|r| r.live && r.holder == Some(self.uuid) && !held.contains(&r.shard)) {
+        for row in plan::handed_to_me(rows, self.uuid, &self.leases.held_ids()) {
             match self.leases.adopt(self.lease_of(row)).await {
                 Ok(()) => tracing::info!(shard = %row.shard, epoch = row.epoch, "took up a lease handed to this node"),
                 Err(e) => tracing::debug!(shard = %row.shard, error = %e, "cannot take up lease"),

@@ -55,6 +55,12 @@ pub enum Action {
     Handover { shard: String, to: String, to_uuid: Uuid },
 }
 
+/// Shards whose live lease the database gives this node but which its lease
+/// table lacks: handed over by a peer (or outlived a late renewal here).
+pub fn handed_to_me<'r>(rows: &'r [crate::lease::LeaseRow], me: Uuid, held: &HashSet<String>) -> Vec<&'r crate::lease::LeaseRow> {
+    rows.iter().filter(|r| r.live && r.holder == Some(me) && !held.contains(&r.shard)).collect()
+}
+
 /// The first live, non-leaving node of `ranking` (this node counts as
 /// leaving when it is).
 pub fn target<'r>(input: &RoundInput<'_>, ranking: &'r [String]) -> Option<&'r str> {
@@ -96,6 +102,29 @@ pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_live_leases_of_mine_that_i_do_not_serve_are_taken_up() {
+        let (me, peer) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let row = |shard: &str, holder: Option<Uuid>, live: bool| crate::lease::LeaseRow {
+            shard: shard.into(),
+            holder,
+            holder_name: None,
+            epoch: 3,
+            expires_at: None,
+            live,
+        };
+        let rows = [
+            row("handed", Some(me), true),
+            row("served", Some(me), true),
+            row("expired", Some(me), false),
+            row("theirs", Some(peer), true),
+            row("free", None, false),
+        ];
+        let held: HashSet<String> = ["served".to_string()].into();
+        let picked: Vec<&str> = handed_to_me(&rows, me, &held).iter().map(|r| r.shard.as_str()).collect();
+        assert_eq!(picked, ["handed"]);
+    }
 
     struct World {
         rankings: Vec<(String, Vec<String>)>,
