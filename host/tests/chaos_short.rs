@@ -71,6 +71,7 @@ fn bad_options_are_refused_with_the_reason() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("meteor"));
     let out = chitin(&["chaos", "--shards", "12", "--faults", "1"]);
+    assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
 }
 

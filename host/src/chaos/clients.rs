@@ -3,7 +3,6 @@
 //! the next node and retries the same request id until one acknowledges.
 //! Every acknowledgement is logged with what the node said it committed.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -139,7 +138,7 @@ pub fn merge(logs: Vec<ClientLog>) -> ClientLog {
     all
 }
 
-/// Shared by the clients: which streams exist (the checker reads them all).
-pub fn streams(clients: usize, per_client: usize) -> Arc<Vec<Vec<String>>> {
-    Arc::new((0..clients).map(|c| (0..per_client).map(|k| format!("chaos-{c}-{k}")).collect()).collect())
+/// Each client's streams (the checker reads them all).
+pub fn streams(clients: usize, per_client: usize) -> Vec<Vec<String>> {
+    (0..clients).map(|c| (0..per_client).map(|k| format!("chaos-{c}-{k}")).collect()).collect()
 }

@@ -2,7 +2,7 @@
 //! the questions the nemesis asks of them (who holds what, has the cluster
 //! recovered).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -173,9 +173,5 @@ impl Lab {
     pub fn start_node(&mut self, k: usize) -> Result<()> {
         let exe = self.exe.clone();
         self.nodes[k].start(&exe)
-    }
-
-    pub fn logs_dir(&self) -> &Path {
-        &self.dir
     }
 }
