@@ -57,6 +57,24 @@ fn unseed(settings: &Path) {
     std::fs::write(settings, kept.join("\n") + "\n").unwrap();
 }
 
+/// Three nodes bootstrapped from their config file, all ready; and that file.
+async fn bootstrapped_cluster(shards: u32) -> (Cluster, String) {
+    let mut c = unprovisioned_cluster(shards).await.unwrap();
+    let config = cfg(&c);
+    chitin_ok(&["cluster", "bootstrap-nodes", "--config", &config]).await;
+    for n in &mut c.nodes {
+        n.wait_ready(Duration::from_secs(60)).await.unwrap();
+    }
+    (c, config)
+}
+
+/// A fourth node process, started and answering its admin plane.
+async fn started_extra_node(c: &Cluster, name: &str) -> NodeProc {
+    let n = extra_node(c, name).unwrap();
+    wait_admin(&n.api, Duration::from_secs(60)).await.unwrap();
+    n
+}
+
 /// A cluster of three unprovisioned node processes (not bootstrapped yet).
 async fn unprovisioned_cluster(shards: u32) -> Result<Cluster> {
     // `free_port` can hand the same port out twice; such a cluster cannot start.
@@ -384,14 +402,8 @@ async fn bootstrap_add_move_split_under_load() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_interrupted_sequence_resumes_and_blocks_others() {
     let _serial = SERIAL.lock().await;
-    let mut c = unprovisioned_cluster(8).await.unwrap();
-    let config = cfg(&c);
-    chitin_ok(&["cluster", "bootstrap-nodes", "--config", &config]).await;
-    for n in &mut c.nodes {
-        n.wait_ready(Duration::from_secs(60)).await.unwrap();
-    }
-    let n4 = extra_node(&c, "node-04").unwrap();
-    wait_admin(&n4.api, Duration::from_secs(60)).await.unwrap();
+    let (mut c, config) = bootstrapped_cluster(8).await;
+    let n4 = started_extra_node(&c, "node-04").await;
     chitin_ok(&["cluster", "add-node", "--config", &config, "--node-id", "node-04", "--node-address", &n4.api.clone()]).await;
 
     // Start a move with a long bake and kill the CLI once step 1 converged.
@@ -472,12 +484,7 @@ async fn an_interrupted_sequence_resumes_and_blocks_others() {
 #[tokio::test(flavor = "multi_thread")]
 async fn invalid_transitions_are_refused() {
     let _serial = SERIAL.lock().await;
-    let mut c = unprovisioned_cluster(4).await.unwrap();
-    let config = cfg(&c);
-    chitin_ok(&["cluster", "bootstrap-nodes", "--config", &config]).await;
-    for n in &mut c.nodes {
-        n.wait_ready(Duration::from_secs(60)).await.unwrap();
-    }
+    let (c, config) = bootstrapped_cluster(4).await;
     let base = load(&c.config);
 
     // Remove a replica and add another in one version: refused.
@@ -513,14 +520,8 @@ async fn invalid_transitions_are_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn add_node_with_rebalance() {
     let _serial = SERIAL.lock().await;
-    let mut c = unprovisioned_cluster(4).await.unwrap();
-    let config = cfg(&c);
-    chitin_ok(&["cluster", "bootstrap-nodes", "--config", &config]).await;
-    for n in &mut c.nodes {
-        n.wait_ready(Duration::from_secs(60)).await.unwrap();
-    }
-    let n4 = extra_node(&c, "node-04").unwrap();
-    wait_admin(&n4.api, Duration::from_secs(60)).await.unwrap();
+    let (c, config) = bootstrapped_cluster(4).await;
+    let n4 = started_extra_node(&c, "node-04").await;
     let out = chitin_ok(&[
         "cluster", "add-node", "--config", &config, "--node-id", "node-04", "--node-address", &n4.api.clone(), "--rebalance",
         "--max-handoffs-per-round", "2", "--bake-secs", "0",
