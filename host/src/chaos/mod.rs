@@ -190,7 +190,7 @@ async fn run_in(
     local_db_url: String,
     server_host: String,
 ) -> Result<(report::RunFacts, checker::Verdict)> {
-    let exe = std::env::current_exe().context("where is the chitin binary?")?;
+    let exe = std::env::current_exe().context("cannot locate the running chitin binary, which the run starts as its nodes; run `chitin chaos` from an installed binary")?;
     let namespace = format!("chitin-chaos-{}", uuid::Uuid::new_v4().simple());
     let node_redis_url = redis.url(&server_host);
     let mut nodes = Vec::new();

@@ -68,6 +68,7 @@ impl PrivateRedis {
             .context("cannot start redis-server (is it installed and on PATH?)")?;
         self.child = Some(child);
         wait_for_port(&format!("127.0.0.1:{}", self.port), Duration::from_secs(10))
+            .with_context(|| format!("redis-server did not start; its log is {}", self.log.display()))
     }
 
     /// Kills the server (SIGKILL: what a crashed Redis looks like).

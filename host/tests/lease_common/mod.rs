@@ -27,19 +27,7 @@ pub fn mysql_admin_url() -> String {
 
 /// `url` with its database (path) replaced by `db`.
 pub fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let root = match base[scheme_end..].find('/') {
-        Some(i) => &base[..scheme_end + i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{root}/{db}?{q}"),
-        None => format!("{root}/{db}"),
-    }
+    chitin::chaos::servers::with_database(url, db)
 }
 
 /// A fresh database for one test.
