@@ -1,5 +1,10 @@
 //! chitin: a cluster control plane for sharded services, extended with
-//! WebAssembly policy plugins.
+//! WebAssembly policy plugins. The design of record is `docs/design.md`.
+//!
+//! # Layout
+//!
+//! Imports run one way: `server` → `api` → `node` → `lease` / `coord` /
+//! `policy` / `topology`; `proto` and `settings` serve every layer.
 //!
 //! - [`policy`]: the wasmtime host that loads and calls policy components;
 //! - [`topology`]: the cluster config, its invariants and transition rules;
@@ -8,6 +13,7 @@
 //! - [`lease`]: the durable store: identity, leases, fencing, the journal;
 //! - [`rollout`]: control sequences: planner, executor, checkpoints;
 //! - [`node`]: a node's lifecycle, lease rounds, drain and journal;
+//! - [`proto`]: the generated gRPC messages, clients and servers;
 //! - [`api`]: gRPC and HTTP;
 //! - [`server`]: running a node until it is told to stop;
 //! - [`chaos`]: the fault-injection run and its checker.
@@ -18,6 +24,7 @@ pub mod coord;
 pub mod lease;
 pub mod node;
 pub mod policy;
+pub mod proto;
 pub mod rollout;
 pub mod server;
 pub mod settings;

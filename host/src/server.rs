@@ -12,98 +12,16 @@
 //! in-flight requests complete.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use crate::api;
+use crate::node::control::Control;
 use crate::node::stored::{self, Provisioned};
 use crate::node::{Node, NodeError};
 use crate::settings::Settings;
-use crate::topology::{self, ClusterConfig};
-
-/// The node, once it exists, and what is needed to create it.
-pub struct Control {
-    pub settings: Settings,
-    node: RwLock<Option<Arc<Node>>>,
-    bootstrapping: tokio::sync::Mutex<()>,
-    shutdown: watch::Sender<bool>,
-    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-}
-
-/// Why a bootstrap was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum BootstrapError {
-    #[error("this node is already provisioned as `{0}`; use UpdateConfig to change its config")]
-    AlreadyProvisioned(String),
-    #[error("the config is not valid: {}", .0.join("; "))]
-    Invalid(Vec<String>),
-    #[error("node id `{0}` is not a node of the config")]
-    NotInConfig(String),
-    #[error(
-        "this node's name is set to `{configured}` (by [cluster] instance_id or CHITIN__CLUSTER__INSTANCE_ID) but the \
-         bootstrap names `{requested}`: was it sent to the wrong address?"
-    )]
-    NameMismatch { configured: String, requested: String },
-    #[error("a standalone node takes no cluster config; set [cluster] enabled = true")]
-    Standalone,
-    #[error(transparent)]
-    Start(#[from] NodeError),
-}
-
-impl Control {
-    /// The running node, unless unprovisioned.
-    pub fn node(&self) -> Option<Arc<Node>> {
-        self.node.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    async fn activate(&self, node: Arc<Node>) {
-        let rounds = tokio::spawn(node.clone().run_rounds(self.shutdown.subscribe()));
-        let mut tasks = vec![rounds];
-        if let Some(coord) = &node.coord {
-            let background = coord.start(self.shutdown.subscribe()).await;
-            tasks.extend([background.heartbeat, background.monitor]);
-        }
-        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).extend(tasks);
-        *self.node.write().unwrap_or_else(|p| p.into_inner()) = Some(node);
-    }
-
-    /// Gives an unprovisioned node its id and first config, then starts it.
-    pub async fn bootstrap(&self, node_id: &str, config: ClusterConfig) -> Result<Arc<Node>, BootstrapError> {
-        let _one_at_a_time = self.bootstrapping.lock().await;
-        if !self.settings.cluster.enabled {
-            return Err(BootstrapError::Standalone);
-        }
-        if let Some(node) = self.node() {
-            return Err(BootstrapError::AlreadyProvisioned(node.name.clone()));
-        }
-        let violations = topology::validate(&config);
-        if !violations.is_empty() {
-            return Err(BootstrapError::Invalid(violations.iter().map(ToString::to_string).collect()));
-        }
-        if config.node(node_id).is_none() {
-            return Err(BootstrapError::NotInConfig(node_id.to_string()));
-        }
-        if let Some(configured) = &self.settings.cluster.instance_id {
-            if configured != node_id {
-                return Err(BootstrapError::NameMismatch {
-                    configured: configured.clone(),
-                    requested: node_id.to_string(),
-                });
-            }
-        }
-        stored::save(&self.settings.node.data_dir, &config, Some(node_id)).map_err(NodeError::from)?;
-        let provisioned = Provisioned {
-            config,
-            node_id: Some(node_id.to_string()),
-        };
-        let node = Node::start(self.settings.clone(), Some(provisioned)).await?;
-        self.activate(node.clone()).await;
-        tracing::info!(name = %node.name, "bootstrapped");
-        Ok(node)
-    }
-}
+use crate::topology;
 
 /// A started node (or an unprovisioned one) with its listeners bound.
 pub struct Running {
@@ -156,13 +74,7 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
     let unprovisioned = settings.cluster.enabled && provisioned.is_none();
     let node = if unprovisioned { None } else { Some(Node::start(settings.clone(), provisioned).await?) };
 
-    let control = Arc::new(Control {
-        settings,
-        node: RwLock::new(None),
-        bootstrapping: tokio::sync::Mutex::new(()),
-        shutdown: watch::channel(false).0,
-        tasks: Mutex::new(Vec::new()),
-    });
+    let control = Control::new(settings);
     // The node is in place before the first request: a restarting node must
     // never look unprovisioned (and accept a bootstrap) for a moment.
     match node {
@@ -177,9 +89,9 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
         ),
     }
     let grpc = api::grpc::router(control.clone());
-    let mut stop = control.shutdown.subscribe();
+    let mut stop = control.shutdown_signal();
     let grpc_task = tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(api_listener);
+        let incoming = nodelay_incoming(api_listener);
         let result = tonic::transport::Server::builder()
             .add_routes(grpc)
             .serve_with_incoming_shutdown(incoming, async move {
@@ -191,9 +103,15 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
         }
     });
     let http = api::http::router(control.clone());
-    let mut stop = control.shutdown.subscribe();
+    let mut stop = control.shutdown_signal();
     let http_task = tokio::spawn(async move {
-        let result = axum::serve(metrics_listener, http)
+        use axum::serve::ListenerExt;
+        let listener = metrics_listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        });
+        let result = axum::serve(listener, http)
             .with_graceful_shutdown(async move {
                 let _ = stop.changed().await;
             })
@@ -202,7 +120,8 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
             tracing::error!(error = %e, "HTTP server failed");
         }
     });
-    control.tasks.lock().unwrap_or_else(|p| p.into_inner()).extend([grpc_task, http_task]);
+    control.keep(grpc_task);
+    control.keep(http_task);
     Ok(Running {
         control,
         api_addr,
@@ -218,9 +137,8 @@ impl Running {
         if let Some(node) = &node {
             node.stop().await;
         }
-        let _ = self.control.shutdown.send(true);
-        let tasks: Vec<_> = std::mem::take(&mut *self.control.tasks.lock().unwrap_or_else(|p| p.into_inner()));
-        for task in tasks {
+        self.control.shutdown();
+        for task in self.control.take_tasks() {
             let _ = task.await;
         }
         if let Some(node) = node {
@@ -230,6 +148,22 @@ impl Running {
     }
 }
 
+/// The accepted connections of `listener`, each with TCP_NODELAY set.
+///
+/// tonic applies its own `tcp_nodelay` only to sockets it binds itself; an
+/// accepted socket left with Nagle's algorithm holds a small response back
+/// until the client's delayed ACK, about 40 ms, on every other call.
+pub fn nodelay_incoming(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
+        let stream = accepted?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    })
+}
+
 /// Runs a node until SIGTERM or Ctrl-C, then stops it gracefully. SIGHUP
 /// reloads the policy components.
 pub async fn run(settings: Settings) -> Result<(), NodeError> {
@@ -237,8 +171,24 @@ pub async fn run(settings: Settings) -> Result<(), NodeError> {
     let running = start(settings).await?;
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    let control = running.control.clone();
+    let fatal = async move {
+        // An unprovisioned node gets its node at bootstrap.
+        loop {
+            if let Some(node) = control.node() {
+                return node.fatal().await;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    };
+    tokio::pin!(fatal);
     loop {
         tokio::select! {
+            e = &mut fatal => {
+                tracing::error!(error = %e, "stopping");
+                running.stop().await;
+                return Err(e);
+            }
             _ = term.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
             _ = hup.recv() => {
@@ -255,4 +205,20 @@ pub async fn run(settings: Settings) -> Result<(), NodeError> {
     tracing::info!("stop requested; draining");
     running.stop().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_sockets_have_nodelay() {
+        use tokio_stream::StreamExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = Box::pin(nodelay_incoming(listener));
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let accepted = incoming.next().await.unwrap().unwrap();
+        assert!(accepted.nodelay().unwrap(), "an accepted socket must not run Nagle's algorithm");
+    }
 }

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::proto::{self, coordination_server};
+use crate::proto::{self, coordination_server};
 use crate::coord::{self, Coordinator, Declined, Dispatch, DeploymentState, DeploymentUpdate, ListFilter, NewDeployment, Progress};
-use crate::server::Control;
+use crate::node::control::Control;
 
 #[derive(Clone)]
 pub struct Coordination(pub Arc<Control>);
@@ -80,6 +80,15 @@ impl coordination_server::Coordination for Coordination {
             return Err(Status::invalid_argument("target_id must not be empty"));
         }
         let node = self.0.node().ok_or_else(|| Status::unavailable("this node is UNPROVISIONED"))?;
+        if !node.is_ready() {
+            // Its claims were released when it started leaving: a claim now
+            // would outlive the node.
+            return Err(Status::unavailable(format!(
+                "this node is {}; dispatch target {} to another node",
+                node.lifecycle().as_str(),
+                r.target_id
+            )));
+        }
         let Some(coord) = node.coord.clone() else {
             // One node owns every target.
             return Ok(Response::new(proto::DispatchResponse {

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use tokio_stream::{Stream, StreamExt, wrappers::BroadcastStream};
 use tonic::{Request, Response, Status};
 
-use super::proto::{self, admin_server, journal_server, ownership_server};
 use crate::lease::LeaseRow;
 use crate::node::Node;
-use crate::server::{BootstrapError, Control};
-use crate::topology::ClusterConfig;
+use crate::node::control::{BootstrapError, Control};
 use crate::node::journal::{AppendError, MAX_STREAM};
 use crate::node::leases::OwnershipEvent;
+use crate::proto::{self, admin_server, journal_server, ownership_server, peer_server};
+use crate::topology::ClusterConfig;
 
 /// Largest request the server decodes.
 pub const MAX_MESSAGE_BYTES: usize = 2 << 20;
@@ -25,9 +25,11 @@ pub fn router(control: Arc<Control>) -> tonic::service::Routes {
         admin_server::AdminServer::new(Api(control.clone())).max_decoding_message_size(64 << 20),
         AdminToken(control.settings.api.admin_token.clone()),
     );
+    let peer = peer_server::PeerServer::new(Api(control.clone()));
     let coordination = proto::coordination_server::CoordinationServer::new(super::coordination::Coordination(control));
     let router = tonic::service::Routes::new(journal)
         .add_service(ownership)
+        .add_service(peer)
         .add_service(admin)
         .add_service(coordination)
         .into_axum_router()
@@ -55,7 +57,7 @@ impl tonic::service::Interceptor for AdminToken {
 }
 
 /// The gRPC services this node serves, for the answer to an unknown method.
-const SERVICES: &str = "chitin.v1.Journal, chitin.v1.Ownership, chitin.v1.Admin, chitin.v1.Coordination";
+const SERVICES: &str = "chitin.v1.Journal, chitin.v1.Ownership, chitin.v1.Admin, chitin.v1.Coordination, chitin.v1.Peer";
 
 /// Rewrites the answers tonic itself gives to a bad request, before any
 /// handler runs, into ones that say what was wrong:
@@ -115,23 +117,13 @@ fn internal(e: impl std::fmt::Display) -> Status {
     Status::unavailable(format!("not applied: {e}"))
 }
 
-impl From<AppendError> for Status {
-    fn from(e: AppendError) -> Status {
-        match e {
-            AppendError::Invalid(_) => Status::invalid_argument(e.to_string()),
-            AppendError::NotApplied(_) => Status::unavailable(e.to_string()),
-            AppendError::OutcomeUnknown(_) => Status::unknown(e.to_string()),
-        }
-    }
-}
-
 #[tonic::async_trait]
 impl journal_server::Journal for Api {
     async fn append(&self, req: Request<proto::AppendRequest>) -> Result<Response<proto::AppendResponse>, Status> {
         let r = req.into_inner();
         let node = &self.node()?;
         if !node.is_ready() && !r.forwarded {
-            return Err(Status::unavailable("not applied: this node is leaving; send to another node"));
+            return Err(AppendError::not_applied("this node is leaving; send to another node").into());
         }
         let ack = node.append(&r.stream, &r.request_id, &r.payload, r.forwarded).await?;
         Ok(Response::new(proto::AppendResponse {
@@ -168,12 +160,14 @@ impl journal_server::Journal for Api {
     }
 }
 
-fn lease_message(node: &Node, row: &LeaseRow) -> proto::ShardLease {
+/// `row` as the API shows it; `now` is the database's clock, which judges
+/// expiry.
+fn lease_message(node: &Node, row: &LeaseRow, now: chrono::DateTime<chrono::Utc>) -> proto::ShardLease {
     let application = node.topology().map.shard(&row.shard).map(|s| s.application.clone()).unwrap_or_default();
     let holder = row.holder.filter(|_| row.live);
     let registration = holder.and_then(|h| node.registration(h));
     let expires_in_ms = match (row.expires_at, row.live) {
-        (Some(at), true) => (at - chrono::Utc::now()).num_milliseconds().max(0),
+        (Some(at), true) => (at - now).num_milliseconds().max(0),
         _ => 0,
     };
     proto::ShardLease {
@@ -199,11 +193,8 @@ impl ownership_server::Ownership for Api {
         let node = &self.node()?;
         let topology = node.topology();
         let shard = topology.map.route(&r.application, r.key).map_err(|e| Status::not_found(e.to_string()))?;
-        let rows = node.store.holders().await.map_err(internal)?;
-        if node.registry().is_empty() {
-            node.refresh_registry().await.map_err(internal)?;
-        }
-        let row = rows.into_iter().find(|row| row.shard == shard.id).unwrap_or(LeaseRow {
+        let view = node.cluster_view().await.map_err(internal)?;
+        let row = view.rows.iter().find(|row| row.shard == shard.id).cloned().unwrap_or(LeaseRow {
             shard: shard.id.clone(),
             holder: None,
             holder_name: None,
@@ -211,7 +202,7 @@ impl ownership_server::Ownership for Api {
             expires_at: None,
             live: false,
         });
-        Ok(Response::new(lease_message(node, &row)))
+        Ok(Response::new(lease_message(node, &row, view.now)))
     }
 
     async fn held(&self, _req: Request<proto::HeldRequest>) -> Result<Response<proto::HeldResponse>, Status> {
@@ -220,14 +211,14 @@ impl ownership_server::Ownership for Api {
             .leases
             .held()
             .into_iter()
-            .map(|l| proto::ShardLease {
+            .map(|(l, servable)| proto::ShardLease {
                 application: node.topology().map.shard(&l.shard).map(|s| s.application.clone()).unwrap_or_default(),
                 shard: l.shard,
                 holder: node.name.clone(),
                 holder_uuid: node.uuid.to_string(),
                 holder_address: node.address.clone(),
                 epoch: l.epoch as u64,
-                expires_in_ms: (l.expires_at - chrono::Utc::now()).num_milliseconds().max(0),
+                expires_in_ms: i64::try_from(servable.as_millis()).unwrap_or(i64::MAX),
             })
             .collect();
         Ok(Response::new(proto::HeldResponse { leases }))
@@ -266,10 +257,8 @@ impl admin_server::Admin for Api {
             }));
         };
         let node = &node;
-        let registry = node.refresh_registry().await.map_err(internal)?;
-        let rows = node.store.holders().await.map_err(internal)?;
-        let now = node.store.now().await.map_err(internal)?;
-        let leases: Vec<proto::ShardLease> = rows.iter().filter(|r| r.live).map(|r| lease_message(node, r)).collect();
+        let crate::node::ClusterView { registry, rows, now } = node.cluster_view().await.map_err(internal)?;
+        let leases: Vec<proto::ShardLease> = rows.iter().filter(|r| r.live).map(|r| lease_message(node, r, now)).collect();
         let topology = node.topology();
         let unowned = topology
             .map
@@ -305,6 +294,7 @@ impl admin_server::Admin for Api {
         Ok(Response::new(proto::DrainResponse {
             handed_over: report.handed_over,
             rounds: report.rounds,
+            kept: report.kept.into_iter().map(|k| proto::KeptShard { shard: k.shard, why: k.why }).collect(),
         }))
     }
 
@@ -364,6 +354,18 @@ impl admin_server::Admin for Api {
                 ..Default::default()
             },
         }))
+    }
+}
+
+#[tonic::async_trait]
+impl peer_server::Peer for Api {
+    async fn notice(&self, req: Request<proto::OwnershipNotice>) -> Result<Response<proto::NoticeAck>, Status> {
+        let n = req.into_inner();
+        let holder = uuid::Uuid::parse_str(&n.holder_uuid)
+            .map_err(|e| Status::invalid_argument(format!("holder_uuid `{}` is not a UUID: {e}", n.holder_uuid)))?;
+        let epoch = i64::try_from(n.epoch).map_err(|_| Status::invalid_argument(format!("epoch {} is out of range", n.epoch)))?;
+        self.node()?.on_notice(&n.shard, epoch, holder).await;
+        Ok(Response::new(proto::NoticeAck {}))
     }
 }
 

@@ -15,7 +15,7 @@ use axum::routing::get;
 use serde_json::json;
 
 use crate::node::metrics::gauge;
-use crate::server::Control;
+use crate::node::control::Control;
 
 use super::grpc::UNPROVISIONED;
 

@@ -11,7 +11,4 @@ pub mod coordination;
 pub mod grpc;
 pub mod http;
 
-/// The generated protobuf and gRPC code.
-pub mod proto {
-    tonic::include_proto!("chitin.v1");
-}
+pub use crate::proto;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::api::proto::{self, journal_client::JournalClient};
+use crate::proto::{self, journal_client::JournalClient};
 
 /// One acknowledged append, as the client saw it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

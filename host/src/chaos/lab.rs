@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use tonic::transport::Endpoint;
 
-use crate::api::proto::{self, admin_client::AdminClient};
+use crate::proto::{self, admin_client::AdminClient};
 
 use super::procs::{Network, NodeProc, http_status};
 use super::servers::{PrivatePostgres, PrivateRedis};

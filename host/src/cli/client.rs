@@ -33,5 +33,5 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 pub async fn admin(address: &str) -> anyhow::Result<chitin::rollout::exec::Admin> {
     use chitin::rollout::exec::{BearerAuth, token_from_env};
     let auth = BearerAuth::new(token_from_env().as_deref());
-    Ok(chitin::api::proto::admin_client::AdminClient::with_interceptor(connect(address).await?, auth))
+    Ok(chitin::proto::admin_client::AdminClient::with_interceptor(connect(address).await?, auth))
 }

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use chitin::api::proto;
+use chitin::proto;
 use clap::Subcommand;
 
 use super::client::{NodeAddr, admin, runtime};
@@ -116,5 +116,8 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
         "drained {}: {} shards handed over in {} rounds; the node keeps running until stopped",
         args.name, report.handed_over, report.rounds
     );
+    for kept in &report.kept {
+        println!("  kept {}: {}", kept.shard, kept.why);
+    }
     Ok(ExitCode::SUCCESS)
 }

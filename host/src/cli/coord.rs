@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::process::ExitCode;
 
-use chitin::api::proto::{self, coordination_client::CoordinationClient};
+use chitin::proto::{self, coordination_client::CoordinationClient};
 use clap::Subcommand;
 use tonic::transport::Channel;
 

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use chitin::api::proto::{self, journal_client::JournalClient};
+use chitin::proto::{self, journal_client::JournalClient};
 use clap::Subcommand;
 
 use super::client::{NodeAddr, connect, runtime};

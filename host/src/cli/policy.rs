@@ -134,7 +134,7 @@ fn test(plugin: &str, deadline_ms: u64, paths: &[PathBuf]) -> anyhow::Result<Exi
 }
 
 fn reload(address: &str) -> anyhow::Result<ExitCode> {
-    use chitin::api::proto::ReloadPoliciesRequest;
+    use chitin::proto::ReloadPoliciesRequest;
     super::client::runtime()?.block_on(async {
         let slots = super::client::admin(address).await?
             .reload_policies(ReloadPoliciesRequest {})

@@ -2,7 +2,7 @@
 //! deployment state and fail-open dispatch.
 //!
 //! The key layout is the reference's, byte for byte, under a namespace
-//! (`chitin` by default); see `DESIGN.md` ("Redis keys"):
+//! (`chitin` by default); see `docs/design.md` ("Redis keys"):
 //!
 //! | key | type | TTL |
 //! |---|---|---|

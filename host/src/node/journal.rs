@@ -2,9 +2,16 @@
 //!
 //! `append(stream, request_id, payload)` is accepted by any node. The
 //! stream's key ([`super::shard_map::stream_key`]) picks a shard; the holder
-//! commits under the fence, any other node forwards to the holder once.
-//! While a shard has no holder (a takeover or handoff in progress) the
-//! request waits, up to the lease TTL plus a renew interval and a second.
+//! commits under the fence, any other node forwards to the holder (see
+//! [`super::plan::append_step`] for the choice). A forwarded request is never
+//! forwarded again and never waits at the node it reached: a node that no
+//! longer holds the shard answers at once with a typed not-applied that
+//! names the holder, and the forwarding node follows it. While a shard has
+//! no holder (a takeover in progress) the request waits at the node the
+//! client reached, for a change of ownership this node learns of (its own
+//! lease table, a peer's notice, a round's fresh read), bounded by the lease
+//! TTL plus a renew interval and a second. Nothing on this path sleeps and
+//! polls.
 //!
 //! Outcomes are explicit: `NotApplied` means certainly not committed (safe
 //! to retry anywhere); `OutcomeUnknown` means a forwarded request may or may
@@ -13,10 +20,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::api::proto;
 use crate::lease::{JournalEntry, LeaseError};
+use crate::proto::{self, outcome};
 
 use super::Node;
+use super::peers::never_sent;
+use super::plan::{AppendFacts, AppendStep, append_step};
 
 /// A committed (or earlier committed, for a repeated request id) append.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,15 +36,33 @@ pub struct Acknowledged {
     pub holder: String,
 }
 
+/// A shard's holder as a not-applied answer names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderHint {
+    pub name: String,
+    pub address: String,
+}
+
 /// Why an append was not acknowledged.
 #[derive(Debug, thiserror::Error)]
 pub enum AppendError {
     #[error("invalid append: {0}")]
     Invalid(String),
-    #[error("not applied: {0}; retry (with the same request_id)")]
-    NotApplied(String),
+    #[error("not applied: {reason}{}; retry (with the same request_id)", holder_text(.holder))]
+    NotApplied { reason: String, holder: Option<HolderHint> },
     #[error("outcome unknown: {0}; retry with the same request_id, which applies at most once")]
     OutcomeUnknown(String),
+}
+
+fn holder_text(holder: &Option<HolderHint>) -> String {
+    holder.as_ref().map(|h| format!("; the holder is {} at {}", h.name, h.address)).unwrap_or_default()
+}
+
+impl AppendError {
+    /// Certainly not applied, with no holder to name.
+    pub fn not_applied(reason: impl Into<String>) -> AppendError {
+        AppendError::NotApplied { reason: reason.into(), holder: None }
+    }
 }
 
 /// Longest a stream name, request id and payload may be.
@@ -57,9 +84,15 @@ fn validate(stream: &str, request_id: &str, payload: &[u8]) -> Result<(), Append
     Ok(())
 }
 
+/// How a forward ended when it did not acknowledge.
+enum Forwarded {
+    /// Certainly not applied there; the holder it named, if any.
+    Bounced(Option<HolderHint>),
+}
+
 impl Node {
     /// How long an append waits for a shard to get a holder.
-    fn takeover_budget(&self) -> Duration {
+    pub fn takeover_budget(&self) -> Duration {
         self.settings.lease_ttl() + self.settings.renew_interval() + Duration::from_secs(1)
     }
 
@@ -72,125 +105,135 @@ impl Node {
         forwarded: bool,
     ) -> Result<Acknowledged, AppendError> {
         validate(stream, request_id, payload)?;
-        let shard = self.topology().map.route_stream(stream).map_err(|e| AppendError::Invalid(e.to_string()))?.id.clone();
         let deadline = Instant::now() + self.takeover_budget();
+        let mut changes = self.leases.changes();
         loop {
+            changes.borrow_and_update();
+            let shard = self.topology().map.route_stream(stream).map_err(|e| AppendError::Invalid(e.to_string()))?.id.clone();
             if let Some(permit) = self.leases.permit(&shard).await {
                 match self.store.append_fenced(&permit.token, stream, request_id, payload).await {
                     Ok(a) => {
                         self.metrics.fenced_commits.inc();
-                        return Ok(Acknowledged {
-                            sequence: a.seq,
-                            epoch: a.epoch,
-                            shard,
-                            holder: self.name.clone(),
-                        });
+                        return Ok(Acknowledged { sequence: a.seq, epoch: a.epoch, shard, holder: self.name.clone() });
                     }
                     Err(LeaseError::LeaseLost { epoch, .. }) => {
                         self.metrics.fenced_aborts.inc();
                         drop(permit);
                         self.leases.forget(&shard, Some(epoch));
+                        continue;
                     }
-                    // Any other database failure: the transaction did not
-                    // commit (or the driver cannot tell): report it as such.
+                    // Any other database failure: the transaction may or may
+                    // not have committed (the driver cannot tell).
                     Err(LeaseError::Db(e)) => return Err(AppendError::OutcomeUnknown(format!("database: {e}"))),
-                    Err(e) => return Err(AppendError::NotApplied(e.to_string())),
+                    Err(e) => return Err(AppendError::not_applied(e.to_string())),
                 }
-            } else if let Some(done) = self.route_elsewhere(&shard, stream, request_id, payload, forwarded).await? {
-                return Ok(done);
+            }
+            let row = self.lease_row(&shard).await.map_err(|e| AppendError::not_applied(e.to_string()))?;
+            let live_holder = row.as_ref().and_then(|r| r.holder.filter(|_| r.live));
+            let holder_address = match live_holder {
+                Some(h) if h != self.uuid => self.peer_address(h).await,
+                _ => None,
+            };
+            let facts = AppendFacts { me: self.uuid, ready: self.is_ready(), forwarded, live_holder, holder_address };
+            match append_step(&facts) {
+                AppendStep::Adopt => {
+                    let row = row.expect("a live holder has a row");
+                    if let Err(e) = self.leases.adopt(self.lease_of(&row)).await {
+                        tracing::debug!(%shard, error = %e, "cannot adopt lease");
+                        self.wait_for_change(&mut changes, deadline, &shard).await?;
+                    }
+                }
+                AppendStep::Forward { holder, address } => {
+                    match self.forward(&address, stream, request_id, payload).await? {
+                        Ok(ack) => return Ok(ack),
+                        // The holder moved on and named its successor: look again at once.
+                        Err(Forwarded::Bounced(Some(next))) if next.name != holder => {
+                            tracing::debug!(%shard, from = %holder, to = %next.name, "following the holder")
+                        }
+                        Err(Forwarded::Bounced(_)) => self.wait_for_change(&mut changes, deadline, &shard).await?,
+                    }
+                }
+                AppendStep::Redirect { holder } => {
+                    let holder = holder.map(|(name, address)| HolderHint { name, address });
+                    return Err(AppendError::NotApplied {
+                        reason: format!("this node does not hold shard {shard}"),
+                        holder,
+                    });
+                }
+                AppendStep::Wait => self.wait_for_change(&mut changes, deadline, &shard).await?,
             }
             if Instant::now() >= deadline {
-                return Err(AppendError::NotApplied(format!(
-                    "shard {shard} had no reachable holder for {:?}",
-                    self.takeover_budget()
-                )));
+                return Err(self.no_holder(&shard));
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
-    /// Finds the shard's holder in the database: adopts the lease if it is
-    /// this node's, forwards once if it is another's. `None`: try again.
-    async fn route_elsewhere(
+    fn no_holder(&self, shard: &str) -> AppendError {
+        AppendError::not_applied(format!("shard {shard} had no reachable holder for {:?}", self.takeover_budget()))
+    }
+
+    /// Waits until this node learns of a change of ownership, or the deadline.
+    async fn wait_for_change(
         &self,
+        changes: &mut tokio::sync::watch::Receiver<u64>,
+        deadline: Instant,
         shard: &str,
-        stream: &str,
-        request_id: &str,
-        payload: &[u8],
-        forwarded: bool,
-    ) -> Result<Option<Acknowledged>, AppendError> {
-        let rows = self.store.holders().await.map_err(|e| AppendError::NotApplied(e.to_string()))?;
-        let Some(row) = rows.into_iter().find(|r| r.shard == shard && r.live) else {
-            return Ok(None);
-        };
-        let holder = row.holder.expect("a live lease has a holder");
-        if holder == self.uuid {
-            if self.is_ready() {
-                if let Err(e) = self.leases.adopt(self.lease_of(&row)).await {
-                    tracing::debug!(%shard, error = %e, "cannot adopt lease");
-                }
-            }
-            return Ok(None);
+    ) -> Result<(), AppendError> {
+        match tokio::time::timeout_at(deadline.into(), changes.changed()).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(self.no_holder(shard)),
         }
-        if forwarded {
-            // One hop only: the forwarder thought this node held the shard.
-            return Ok(None);
-        }
-        let address = match self.registration(holder) {
-            Some(r) => r.address,
-            None => match self.refresh_registry().await.ok().and_then(|_| self.registration(holder)) {
-                Some(r) => r.address,
-                None => return Ok(None),
-            },
-        };
-        self.forward(&address, stream, request_id, payload).await
     }
 
+    /// The registered name and address of node `uuid`.
+    async fn peer_address(&self, uuid: uuid::Uuid) -> Option<(String, String)> {
+        let known = match self.registration(uuid) {
+            Some(r) => Some(r),
+            None => self.refresh_registry().await.ok().and_then(|_| self.registration(uuid)),
+        };
+        known.map(|r| (r.name, r.address))
+    }
+
+    /// Sends the append to the holder at `address`, once. The outer error
+    /// ends the append; the inner one says it was certainly not applied.
     async fn forward(
         &self,
         address: &str,
         stream: &str,
         request_id: &str,
         payload: &[u8],
-    ) -> Result<Option<Acknowledged>, AppendError> {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| AppendError::NotApplied(format!("bad holder address {address}: {e}")))?
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(self.takeover_budget() + Duration::from_secs(2));
-        // A failed connect sent nothing: look for the holder again.
-        let Ok(channel) = endpoint.connect().await else {
-            return Ok(None);
+    ) -> Result<Result<Acknowledged, Forwarded>, AppendError> {
+        let channel = match self.peers.channel(address).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(error = %e, "forward not sent");
+                return Ok(Err(Forwarded::Bounced(None)));
+            }
         };
         self.metrics.forwards.inc();
         let mut client = proto::journal_client::JournalClient::new(channel);
-        let request = proto::AppendRequest {
+        let mut request = tonic::Request::new(proto::AppendRequest {
             stream: stream.to_string(),
             request_id: request_id.to_string(),
             payload: payload.to_vec(),
             forwarded: true,
-        };
+        });
+        request.set_timeout(self.takeover_budget() + Duration::from_secs(2));
         match client.append(request).await {
             Ok(r) => {
                 let r = r.into_inner();
-                Ok(Some(Acknowledged {
-                    sequence: r.sequence as i64,
-                    epoch: r.epoch as i64,
-                    shard: r.shard,
-                    holder: r.holder,
-                }))
+                Ok(Ok(Acknowledged { sequence: r.sequence as i64, epoch: r.epoch as i64, shard: r.shard, holder: r.holder }))
             }
-            Err(status) if status.code() == tonic::Code::Unavailable && status.message().starts_with("not applied") => {
-                Ok(None)
-            }
-            Err(status) if status.code() == tonic::Code::InvalidArgument => {
-                Err(AppendError::Invalid(status.message().to_string()))
+            Err(status) if is_not_applied(&status) => Ok(Err(Forwarded::Bounced(holder_hint(&status)))),
+            Err(status) if status.code() == tonic::Code::InvalidArgument => Err(AppendError::Invalid(status.message().to_string())),
+            Err(status) if never_sent(&status) => {
+                self.peers.forget(address);
+                Ok(Err(Forwarded::Bounced(None)))
             }
             Err(status) => {
+                self.peers.forget(address);
                 self.metrics.outcome_unknown.inc();
-                Err(AppendError::OutcomeUnknown(format!(
-                    "forwarded to {address}: {}",
-                    status.message()
-                )))
+                Err(AppendError::OutcomeUnknown(format!("forwarded to {address}: {}", status.message())))
             }
         }
     }
@@ -198,5 +241,63 @@ impl Node {
     /// Entries of `stream` from sequence `from`, in order.
     pub async fn read(&self, stream: &str, from: i64, limit: u32) -> Result<Vec<JournalEntry>, LeaseError> {
         self.store.read(stream, from, limit.clamp(1, 10_000)).await
+    }
+}
+
+/// Whether an append's status is the typed not-applied outcome.
+pub fn is_not_applied(status: &tonic::Status) -> bool {
+    status.metadata().get(outcome::KEY).is_some_and(|v| v == outcome::NOT_APPLIED)
+}
+
+/// The holder a not-applied status names.
+pub fn holder_hint(status: &tonic::Status) -> Option<HolderHint> {
+    let get = |key: &str| status.metadata().get(key).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    Some(HolderHint { name: get(outcome::HOLDER)?, address: get(outcome::HOLDER_ADDRESS)? })
+}
+
+impl From<AppendError> for tonic::Status {
+    fn from(e: AppendError) -> tonic::Status {
+        let mut status = match &e {
+            AppendError::Invalid(_) => return tonic::Status::invalid_argument(e.to_string()),
+            AppendError::NotApplied { .. } => tonic::Status::unavailable(e.to_string()),
+            AppendError::OutcomeUnknown(_) => tonic::Status::unknown(e.to_string()),
+        };
+        let meta = status.metadata_mut();
+        let put = |meta: &mut tonic::metadata::MetadataMap, key: &'static str, value: &str| {
+            if let Ok(v) = value.parse() {
+                meta.insert(key, v);
+            }
+        };
+        match &e {
+            AppendError::NotApplied { holder, .. } => {
+                put(meta, outcome::KEY, outcome::NOT_APPLIED);
+                if let Some(h) = holder {
+                    put(meta, outcome::HOLDER, &h.name);
+                    put(meta, outcome::HOLDER_ADDRESS, &h.address);
+                }
+            }
+            _ => put(meta, outcome::KEY, outcome::UNKNOWN),
+        }
+        status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_outcome_travels_as_metadata_not_wording() {
+        let hint = HolderHint { name: "n2".into(), address: "127.0.0.1:7002".into() };
+        let status: tonic::Status = AppendError::NotApplied { reason: "moved".into(), holder: Some(hint.clone()) }.into();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(is_not_applied(&status));
+        assert_eq!(holder_hint(&status), Some(hint));
+        // A message that merely reads like it is not the outcome.
+        let lookalike = tonic::Status::unavailable("not applied: trust me");
+        assert!(!is_not_applied(&lookalike));
+        let unknown: tonic::Status = AppendError::OutcomeUnknown("cut".into()).into();
+        assert!(!is_not_applied(&unknown));
+        assert_eq!(unknown.code(), tonic::Code::Unknown);
     }
 }

@@ -12,12 +12,17 @@
 //! Each shard has a gate: a write holds it shared for its transaction, a
 //! handoff takes it exclusively, so a handoff waits for in-flight writes and
 //! no new write starts once it is draining.
+//!
+//! Every change of the table (a lease taken, lost, handed over) bumps a
+//! generation that requests waiting for a holder watch ([`Leases::changes`]);
+//! the node bumps it too when it learns of a change elsewhere (a new config,
+//! a round's fresh read of the database, a peer's notice).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedRwLockReadGuard, RwLock, broadcast};
+use tokio::sync::{OwnedRwLockReadGuard, RwLock, broadcast, watch};
 use uuid::Uuid;
 
 use crate::lease::{Lease, LeaseError, LeaseToken, Store};
@@ -46,6 +51,23 @@ pub struct Permit {
     _gate: OwnedRwLockReadGuard<()>,
 }
 
+/// Undoes a handoff's draining mark unless disarmed.
+struct Undrain<'a> {
+    leases: &'a Leases,
+    shard: &'a str,
+    epoch: i64,
+    armed: bool,
+}
+
+impl Drop for Undrain<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::warn!(shard = %self.shard, "handoff cancelled; serving the shard again");
+            self.leases.undrain(self.shard, self.epoch);
+        }
+    }
+}
+
 /// The leases of this node.
 pub struct Leases {
     store: Store,
@@ -54,6 +76,8 @@ pub struct Leases {
     safety: Duration,
     held: Mutex<HashMap<String, Held>>,
     events: broadcast::Sender<OwnershipEvent>,
+    /// Bumped on every change of ownership this node learns of.
+    generation: watch::Sender<u64>,
     metrics: Arc<Metrics>,
 }
 
@@ -67,6 +91,7 @@ impl Leases {
             safety,
             held: Mutex::new(HashMap::new()),
             events: broadcast::channel(1024).0,
+            generation: watch::channel(0).0,
             metrics,
         }
     }
@@ -78,6 +103,17 @@ impl Leases {
     fn emit(&self, event: OwnershipEvent) {
         tracing::info!(?event, "ownership");
         let _ = self.events.send(event);
+        self.notify_change();
+    }
+
+    /// Wakes every request waiting for a change of ownership.
+    pub fn notify_change(&self) {
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// A receiver that sees every later [`Leases::notify_change`].
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
     }
 
     /// Ownership events from now on.
@@ -89,12 +125,18 @@ impl Leases {
         sent + self.ttl.saturating_sub(self.safety)
     }
 
-    /// The shards held and servable now, with their leases.
-    pub fn held(&self) -> Vec<Lease> {
+    /// The shards held and servable now, with their leases and how long
+    /// each stays servable without a renewal (by this node's monotonic
+    /// clock, which is what bounds it).
+    pub fn held(&self) -> Vec<(Lease, Duration)> {
         let now = Instant::now();
-        let mut leases: Vec<Lease> =
-            self.lock().values().filter(|h| !h.draining && h.serve_until > now).map(|h| h.lease.clone()).collect();
-        leases.sort_by(|a, b| a.shard.cmp(&b.shard));
+        let mut leases: Vec<(Lease, Duration)> = self
+            .lock()
+            .values()
+            .filter(|h| !h.draining && h.serve_until > now)
+            .map(|h| (h.lease.clone(), h.serve_until - now))
+            .collect();
+        leases.sort_by(|a, b| a.0.shard.cmp(&b.0.shard));
         leases
     }
 
@@ -185,15 +227,21 @@ impl Leases {
         }
     }
 
-    /// Takes a free or expired lease.
-    pub async fn acquire(&self, shard: &str) -> Result<bool, LeaseError> {
+    /// Takes a free or expired lease; `None` when another holder has it.
+    pub async fn acquire(&self, shard: &str) -> Result<Option<Lease>, LeaseError> {
         let sent = Instant::now();
-        match self.store.try_acquire(shard, self.me).await? {
-            Some(lease) => {
-                self.insert(lease, sent);
-                Ok(true)
-            }
-            None => Ok(false),
+        let granted = self.store.try_acquire(shard, self.me).await?;
+        if let Some(lease) = &granted {
+            self.insert(lease.clone(), sent);
+        }
+        Ok(granted)
+    }
+
+    /// Stops serving every lease at once (the registration is gone).
+    pub fn forget_all(&self) {
+        let shards: Vec<String> = self.lock().keys().cloned().collect();
+        for shard in shards {
+            self.forget(&shard, None);
         }
     }
 
@@ -248,8 +296,13 @@ impl Leases {
             shard: shard.to_string(),
             epoch: lease.epoch,
         });
+        // Dropped before the outcome is known (the caller was cancelled):
+        // serve the shard again rather than leave it draining for good.
+        let mut undrain = Undrain { leases: self, shard, epoch: lease.epoch, armed: true };
         let _exclusive = gate.write_owned().await;
-        match self.store.handover(&lease, to).await {
+        let result = self.store.handover(&lease, to).await;
+        undrain.armed = false;
+        match result {
             Ok(theirs) => {
                 self.metrics.handoffs.inc();
                 self.forget(shard, Some(lease.epoch));
@@ -258,12 +311,20 @@ impl Leases {
             Err(e) => {
                 if e.is_lease_lost() {
                     self.forget(shard, Some(lease.epoch));
-                } else if let Some(h) = self.lock().get_mut(shard) {
-                    h.draining = false;
+                } else {
+                    self.undrain(shard, lease.epoch);
                 }
                 Err(e)
             }
         }
+    }
+
+    /// Serves a shard whose handoff did not happen.
+    fn undrain(&self, shard: &str, epoch: i64) {
+        if let Some(h) = self.lock().get_mut(shard).filter(|h| h.lease.epoch == epoch) {
+            h.draining = false;
+        }
+        self.notify_change();
     }
 
     /// Releases every lease (a standalone node stopping; nobody to hand to).

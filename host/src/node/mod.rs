@@ -1,41 +1,47 @@
 //! A chitin node: one process beside one instance of the sharded service.
 //!
-//! Layout:
+//! Layout (the design of record is `docs/design.md`):
 //! - [`shard_map`]: the shards with leases and key routing (pure);
-//! - [`plan`]: what one lease round does (pure);
+//! - [`plan`]: every decision of a round, a drain and an append (pure);
 //! - [`leases`]: the held leases, renewal, handoff, ownership events;
+//! - [`round`]: the lease round loop: read, plan, apply;
+//! - [`drain`]: handing every shard over (drain, graceful stop);
 //! - [`journal`]: the reference journal (fenced appends, forwarding);
+//! - [`peers`]: pooled channels to the other nodes, ownership notices;
+//! - [`control`]: the process's control block (the node once it exists);
 //! - [`metrics`]: counters;
-//! - this module: start-up (checks, identity, registration), the round
-//!   loop, drain and graceful stop.
+//! - this module: start-up (checks, identity, registration).
 //!
 //! Lifecycle: `joining` (registered, taking the shards it is preferred for)
 //! → `active` (after its first round) → `leaving` (SIGTERM or drain: hands
 //! every shard to the recipient the `drain` policy names) → deregistered.
 
+pub mod control;
+pub mod drain;
 pub mod journal;
 pub mod leases;
 pub mod metrics;
+pub mod peers;
 pub mod plan;
+pub mod round;
 pub mod shard_map;
 pub mod stored;
 
-use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chitin_policy_sdk as sdk;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
-use crate::lease::{self, NodeRecord, NodeState, Store, StoreOptions};
+use crate::lease::{self, NodeRecord, Store, StoreOptions};
 use crate::policy::{Policies, PolicyCallError, PolicyLoadError, PolicySettings};
 use crate::settings::Settings;
-use crate::topology::{self, ClusterConfig};
+use crate::topology::{self, ClusterConfig, policy_view};
 
 use leases::Leases;
 use metrics::Metrics;
-use plan::{Action, LeaseView, LiveNode, RoundInput};
+use peers::Peers;
 use shard_map::ShardMap;
 
 /// Why a node could not start (or stopped abnormally).
@@ -59,7 +65,7 @@ pub enum NodeError {
     )]
     InvalidName { name: String, why: &'static str },
     #[error("Redis coordination: {0}")]
-    Coordination(String),
+    Coordination(#[from] crate::coord::CoordError),
     #[error("this node has no cluster config yet (UNPROVISIONED); bootstrap it first")]
     NoClusterConfig,
     #[error(
@@ -69,6 +75,12 @@ pub enum NodeError {
     NotInConfig { name: String, nodes: String },
     #[error("cannot create the data dir {path}: {source}")]
     DataDir { path: String, source: std::io::Error },
+    #[error(
+        "this node's registration {uuid} was marked down by the cluster (the process was paused or cut off for \
+         longer than the liveness timeout); it stopped serving and exits so that its supervisor restarts it with \
+         a fresh registration"
+    )]
+    RegistrationLost { uuid: Uuid },
     #[error("cannot listen on {addr} ({what}): {source}")]
     Listen {
         addr: String,
@@ -107,15 +119,6 @@ impl Lifecycle {
     }
 }
 
-/// What a drain did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DrainReport {
-    pub handed_over: u32,
-    pub rounds: u32,
-    /// Shards that found no recipient (no other live replica node).
-    pub kept: Vec<String>,
-}
-
 /// The cluster config a node serves and the shard map derived from it.
 #[derive(Debug)]
 pub struct Topology {
@@ -140,6 +143,12 @@ pub struct Node {
     lifecycle: watch::Sender<Lifecycle>,
     /// The latest registrations, refreshed every round.
     registry: Mutex<Vec<NodeRecord>>,
+    /// Channels to the other nodes.
+    pub peers: Arc<Peers>,
+    /// Wakes the round loop for a round now (a new config, a notice).
+    kick: Notify,
+    /// Set when the node must stop on its own: its registration is gone.
+    fatal: watch::Sender<bool>,
     started: std::time::Instant,
 }
 
@@ -186,7 +195,9 @@ impl Node {
 
         let (config, map, address) = if standalone {
             let address = local_address(&settings.api.listen);
-            (standalone_config(&name, &address), ShardMap::standalone(&name, shard_map::STANDALONE_SHARDS), address)
+            let config = shard_map::standalone_config(&name, &address, shard_map::STANDALONE_SHARDS);
+            let map = ShardMap::from_config(&config);
+            (config, map, address)
         } else {
             let config = provisioned.ok_or(NodeError::NoClusterConfig)?.config;
             let me = config.node(&name).ok_or_else(|| NodeError::NotInConfig {
@@ -202,7 +213,6 @@ impl Node {
         // parent and leave it unchanged, so a node restarted after a split
         // still agrees with the cluster.
         let shard_count = config.shards().filter(|(_, s)| s.parent_id.is_none()).count();
-        let shard_count = if standalone { map.shards().len() } else { shard_count };
         store
             .check_cluster_meta(shard_count as u64, settings.lease_ttl(), settings.renew_interval())
             .await?;
@@ -228,6 +238,9 @@ impl Node {
             coord,
             lifecycle: watch::channel(Lifecycle::Joining).0,
             registry: Mutex::new(Vec::new()),
+            peers: Arc::new(Peers::default()),
+            kick: Notify::new(),
+            fatal: watch::channel(false).0,
             started: std::time::Instant::now(),
         }))
     }
@@ -276,7 +289,12 @@ impl Node {
         let version = new.version;
         let map = ShardMap::from_config(&new);
         *topology = Arc::new(Topology { config: new, map });
+        drop(topology);
         tracing::info!(version, "serving a new cluster config");
+        // Requests waiting for a holder route again; the round acts at once
+        // (a finished split is seeded without waiting for the interval).
+        self.leases.notify_change();
+        self.kick.notify_one();
         Ok(version)
     }
 
@@ -321,74 +339,14 @@ impl Node {
         self.registry().into_iter().find(|n| n.id == uuid)
     }
 
-    /// The policy records of the config's nodes, with their current states.
-    fn policy_nodes(&self, registry: &[NodeRecord]) -> Vec<sdk::Node> {
-        let me = self.lifecycle();
-        self.topology()
-            .config
-            .nodes
-            .iter()
-            .map(|n| {
-                let state = if n.id == self.name {
-                    match me {
-                        Lifecycle::Joining => sdk::NodeState::Joining,
-                        Lifecycle::Active => sdk::NodeState::Active,
-                        Lifecycle::Leaving | Lifecycle::Drained => sdk::NodeState::Leaving,
-                    }
-                } else {
-                    match registry.iter().find(|r| r.name == n.id && r.live).map(|r| r.state) {
-                        Some(NodeState::Joining) => sdk::NodeState::Joining,
-                        Some(NodeState::Active) => sdk::NodeState::Active,
-                        Some(NodeState::Leaving) => sdk::NodeState::Leaving,
-                        Some(NodeState::Down) | None => sdk::NodeState::Down,
-                    }
-                };
-                let labels: Vec<sdk::Label> =
-                    n.metadata.iter().map(|m| sdk::Label { key: m.key.clone(), value: m.value.clone() }).collect();
-                sdk::Node {
-                    id: n.id.clone(),
-                    address: n.grpc_address.clone(),
-                    zone: labels.iter().find(|l| l.key == "zone").map(|l| l.value.clone()),
-                    labels,
-                    state,
-                }
-            })
-            .collect()
-    }
-
-    fn policy_shards(&self) -> (Vec<sdk::Shard>, Vec<sdk::Replica>) {
+    /// The policy input of the served config: its nodes with the states
+    /// this node knows (its own lifecycle, the registry's), its shards and
+    /// replicas. The rollout builds the same records with every node active.
+    fn policy_input(&self, registry: &[NodeRecord]) -> (Vec<sdk::Node>, Vec<sdk::Shard>, Vec<sdk::Replica>) {
         let topology = self.topology();
-        let shards = topology
-            .map
-            .shards()
-            .iter()
-            .map(|s| sdk::Shard {
-                id: s.id.clone(),
-                application: s.application.clone(),
-                lower: s.lower,
-                upper: s.upper,
-                state: match s.state {
-                    topology::ShardState::Active => sdk::ShardState::Active,
-                    topology::ShardState::Splitting => sdk::ShardState::Splitting,
-                    topology::ShardState::Activating => sdk::ShardState::Activating,
-                    topology::ShardState::Inactive => sdk::ShardState::Inactive,
-                },
-                parent: s.parent.clone(),
-            })
-            .collect();
-        let replicas = topology
-            .map
-            .shards()
-            .iter()
-            .flat_map(|s| {
-                s.replica_nodes.iter().map(|n| sdk::Replica {
-                    id: format!("{}@{n}", s.id),
-                    shard: s.id.clone(),
-                    node: n.clone(),
-                })
-            })
-            .collect();
-        (shards, replicas)
+        let mine = self.lifecycle();
+        let nodes = policy_view::nodes_with_states(&topology.config, |id| plan::node_state(id, &self.name, mine, registry));
+        (nodes, policy_view::shards(&topology.config), policy_view::replicas(&topology.config))
     }
 
     /// Calls a policy off the async runtime and counts it.
@@ -405,85 +363,6 @@ impl Node {
         result
     }
 
-    /// One lease round: heartbeat, renew, read the cluster, rank, act.
-    pub async fn round(&self) -> Result<(), NodeError> {
-        self.store.heartbeat(self.uuid).await?;
-        self.leases.renew_all().await;
-        let registry = self.refresh_registry().await?;
-        let rows = self.store.holders().await?;
-        self.take_up_handed_over(&rows).await;
-
-        let (shards, replicas) = self.policy_shards();
-        let nodes = self.policy_nodes(&registry);
-        let rankings = self
-            .call_policy(move |p| p.preferred_holders(sdk::RankingRequest { nodes, shards, replicas }))
-            .await?;
-        let rankings: Vec<(String, Vec<String>)> = rankings.into_iter().map(|r| (r.shard, r.nodes)).collect();
-
-        let live: HashMap<String, LiveNode> = registry
-            .iter()
-            .filter(|r| r.live && r.name != self.name)
-            .map(|r| {
-                (
-                    r.name.clone(),
-                    LiveNode {
-                        uuid: r.id,
-                        leaving: r.state == NodeState::Leaving,
-                    },
-                )
-            })
-            .collect();
-        let leases: HashMap<String, LeaseView> = rows
-            .into_iter()
-            .map(|r| (r.shard, LeaseView { live_holder: r.holder.filter(|_| r.live) }))
-            .collect();
-        let held: HashSet<String> = self.leases.held_ids();
-        let lifecycle = self.lifecycle();
-        let input = RoundInput {
-            me: &self.name,
-            my_uuid: self.uuid,
-            leaving: matches!(lifecycle, Lifecycle::Leaving | Lifecycle::Drained),
-            rankings: &rankings,
-            live: &live,
-            leases: &leases,
-            held: &held,
-            max_handoffs: self.settings.leases.max_handoffs_per_round as usize,
-        };
-        for action in plan::plan_round(&input) {
-            match action {
-                Action::Acquire { shard } => {
-                    if let Err(e) = self.leases.acquire(&shard).await {
-                        tracing::warn!(%shard, error = %e, "cannot acquire lease");
-                    }
-                }
-                Action::Handover { shard, to, to_uuid } => match self.leases.hand_over(&shard, to_uuid).await {
-                    Ok(lease) => tracing::info!(%shard, %to, epoch = lease.epoch, "handed over"),
-                    Err(e) => tracing::warn!(%shard, %to, error = %e, "handoff failed; keeping the shard"),
-                },
-            }
-        }
-        if lifecycle == Lifecycle::Joining {
-            self.store.set_node_state(self.uuid, NodeState::Active).await?;
-            self.set_lifecycle(Lifecycle::Active);
-            tracing::info!(name = %self.name, "active");
-        }
-        Ok(())
-    }
-
-    /// A live lease the database gives this node that its lease table lacks
-    /// was handed over by a peer (or outlived a late renewal here): serve it
-    /// from this round on, not from the first append that happens to arrive,
-    /// and so that a drain of this node hands it on. Renewal is the check:
-    /// it succeeds only for the current epoch, unexpired.
-    async fn take_up_handed_over(&self, rows: &[lease::LeaseRow]) {
-        for row in plan::handed_to_me(rows, self.uuid, &self.leases.held_ids()) {
-            match self.leases.adopt(self.lease_of(row)).await {
-                Ok(()) => tracing::info!(shard = %row.shard, epoch = row.epoch, "took up a lease handed to this node"),
-                Err(e) => tracing::debug!(shard = %row.shard, error = %e, "cannot take up lease"),
-            }
-        }
-    }
-
     /// This node's lease as `row` records it.
     fn lease_of(&self, row: &lease::LeaseRow) -> lease::Lease {
         lease::Lease {
@@ -495,88 +374,27 @@ impl Node {
         }
     }
 
-    /// Runs rounds every renew interval until `shutdown` fires; a watchdog
-    /// stops serving leases whose renewals did not get through in time.
-    pub async fn run_rounds(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let interval = self.settings.renew_interval();
-        let watchdog = {
-            let node = self.clone();
-            let mut shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                let tick = (interval / 4).clamp(Duration::from_millis(20), Duration::from_millis(250));
-                loop {
-                    tokio::select! {
-                        _ = shutdown.changed() => break,
-                        _ = tokio::time::sleep(tick) => node.leases.expire_overdue(),
-                    }
-                }
-            })
-        };
-        loop {
-            if let Err(e) = self.round().await {
-                tracing::warn!(error = %e, "lease round failed; retrying next round");
-            }
-            tokio::select! {
-                _ = shutdown.changed() => break,
-                _ = tokio::time::sleep(interval) => {}
-            }
-        }
-        watchdog.abort();
+    /// The lease row of one shard.
+    pub async fn lease_row(&self, shard: &str) -> Result<Option<lease::LeaseRow>, lease::LeaseError> {
+        Ok(self.store.holders().await?.into_iter().find(|r| r.shard == shard))
     }
 
-    /// Hands every held shard to the recipient the `drain` policy names, in
-    /// rounds of at most `max_handoffs_per_round`. The node takes nothing
-    /// afterwards (`leaving`, then `drained` unless `stopping`).
-    pub async fn drain(&self, stopping: bool) -> Result<DrainReport, NodeError> {
-        self.set_lifecycle(Lifecycle::Leaving);
-        self.store.set_node_state(self.uuid, NodeState::Leaving).await?;
+    /// The registrations, every lease row and the database's clock, read
+    /// together for a status answer.
+    pub async fn cluster_view(&self) -> Result<ClusterView, lease::LeaseError> {
         let registry = self.refresh_registry().await?;
-        let (shards, replicas) = self.policy_shards();
-        let holders: Vec<sdk::Holder> = self
-            .leases
-            .held_ids()
-            .into_iter()
-            .map(|shard| sdk::Holder { shard, node: self.name.clone() })
-            .collect();
-        let request = sdk::DrainRequest {
-            leaving: self.name.clone(),
-            nodes: self.policy_nodes(&registry),
-            shards,
-            replicas,
-            holders,
-            load: Vec::new(),
-            max_per_round: self.settings.leases.max_handoffs_per_round,
-        };
-        let rounds = match self.call_policy(move |p| p.plan_drain(request)).await {
-            Ok(rounds) => rounds,
-            Err(e) => {
-                tracing::warn!(error = %e, "the drain policy refused; leases will expire instead");
-                Vec::new()
-            }
-        };
-        let mut report = DrainReport::default();
-        for round in rounds {
-            report.rounds += 1;
-            // Handoffs of one round go one after another: each is one short
-            // transaction, and the round bound is what limits churn.
-            for h in &round {
-                let to = registry.iter().find(|r| r.name == h.target && r.live).map(|r| r.id);
-                let handed = match to {
-                    Some(to) => self.leases.hand_over(&h.shard, to).await.is_ok(),
-                    None => false,
-                };
-                if handed {
-                    report.handed_over += 1;
-                } else {
-                    report.kept.push(h.shard.clone());
-                }
-            }
+        let rows = self.store.holders().await?;
+        let now = self.store.now().await?;
+        Ok(ClusterView { registry, rows, now })
+    }
+
+    /// Resolves when the node must stop on its own, with the reason.
+    pub async fn fatal(&self) -> NodeError {
+        let mut rx = self.fatal.subscribe();
+        if rx.wait_for(|lost| *lost).await.is_err() {
+            std::future::pending::<()>().await;
         }
-        if !stopping {
-            self.set_lifecycle(Lifecycle::Drained);
-        }
-        tracing::info!(?report, "drained");
-        Ok(report)
+        NodeError::RegistrationLost { uuid: self.uuid }
     }
 
     /// Graceful stop: drain (or, standalone, release) and deregister.
@@ -617,7 +435,7 @@ fn coordinator(settings: &Settings, uuid: Uuid, address: &str) -> Result<crate::
         last_heartbeat: now,
         version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    crate::coord::Coordinator::new(config, info).map_err(|e| NodeError::Coordination(e.to_string()))
+    Ok(crate::coord::Coordinator::new(config, info)?)
 }
 
 /// The `[policies]` settings as the policy host reads them.
@@ -634,18 +452,12 @@ fn policy_settings(settings: &Settings) -> PolicySettings {
     }
 }
 
-/// The one-node config of standalone mode.
-fn standalone_config(name: &str, address: &str) -> ClusterConfig {
-    ClusterConfig {
-        applications: Vec::new(),
-        nodes: vec![topology::Node {
-            id: name.to_string(),
-            grpc_address: address.to_string(),
-            metadata: Vec::new(),
-        }],
-        version: 1,
-        metadata: Vec::new(),
-    }
+/// What a status answer reads: registrations, lease rows, the database clock.
+#[derive(Clone, Debug)]
+pub struct ClusterView {
+    pub registry: Vec<NodeRecord>,
+    pub rows: Vec<lease::LeaseRow>,
+    pub now: chrono::DateTime<chrono::Utc>,
 }
 
 /// A dialable address for a listen address (`0.0.0.0` becomes loopback).

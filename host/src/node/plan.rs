@@ -1,10 +1,17 @@
-//! What a node does with leases in one round: a pure function over what it
-//! read from the database and what the `placement` policy ranked.
+//! What a node decides, as pure functions over what it read: the policy
+//! input's node states, one lease round, a drain, and one append step.
+//! The I/O code (`round`, `drain`, `journal`) reads, calls these, applies.
 //!
-//! The rules:
+//! Round rules:
 //! - a shard's *target* is the first node of its ranking (the policy's
 //!   order of its replica nodes) that is live and not leaving;
-//! - a free or expired lease is acquired by its target;
+//! - a free or expired lease is acquired by its target, unless the shard
+//!   was retired by a split or is a split child whose parent is not retired
+//!   yet (the store refuses both; the plan does not try);
+//! - a finished split (parent inactive in the config) whose parent is not
+//!   retired is seeded by the parent's holder, or by the first child's
+//!   target when the parent has no live holder: one transaction retires the
+//!   parent and grants every child to the seeder;
 //! - a lease held by a live node stays with it until that holder hands it
 //!   over; the holder hands a shard over when another node is its target,
 //!   at most `max_handoffs` per round;
@@ -13,7 +20,12 @@
 
 use std::collections::{HashMap, HashSet};
 
+use chitin_policy_sdk as sdk;
 use uuid::Uuid;
+
+use crate::lease::{LeaseRow, NodeRecord, NodeState};
+
+use super::Lifecycle;
 
 /// A live registration as the planner needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,7 +49,7 @@ pub struct RoundInput<'a> {
     pub my_uuid: Uuid,
     /// This node is leaving: it takes nothing and hands everything over.
     pub leaving: bool,
-    /// Per shard, its replica nodes best first (from the placement policy).
+    /// Per leased shard, its replica nodes best first (from the placement policy).
     pub rankings: &'a [(String, Vec<String>)],
     /// Live registrations by node name.
     pub live: &'a HashMap<String, LiveNode>,
@@ -45,6 +57,12 @@ pub struct RoundInput<'a> {
     pub leases: &'a HashMap<String, LeaseView>,
     /// Shards this node holds now.
     pub held: &'a HashSet<String>,
+    /// The parent of each leased shard that has one.
+    pub parents: &'a HashMap<String, String>,
+    /// Shards retired by a split.
+    pub retired: &'a HashSet<String>,
+    /// Finished splits of the config (parent inactive): parent and children.
+    pub splits: &'a [(String, Vec<String>)],
     pub max_handoffs: usize,
 }
 
@@ -53,11 +71,32 @@ pub struct RoundInput<'a> {
 pub enum Action {
     Acquire { shard: String },
     Handover { shard: String, to: String, to_uuid: Uuid },
+    /// Retire `parent` and take its children.
+    Seed { parent: String, children: Vec<String> },
+}
+
+/// The state the policies see for config node `id`: this node's own
+/// lifecycle when it is `me`, else its live registration's state (`down`
+/// when it has none).
+pub fn node_state(id: &str, me: &str, mine: Lifecycle, registry: &[NodeRecord]) -> sdk::NodeState {
+    if id == me {
+        return match mine {
+            Lifecycle::Joining => sdk::NodeState::Joining,
+            Lifecycle::Active => sdk::NodeState::Active,
+            Lifecycle::Leaving | Lifecycle::Drained => sdk::NodeState::Leaving,
+        };
+    }
+    match registry.iter().find(|r| r.name == id && r.live).map(|r| r.state) {
+        Some(NodeState::Joining) => sdk::NodeState::Joining,
+        Some(NodeState::Active) => sdk::NodeState::Active,
+        Some(NodeState::Leaving) => sdk::NodeState::Leaving,
+        Some(NodeState::Down) | None => sdk::NodeState::Down,
+    }
 }
 
 /// Shards whose live lease the database gives this node but which its lease
 /// table lacks: handed over by a peer (or outlived a late renewal here).
-pub fn handed_to_me<'r>(rows: &'r [crate::lease::LeaseRow], me: Uuid, held: &HashSet<String>) -> Vec<&'r crate::lease::LeaseRow> {
+pub fn handed_to_me<'r>(rows: &'r [LeaseRow], me: Uuid, held: &HashSet<String>) -> Vec<&'r LeaseRow> {
     rows.iter().filter(|r| r.live && r.holder == Some(me) && !held.contains(&r.shard)).collect()
 }
 
@@ -73,9 +112,31 @@ pub fn target<'r>(input: &RoundInput<'_>, ranking: &'r [String]) -> Option<&'r s
     })
 }
 
-/// The acquisitions and handoffs of one round, in shard order.
+/// Whether the store can grant `shard` at all: not retired, and any parent
+/// retired.
+fn grantable(input: &RoundInput<'_>, shard: &str) -> bool {
+    !input.retired.contains(shard) && input.parents.get(shard).is_none_or(|p| input.retired.contains(p))
+}
+
+/// The seeds, acquisitions and handoffs of one round, in that order and in
+/// shard order.
 pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
     let mut actions = Vec::new();
+    for (parent, children) in input.splits {
+        if input.retired.contains(parent) || children.is_empty() {
+            continue;
+        }
+        let mine = input.held.contains(parent);
+        let free = input.leases.get(parent).is_none_or(|l| l.live_holder.is_none());
+        let first_child_target = input
+            .rankings
+            .iter()
+            .find(|(s, _)| *s == children[0])
+            .and_then(|(_, ranking)| target(input, ranking));
+        if mine || (free && first_child_target == Some(input.me)) {
+            actions.push(Action::Seed { parent: parent.clone(), children: children.clone() });
+        }
+    }
     let mut handoffs = 0;
     for (shard, ranking) in input.rankings {
         let target = target(input, ranking);
@@ -92,11 +153,166 @@ pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
                 }
                 _ => {}
             }
-        } else if live_holder.is_none() && target == Some(input.me) {
+        } else if live_holder.is_none() && target == Some(input.me) && grantable(input, shard) {
             actions.push(Action::Acquire { shard: shard.clone() });
         }
     }
     actions
+}
+
+/// One handoff of a drain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrainHandoff {
+    pub shard: String,
+    pub to: String,
+    pub to_uuid: Uuid,
+}
+
+/// A shard a drain keeps, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    pub shard: String,
+    pub why: String,
+}
+
+/// What a drain will do: rounds of at most the host's cap, and what it keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DrainPlan {
+    pub rounds: Vec<Vec<DrainHandoff>>,
+    pub kept: Vec<Kept>,
+}
+
+/// What a drain decides on.
+#[derive(Clone, Debug)]
+pub struct DrainInput<'a> {
+    /// Shards this node holds.
+    pub held: &'a HashSet<String>,
+    /// Replica nodes of every leased shard.
+    pub replicas: &'a HashMap<String, Vec<String>>,
+    /// Live registrations by node name (this node excluded).
+    pub live: &'a HashMap<String, LiveNode>,
+    /// The host's cap on handoffs per round.
+    pub cap: usize,
+}
+
+/// Held shards with another live, non-leaving replica node to go to; the
+/// others are kept with their reason. Only the placeable shards are put to
+/// the drain policy, so one shard with nowhere to go never makes it refuse
+/// the rest.
+pub fn drain_candidates(input: &DrainInput<'_>) -> (Vec<String>, Vec<Kept>) {
+    let mut placeable = Vec::new();
+    let mut kept = Vec::new();
+    let mut held: Vec<&String> = input.held.iter().collect();
+    held.sort();
+    for shard in held {
+        let replicas = input.replicas.get(shard.as_str());
+        let eligible = replicas.is_some_and(|r| r.iter().any(|n| input.live.get(n).is_some_and(|l| !l.leaving)));
+        if eligible {
+            placeable.push(shard.clone());
+        } else {
+            let why = match replicas {
+                None => "not a shard of the served config".to_string(),
+                Some(_) => "no other live, non-leaving replica node".to_string(),
+            };
+            kept.push(Kept { shard: shard.clone(), why });
+        }
+    }
+    (placeable, kept)
+}
+
+/// Checks the drain policy's answer and re-chunks it to the host's cap:
+/// a handoff of a shard not held, a repeated shard, a target that is not a
+/// live, non-leaving replica node of the shard is dropped (the shard, when
+/// held, is kept with the reason); a placeable shard the policy left out is
+/// kept too.
+pub fn drain_plan(input: &DrainInput<'_>, placeable: &[String], policy: &[Vec<sdk::Handoff>]) -> DrainPlan {
+    let mut plan = DrainPlan::default();
+    let mut planned: HashSet<&str> = HashSet::new();
+    let mut flat: Vec<DrainHandoff> = Vec::new();
+    for h in policy.iter().flatten() {
+        let refuse = if !input.held.contains(&h.shard) {
+            Some("the drain policy named a shard this node does not hold")
+        } else if planned.contains(h.shard.as_str()) {
+            continue;
+        } else if !input.replicas.get(&h.shard).is_some_and(|r| r.contains(&h.target)) {
+            Some("the drain policy's target is not a replica node of the shard")
+        } else if !input.live.get(&h.target).is_some_and(|l| !l.leaving) {
+            Some("the drain policy's target is not live, or is leaving")
+        } else {
+            None
+        };
+        match refuse {
+            Some(why) => {
+                if input.held.contains(&h.shard) && !planned.contains(h.shard.as_str()) {
+                    planned.insert(&h.shard);
+                    plan.kept.push(Kept { shard: h.shard.clone(), why: format!("{why} (`{}`)", h.target) });
+                }
+            }
+            None => {
+                planned.insert(&h.shard);
+                flat.push(DrainHandoff { shard: h.shard.clone(), to: h.target.clone(), to_uuid: input.live[&h.target].uuid });
+            }
+        }
+    }
+    for shard in placeable {
+        if !planned.contains(shard.as_str()) {
+            plan.kept.push(Kept { shard: shard.clone(), why: "the drain policy named no recipient".into() });
+        }
+    }
+    plan.rounds = flat.chunks(input.cap.max(1)).map(<[DrainHandoff]>::to_vec).collect();
+    plan
+}
+
+/// Where an append goes when this node does not serve its shard now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AppendStep {
+    /// The database says this node holds the shard: take the lease up, then serve.
+    Adopt,
+    /// Another node holds it: forward there (one hop).
+    Forward { holder: String, address: String },
+    /// Answer at once, not applied: the holder to go to, when there is one.
+    Redirect { holder: Option<(String, String)> },
+    /// No holder yet, or a handoff under way here: wait for a change of
+    /// ownership, bounded by the takeover budget.
+    Wait,
+}
+
+/// What [`append_step`] decides on.
+#[derive(Clone, Debug)]
+pub struct AppendFacts {
+    pub me: Uuid,
+    /// This node takes work (not leaving).
+    pub ready: bool,
+    /// The request was forwarded to this node: it is never forwarded again
+    /// and never waits here, so no request is parked at a former holder.
+    pub forwarded: bool,
+    /// The shard's live holder by the database.
+    pub live_holder: Option<Uuid>,
+    /// The live holder's name and address, when registered.
+    pub holder_address: Option<(String, String)>,
+}
+
+/// The serve/adopt/forward/redirect/wait choice of an append.
+pub fn append_step(f: &AppendFacts) -> AppendStep {
+    match f.live_holder {
+        Some(h) if h == f.me => {
+            if f.ready {
+                AppendStep::Adopt
+            } else if f.forwarded {
+                AppendStep::Redirect { holder: None }
+            } else {
+                AppendStep::Wait
+            }
+        }
+        Some(_) => match (&f.holder_address, f.forwarded) {
+            (Some(holder), true) => AppendStep::Redirect { holder: Some(holder.clone()) },
+            (Some((name, address)), false) => AppendStep::Forward { holder: name.clone(), address: address.clone() },
+            (None, true) => AppendStep::Redirect { holder: None },
+            (None, false) => AppendStep::Wait,
+        },
+        None if f.forwarded => AppendStep::Redirect { holder: None },
+        None => AppendStep::Wait,
+    }
 }
 
 #[cfg(test)]
@@ -131,6 +347,9 @@ mod tests {
         live: HashMap<String, LiveNode>,
         leases: HashMap<String, LeaseView>,
         held: HashSet<String>,
+        parents: HashMap<String, String>,
+        retired: HashSet<String>,
+        splits: Vec<(String, Vec<String>)>,
     }
 
     fn uuid(name: &str) -> Uuid {
@@ -149,6 +368,9 @@ mod tests {
                 .collect(),
             leases: HashMap::new(),
             held: HashSet::new(),
+            parents: HashMap::new(),
+            retired: HashSet::new(),
+            splits: Vec::new(),
         }
     }
 
@@ -170,6 +392,9 @@ mod tests {
                 live: &self.live,
                 leases: &self.leases,
                 held: &self.held,
+                parents: &self.parents,
+                retired: &self.retired,
+                splits: &self.splits,
                 max_handoffs: max,
             })
         }
@@ -237,5 +462,170 @@ mod tests {
         let w = world(&[("s1", &["a", "b"])], &["a"]).held_by("s1", "a", true);
         assert_eq!(w.plan("a", true, 4), vec![]);
         assert_eq!(w.plan("a", false, 4), vec![]);
+    }
+
+    #[test]
+    fn policy_states_follow_lifecycle_and_registration() {
+        let reg = |name: &str, state: NodeState, live: bool| NodeRecord {
+            id: uuid(name),
+            name: name.into(),
+            address: String::new(),
+            state,
+            started_at: Default::default(),
+            last_seen: Default::default(),
+            live,
+        };
+        let registry = [
+            reg("j", NodeState::Joining, true),
+            reg("a", NodeState::Active, true),
+            reg("l", NodeState::Leaving, true),
+            reg("d", NodeState::Down, false),
+            reg("stale", NodeState::Active, false),
+        ];
+        use sdk::NodeState as S;
+        let cases: &[(&str, Lifecycle, S)] = &[
+            ("me", Lifecycle::Joining, S::Joining),
+            ("me", Lifecycle::Active, S::Active),
+            ("me", Lifecycle::Leaving, S::Leaving),
+            ("me", Lifecycle::Drained, S::Leaving),
+            ("j", Lifecycle::Active, S::Joining),
+            ("a", Lifecycle::Active, S::Active),
+            ("l", Lifecycle::Active, S::Leaving),
+            ("d", Lifecycle::Active, S::Down),
+            ("stale", Lifecycle::Active, S::Down),
+            ("unregistered", Lifecycle::Active, S::Down),
+        ];
+        for (id, mine, want) in cases {
+            assert_eq!(node_state(id, "me", *mine, &registry), *want, "{id} with me {mine:?}");
+        }
+    }
+
+    #[test]
+    fn split_children_wait_for_their_parent_and_retired_shards_stay_retired() {
+        let mut w = world(&[("p", &["a"]), ("c0", &["a"]), ("c1", &["a"])], &["a"]);
+        w.parents = [("c0".into(), "p".into()), ("c1".into(), "p".into())].into();
+        // Splitting: the parent is acquired, the children are not.
+        assert_eq!(w.plan("a", false, 4), vec![acquire("p")]);
+        // Retired: the children are, the parent never again.
+        w.retired.insert("p".into());
+        assert_eq!(w.plan("a", false, 4), vec![acquire("c0"), acquire("c1")]);
+    }
+
+    #[test]
+    fn a_finished_split_is_seeded_by_the_parents_holder_or_the_first_childs_target() {
+        let seed = || Action::Seed { parent: "p".into(), children: vec!["c0".into(), "c1".into()] };
+        let mut w = world(&[("c0", &["b", "a"]), ("c1", &["a", "b"])], &["a", "b"]);
+        w.parents = [("c0".into(), "p".into()), ("c1".into(), "p".into())].into();
+        w.splits = vec![("p".into(), vec!["c0".into(), "c1".into()])];
+        // a holds the parent: a seeds, whoever the children's targets are;
+        // b, seeing a live holder, does not.
+        let held = w.clone_with_parent_held_by("a");
+        assert_eq!(held.plan("a", false, 4), vec![seed()]);
+        let mut seen_by_b = held.clone_with_parent_held_by("a");
+        seen_by_b.held.clear();
+        assert_eq!(seen_by_b.plan("b", false, 4), vec![]);
+        // Nobody holds it: c0's target (b) seeds.
+        assert_eq!(w.plan("b", false, 4), vec![seed()]);
+        assert_eq!(w.plan("a", false, 4), vec![]);
+        // Retired already: nothing to seed; the children are acquired by their targets.
+        w.retired.insert("p".into());
+        assert_eq!(w.plan("b", false, 4), vec![acquire("c0")]);
+    }
+
+    impl World {
+        fn clone_with_parent_held_by(&self, node: &str) -> World {
+            let mut w = World {
+                rankings: self.rankings.clone(),
+                live: self.live.clone(),
+                leases: self.leases.clone(),
+                held: HashSet::new(),
+                parents: self.parents.clone(),
+                retired: self.retired.clone(),
+                splits: self.splits.clone(),
+            };
+            w.leases.insert("p".into(), LeaseView { live_holder: Some(uuid(node)) });
+            w.held.insert("p".into());
+            w
+        }
+    }
+
+    fn drain_world() -> (HashSet<String>, HashMap<String, Vec<String>>, HashMap<String, LiveNode>) {
+        let held: HashSet<String> = (0..10).map(|i| format!("s{i}")).chain(["lonely".to_string()]).collect();
+        let mut replicas: HashMap<String, Vec<String>> =
+            (0..10).map(|i| (format!("s{i}"), vec!["me".into(), "b".into(), "c".into(), "l".into()])).collect();
+        replicas.insert("lonely".into(), vec!["me".into(), "gone".into()]);
+        let live = ["b", "c", "l"]
+            .iter()
+            .map(|n| (n.to_string(), LiveNode { uuid: uuid(n), leaving: *n == "l" }))
+            .collect();
+        (held, replicas, live)
+    }
+
+    #[test]
+    fn a_drain_puts_only_placeable_shards_to_the_policy() {
+        let (held, replicas, live) = drain_world();
+        let input = DrainInput { held: &held, replicas: &replicas, live: &live, cap: 4 };
+        let (placeable, kept) = drain_candidates(&input);
+        assert_eq!(placeable.len(), 10);
+        assert_eq!(kept, vec![Kept { shard: "lonely".into(), why: "no other live, non-leaving replica node".into() }]);
+    }
+
+    #[test]
+    fn a_drain_is_rechunked_to_the_hosts_cap_whatever_the_policy_returns() {
+        let (held, replicas, live) = drain_world();
+        let input = DrainInput { held: &held, replicas: &replicas, live: &live, cap: 4 };
+        let (placeable, _) = drain_candidates(&input);
+        let one_round: Vec<sdk::Handoff> =
+            placeable.iter().map(|s| sdk::Handoff { shard: s.clone(), source: "me".into(), target: "b".into() }).collect();
+        let plan = drain_plan(&input, &placeable, &[one_round]);
+        assert_eq!(plan.rounds.iter().map(Vec::len).collect::<Vec<_>>(), vec![4, 4, 2]);
+        assert!(plan.kept.is_empty());
+    }
+
+    #[test]
+    fn a_drain_refuses_bad_handoffs_and_keeps_what_the_policy_left_out() {
+        let (held, replicas, live) = drain_world();
+        let input = DrainInput { held: &held, replicas: &replicas, live: &live, cap: 4 };
+        let (placeable, _) = drain_candidates(&input);
+        let h = |s: &str, t: &str| sdk::Handoff { shard: s.into(), source: "me".into(), target: t.into() };
+        let policy = vec![
+            vec![h("s0", "b"), h("s0", "c"), h("not-held", "b"), h("s1", "x"), h("s2", "l"), h("s3", "c")],
+        ];
+        let plan = drain_plan(&input, &placeable, &policy);
+        let handed: Vec<(&str, &str)> = plan.rounds.iter().flatten().map(|d| (d.shard.as_str(), d.to.as_str())).collect();
+        assert_eq!(handed, vec![("s0", "b"), ("s3", "c")]);
+        let kept: HashMap<&str, &str> = plan.kept.iter().map(|k| (k.shard.as_str(), k.why.as_str())).collect();
+        assert!(kept["s1"].contains("not a replica node"), "{kept:?}");
+        assert!(kept["s2"].contains("leaving"), "{kept:?}");
+        assert_eq!(kept["s4"], "the drain policy named no recipient");
+        assert!(!kept.contains_key("not-held"));
+        assert_eq!(plan.kept.len(), 2 + 6);
+    }
+
+    #[test]
+    fn the_append_step_serves_forwards_redirects_or_waits() {
+        let (me, peer) = (uuid("me"), uuid("peer"));
+        let addr = Some(("peer".to_string(), "10.0.0.2:50051".to_string()));
+        let forward = AppendStep::Forward { holder: "peer".into(), address: "10.0.0.2:50051".into() };
+        let redirect_peer = AppendStep::Redirect { holder: addr.clone() };
+        let none = AppendStep::Redirect { holder: None };
+        // (ready, forwarded, live holder, address known) → step
+        let cases: Vec<(bool, bool, Option<Uuid>, bool, AppendStep)> = vec![
+            (true, false, Some(me), false, AppendStep::Adopt),
+            (true, true, Some(me), false, AppendStep::Adopt),
+            (false, false, Some(me), false, AppendStep::Wait),
+            (false, true, Some(me), false, none.clone()),
+            (true, false, Some(peer), true, forward.clone()),
+            (false, false, Some(peer), true, forward),
+            (true, true, Some(peer), true, redirect_peer),
+            (true, false, Some(peer), false, AppendStep::Wait),
+            (true, true, Some(peer), false, none.clone()),
+            (true, false, None, false, AppendStep::Wait),
+            (true, true, None, false, none),
+        ];
+        for (ready, forwarded, live_holder, known, want) in cases {
+            let facts = AppendFacts { me, ready, forwarded, live_holder, holder_address: if known { addr.clone() } else { None } };
+            assert_eq!(append_step(&facts), want, "{facts:?}");
+        }
     }
 }

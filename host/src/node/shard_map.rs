@@ -1,11 +1,13 @@
 //! The shards a node serves, derived from the cluster config, and the
 //! stream-name hash that maps a journal stream to a key.
 //!
-//! Pure: no I/O.
+//! Pure: no I/O. Keys are routed by [`topology::Router`], the one router of
+//! the code base; this map adds what a node needs on top of it (each leased
+//! shard's application, lineage and replica nodes).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
 
-use crate::topology::{ClusterConfig, ShardState};
+use crate::topology::{self, Application, ClusterConfig, Replica, Router, Shard, ShardState};
 
 /// The application the reference journal routes through when the cluster
 /// config has more than one.
@@ -18,12 +20,7 @@ pub const STANDALONE_SHARDS: u32 = 16;
 /// UTF-8 bytes (offset basis 0x811c9dc5, prime 0x01000193). Any language can
 /// compute it to find a stream's shard.
 pub fn stream_key(stream: &str) -> u32 {
-    let mut hash: u32 = 0x811c_9dc5;
-    for b in stream.as_bytes() {
-        hash ^= u32::from(*b);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    hash
+    topology::route::fnv1a(stream.as_bytes())
 }
 
 /// One shard with a lease: its range and the nodes eligible to hold it.
@@ -43,8 +40,12 @@ pub struct LeasedShard {
 #[derive(Clone, Debug, Default)]
 pub struct ShardMap {
     shards: Vec<LeasedShard>,
-    /// Per application, routable shards sorted by lower bound: (lower, index).
-    routes: BTreeMap<String, Vec<(u32, usize)>>,
+    by_id: HashMap<String, usize>,
+    /// (application index, shard index) in the config → index in `shards`.
+    by_position: HashMap<(usize, usize), usize>,
+    router: Router,
+    /// Applications with at least one routable shard.
+    routable_apps: BTreeSet<String>,
 }
 
 /// Why a key could not be routed.
@@ -63,13 +64,18 @@ pub enum RouteError {
 
 impl ShardMap {
     /// Every active, splitting and activating shard of `config` (inactive
-    /// shards route nothing and need no lease).
+    /// shards route nothing and carry no lease).
     pub fn from_config(config: &ClusterConfig) -> Self {
-        let shards = config
-            .applications
-            .iter()
-            .flat_map(|app| {
-                app.shards.iter().filter(|s| s.state != ShardState::Inactive).map(|s| LeasedShard {
+        let mut map = ShardMap { router: Router::new(config), ..ShardMap::default() };
+        for (ai, app) in config.applications.iter().enumerate() {
+            for (si, s) in app.shards.iter().enumerate().filter(|(_, s)| s.state != ShardState::Inactive) {
+                let at = map.shards.len();
+                map.by_id.insert(s.id.clone(), at);
+                map.by_position.insert((ai, si), at);
+                if s.state.is_routable() {
+                    map.routable_apps.insert(app.name.clone());
+                }
+                map.shards.push(LeasedShard {
                     id: s.id.clone(),
                     application: app.name.clone(),
                     lower: s.lower,
@@ -77,44 +83,10 @@ impl ShardMap {
                     state: s.state,
                     parent: s.parent_id.clone(),
                     replica_nodes: s.replicas.iter().map(|r| r.node_id.clone()).collect(),
-                })
-            })
-            .collect();
-        Self::new(shards)
-    }
-
-    /// The single-node map of standalone mode: `count` equal shards of the
-    /// `journal` application, all on `node`. `count` must be a power of two.
-    pub fn standalone(node: &str, count: u32) -> Self {
-        let step = (1u64 << 32) / u64::from(count);
-        let shards = (0..u64::from(count))
-            .map(|i| {
-                let (lower, upper) = ((i * step) as u32, ((i + 1) * step - 1) as u32);
-                LeasedShard {
-                    id: format!("{JOURNAL_APPLICATION}_{lower:08x}_{upper:08x}"),
-                    application: JOURNAL_APPLICATION.into(),
-                    lower,
-                    upper,
-                    state: ShardState::Active,
-                    parent: None,
-                    replica_nodes: vec![node.to_string()],
-                }
-            })
-            .collect();
-        Self::new(shards)
-    }
-
-    fn new(shards: Vec<LeasedShard>) -> Self {
-        let mut routes: BTreeMap<String, Vec<(u32, usize)>> = BTreeMap::new();
-        for (i, s) in shards.iter().enumerate() {
-            if s.state.is_routable() {
-                routes.entry(s.application.clone()).or_default().push((s.lower, i));
+                });
             }
         }
-        for r in routes.values_mut() {
-            r.sort_unstable();
-        }
-        ShardMap { shards, routes }
+        map
     }
 
     /// The shards with leases.
@@ -124,31 +96,26 @@ impl ShardMap {
 
     /// The shard `id`.
     pub fn shard(&self, id: &str) -> Option<&LeasedShard> {
-        self.shards.iter().find(|s| s.id == id)
+        self.by_id.get(id).map(|&i| &self.shards[i])
     }
 
     /// The routable shard of `application` covering `key` (O(log n)).
     pub fn route(&self, application: &str, key: u32) -> Result<&LeasedShard, RouteError> {
-        let routes = self
-            .routes
-            .get(application)
-            .ok_or_else(|| RouteError::UnknownApplication(application.to_string()))?;
-        let at = routes.partition_point(|(lower, _)| *lower <= key);
-        at.checked_sub(1)
-            .map(|i| &self.shards[routes[i].1])
-            .filter(|s| s.lower <= key && key <= s.upper)
-            .ok_or_else(|| RouteError::Uncovered {
-                application: application.to_string(),
-                key,
-            })
+        match self.router.route(application, key) {
+            Some(r) => Ok(&self.shards[self.by_position[&(r.application, r.shard)]]),
+            None if self.routable_apps.contains(application) => {
+                Err(RouteError::Uncovered { application: application.to_string(), key })
+            }
+            None => Err(RouteError::UnknownApplication(application.to_string())),
+        }
     }
 
     /// The application journal streams route through.
     pub fn journal_application(&self) -> Result<&str, RouteError> {
-        if self.routes.contains_key(JOURNAL_APPLICATION) {
+        if self.routable_apps.contains(JOURNAL_APPLICATION) {
             return Ok(JOURNAL_APPLICATION);
         }
-        let mut apps = self.routes.keys();
+        let mut apps = self.routable_apps.iter();
         match (apps.next(), apps.next()) {
             (Some(only), None) => Ok(only),
             _ => Err(RouteError::NoJournalApplication),
@@ -158,6 +125,37 @@ impl ShardMap {
     /// The shard a journal stream's appends go to.
     pub fn route_stream(&self, stream: &str) -> Result<&LeasedShard, RouteError> {
         self.route(self.journal_application()?, stream_key(stream))
+    }
+}
+
+/// The one-node config of standalone mode: `count` equal shards of the
+/// `journal` application (`count` a power of two), every one on `node`.
+/// Shard ids spell both bounds in full (`journal_00000000_0fffffff`), as
+/// the standalone database has always recorded them.
+pub fn standalone_config(node: &str, address: &str, count: u32) -> ClusterConfig {
+    let shards = (0..count)
+        .map(|i| {
+            let (lower, upper) = topology::ops::shard_range(i, count);
+            let id = format!("{JOURNAL_APPLICATION}_{lower:08x}_{upper:08x}");
+            let replica = Replica {
+                id: topology::ops::replica_id(&id, node, &Default::default()),
+                node_id: node.to_string(),
+                metadata: Vec::new(),
+            };
+            Shard { id, lower, upper, state: ShardState::Active, parent_id: None, replicas: vec![replica], metadata: Vec::new() }
+        })
+        .collect();
+    ClusterConfig {
+        applications: vec![Application {
+            name: JOURNAL_APPLICATION.into(),
+            implementation: "chitin-journal".into(),
+            shards,
+            replication_factor: 1,
+            metadata: Vec::new(),
+        }],
+        nodes: vec![topology::Node { id: node.to_string(), grpc_address: address.to_string(), metadata: Vec::new() }],
+        version: 1,
+        metadata: Vec::new(),
     }
 }
 
@@ -174,7 +172,7 @@ mod tests {
 
     #[test]
     fn the_standalone_map_partitions_the_keyspace() {
-        let map = ShardMap::standalone("n", 16);
+        let map = ShardMap::from_config(&standalone_config("n", "127.0.0.1:1", 16));
         assert_eq!(map.shards().len(), 16);
         assert_eq!(map.route("journal", 0).unwrap().id, "journal_00000000_0fffffff");
         assert_eq!(map.route("journal", 0x1000_0000).unwrap().lower, 0x1000_0000);
@@ -188,9 +186,9 @@ mod tests {
 
     #[test]
     fn a_gap_is_reported() {
-        let mut map = ShardMap::standalone("n", 2);
-        map.shards.remove(1);
-        let map = ShardMap::new(map.shards);
+        let mut config = standalone_config("n", "127.0.0.1:1", 2);
+        config.applications[0].shards.remove(1);
+        let map = ShardMap::from_config(&config);
         assert!(matches!(map.route("journal", 0x9000_0000), Err(RouteError::Uncovered { .. })));
     }
 }

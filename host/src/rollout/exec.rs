@@ -26,7 +26,7 @@ use tonic::{Code, Status};
 
 use super::checkpoint::{Checkpoint, CheckpointError, Decision, Unfinished, decide, path_for};
 use super::plan::{Plan, PlanError, Sequence};
-use crate::api::proto::{self, admin_client::AdminClient};
+use crate::proto::{self, admin_client::AdminClient};
 use crate::topology::file::{self, SaveError};
 use crate::topology::model::{ClusterConfig, LoadError, Node};
 

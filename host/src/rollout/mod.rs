@@ -1,5 +1,5 @@
 //! Control sequences: topology changes rolled out as small, validated,
-//! resumable steps (DESIGN.md, "Cluster config and rollout").
+//! resumable steps (`docs/design.md`, "Cluster config and rollout").
 //!
 //! - [`plan`] (pure): a request (`add-node`, `move-shard`, `split-shard`,
 //!   `rebalance`) becomes a list of configs, each the next version of the one

@@ -1,6 +1,6 @@
 //! The cluster config: model, invariants and transition rules (pure).
 //!
-//! `cluster_config.json` follows the reference layout (see DESIGN.md, "Cluster
+//! `cluster_config.json` follows the reference layout (see `docs/design.md`, "Cluster
 //! config and rollout"). This module parses and writes it ([`model`],
 //! [`bounds`], [`file`]), routes a 32-bit key to its shard ([`route`]),
 //! checks one config ([`validate`]) and a change between two versions

@@ -112,17 +112,12 @@ pub fn shard_id(application: &str, lower: u32, upper: u32) -> String {
     if lo.is_empty() { format!("{application}_00_ff") } else { format!("{application}_{lo}_{hi}") }
 }
 
-/// 32-bit FNV-1a.
-fn fnv1a(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193))
-}
-
 /// A replica id for `shard` on `node` that is not in `taken` (see the module docs).
 pub fn replica_id(shard: &str, node: &str, taken: &HashSet<String>) -> String {
     let mut salt = 0u32;
     loop {
         let key = if salt == 0 { format!("{shard}/{node}") } else { format!("{shard}/{node}/{salt}") };
-        let id = format!("{shard}_{:08x}", fnv1a(key.as_bytes()));
+        let id = format!("{shard}_{:08x}", super::route::fnv1a(key.as_bytes()));
         if !taken.contains(&id) {
             return id;
         }

@@ -12,12 +12,17 @@ use super::model::{ClusterConfig, Node, Shard, ShardState, metadata_value};
 pub const ZONE_KEY: &str = "zone";
 
 pub fn node(n: &Node) -> sdk::Node {
+    node_in_state(n, sdk::NodeState::Active)
+}
+
+/// `n` in the state its caller knows it to be in.
+pub fn node_in_state(n: &Node, state: sdk::NodeState) -> sdk::Node {
     sdk::Node {
         id: n.id.clone(),
         address: n.grpc_address.clone(),
         zone: metadata_value(&n.metadata, ZONE_KEY).map(str::to_owned),
         labels: n.metadata.iter().map(|m| sdk::Label { key: m.key.clone(), value: m.value.clone() }).collect(),
-        state: sdk::NodeState::Active,
+        state,
     }
 }
 
@@ -43,6 +48,11 @@ pub fn shard(application: &str, s: &Shard) -> sdk::Shard {
 
 pub fn nodes(c: &ClusterConfig) -> Vec<sdk::Node> {
     c.nodes.iter().map(node).collect()
+}
+
+/// The config's nodes, each in the state `state_of(id)` says.
+pub fn nodes_with_states(c: &ClusterConfig, state_of: impl Fn(&str) -> sdk::NodeState) -> Vec<sdk::Node> {
+    c.nodes.iter().map(|n| node_in_state(n, state_of(&n.id))).collect()
 }
 
 pub fn shards(c: &ClusterConfig) -> Vec<sdk::Shard> {

@@ -1,0 +1,132 @@
+//! The control block of a running process: the node once it exists, what
+//! is needed to create it (settings), the shutdown signal and the
+//! background tasks. The API serves through it; `server` creates it.
+//!
+//! A cluster-mode process with no cluster config holds no node
+//! (UNPROVISIONED) until [`Control::bootstrap`] gives it its id and config.
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::watch;
+
+use super::stored::{self, Provisioned};
+use super::{Node, NodeError};
+use crate::settings::Settings;
+use crate::topology::{self, ClusterConfig};
+
+/// The node, once it exists, and what is needed to create it.
+pub struct Control {
+    pub settings: Settings,
+    node: RwLock<Option<Arc<Node>>>,
+    bootstrapping: tokio::sync::Mutex<()>,
+    shutdown: watch::Sender<bool>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// Why a bootstrap was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error("this node is already provisioned as `{0}`; use UpdateConfig to change its config")]
+    AlreadyProvisioned(String),
+    #[error("the config is not valid: {}", .0.join("; "))]
+    Invalid(Vec<String>),
+    #[error("node id `{0}` is not a node of the config")]
+    NotInConfig(String),
+    #[error(
+        "this node's name is set to `{configured}` (by [cluster] instance_id or CHITIN__CLUSTER__INSTANCE_ID) but the \
+         bootstrap names `{requested}`: was it sent to the wrong address?"
+    )]
+    NameMismatch { configured: String, requested: String },
+    #[error("a standalone node takes no cluster config; set [cluster] enabled = true")]
+    Standalone,
+    #[error(transparent)]
+    Start(#[from] NodeError),
+}
+
+impl Control {
+    /// The running node, unless unprovisioned.
+    pub fn node(&self) -> Option<Arc<Node>> {
+        self.node.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Starts the node's background work (rounds, coordination) and puts
+    /// it in place.
+    pub async fn activate(&self, node: Arc<Node>) {
+        let rounds = tokio::spawn(node.clone().run_rounds(self.shutdown.subscribe()));
+        let mut tasks = vec![rounds];
+        if let Some(coord) = &node.coord {
+            let background = coord.start(self.shutdown.subscribe()).await;
+            tasks.extend([background.heartbeat, background.monitor]);
+        }
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).extend(tasks);
+        *self.node.write().unwrap_or_else(|p| p.into_inner()) = Some(node);
+    }
+
+    /// Gives an unprovisioned node its id and first config, then starts it.
+    pub async fn bootstrap(&self, node_id: &str, config: ClusterConfig) -> Result<Arc<Node>, BootstrapError> {
+        let _one_at_a_time = self.bootstrapping.lock().await;
+        if !self.settings.cluster.enabled {
+            return Err(BootstrapError::Standalone);
+        }
+        if let Some(node) = self.node() {
+            return Err(BootstrapError::AlreadyProvisioned(node.name.clone()));
+        }
+        let violations = topology::validate(&config);
+        if !violations.is_empty() {
+            return Err(BootstrapError::Invalid(violations.iter().map(ToString::to_string).collect()));
+        }
+        if config.node(node_id).is_none() {
+            return Err(BootstrapError::NotInConfig(node_id.to_string()));
+        }
+        if let Some(configured) = &self.settings.cluster.instance_id {
+            if configured != node_id {
+                return Err(BootstrapError::NameMismatch {
+                    configured: configured.clone(),
+                    requested: node_id.to_string(),
+                });
+            }
+        }
+        stored::save(&self.settings.node.data_dir, &config, Some(node_id)).map_err(NodeError::from)?;
+        let provisioned = Provisioned {
+            config,
+            node_id: Some(node_id.to_string()),
+        };
+        let node = Node::start(self.settings.clone(), Some(provisioned)).await?;
+        self.activate(node.clone()).await;
+        tracing::info!(name = %node.name, "bootstrapped");
+        Ok(node)
+    }
+}
+
+impl Control {
+    /// A control block for `settings`, holding no node yet.
+    pub fn new(settings: Settings) -> Arc<Control> {
+        Arc::new(Control {
+            settings,
+            node: RwLock::new(None),
+            bootstrapping: tokio::sync::Mutex::new(()),
+            shutdown: watch::channel(false).0,
+            tasks: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Tells every task to stop.
+    pub fn shutdown(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    /// A receiver that fires when [`Control::shutdown`] is called.
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// Keeps `task` to be awaited at stop.
+    pub fn keep(&self, task: tokio::task::JoinHandle<()>) {
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).push(task);
+    }
+
+    /// The tasks kept so far, removed from the block.
+    pub fn take_tasks(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}

@@ -1,0 +1,105 @@
+//! Draining a node: hand every held shard to a recipient the `drain` policy
+//! names, in rounds the host caps, and say what was kept and why.
+//!
+//! Read (registry, held shards, replicas) → plan ([`plan::drain_candidates`],
+//! the policy, [`plan::drain_plan`]) → apply. A drain that fails or is
+//! cancelled before it finishes returns the node to `active`, serving every
+//! shard it still holds.
+
+use std::collections::HashMap;
+
+use chitin_policy_sdk as sdk;
+
+use super::plan::{self, DrainInput, Kept};
+use super::round::live_peers;
+use super::{Lifecycle, Node, NodeError};
+use crate::lease::NodeState;
+
+/// What a drain did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DrainReport {
+    pub handed_over: u32,
+    pub rounds: u32,
+    /// Shards still held, each with the reason.
+    pub kept: Vec<Kept>,
+}
+
+/// Puts a node whose drain did not finish back to `active`.
+struct Reactivate<'a> {
+    node: &'a Node,
+    armed: bool,
+}
+
+impl Drop for Reactivate<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        tracing::warn!("drain did not finish; the node is active again");
+        self.node.set_lifecycle(Lifecycle::Active);
+        self.node.leases.notify_change();
+        let (store, uuid) = (self.node.store.clone(), self.node.uuid);
+        tokio::spawn(async move {
+            if let Err(e) = store.set_node_state(uuid, NodeState::Active).await {
+                tracing::warn!(error = %e, "cannot record the node active again");
+            }
+        });
+    }
+}
+
+impl Node {
+    /// Hands every held shard over; the node takes nothing afterwards
+    /// (`leaving`, then `drained` unless `stopping`).
+    pub async fn drain(&self, stopping: bool) -> Result<DrainReport, NodeError> {
+        self.set_lifecycle(Lifecycle::Leaving);
+        let mut reactivate = Reactivate { node: self, armed: !stopping };
+        self.store.set_node_state(self.uuid, NodeState::Leaving).await?;
+        let registry = self.refresh_registry().await?;
+        let live = live_peers(&registry, &self.name);
+        let topology = self.topology();
+        let replicas: HashMap<String, Vec<String>> =
+            topology.map.shards().iter().map(|s| (s.id.clone(), s.replica_nodes.clone())).collect();
+        let held = self.leases.held_ids();
+        let cap = self.settings.leases.max_handoffs_per_round;
+        let input = DrainInput { held: &held, replicas: &replicas, live: &live, cap: cap as usize };
+        let (placeable, mut kept) = plan::drain_candidates(&input);
+
+        let (nodes, shards, replicas_in) = self.policy_input(&registry);
+        let request = sdk::DrainRequest {
+            leaving: self.name.clone(),
+            nodes,
+            shards,
+            replicas: replicas_in,
+            holders: placeable.iter().map(|shard| sdk::Holder { shard: shard.clone(), node: self.name.clone() }).collect(),
+            load: Vec::new(),
+            max_per_round: cap,
+        };
+        let policy_rounds = if placeable.is_empty() { Vec::new() } else { self.call_policy(move |p| p.plan_drain(request)).await? };
+        let drain_plan = plan::drain_plan(&input, &placeable, &policy_rounds);
+        kept.extend(drain_plan.kept);
+
+        let mut report = DrainReport::default();
+        for round in drain_plan.rounds {
+            report.rounds += 1;
+            // Handoffs of one round go one after another: each is one short
+            // transaction, and the round cap is what limits churn.
+            for h in round {
+                match self.leases.hand_over(&h.shard, h.to_uuid).await {
+                    Ok(lease) => {
+                        report.handed_over += 1;
+                        self.announce(&h.shard, lease.epoch, h.to_uuid, &h.to);
+                    }
+                    Err(e) => kept.push(Kept { shard: h.shard, why: format!("handoff to {} failed: {e}", h.to) }),
+                }
+            }
+        }
+        kept.sort_by(|a, b| a.shard.cmp(&b.shard));
+        report.kept = kept;
+        reactivate.armed = false;
+        if !stopping {
+            self.set_lifecycle(Lifecycle::Drained);
+        }
+        tracing::info!(?report, "drained");
+        Ok(report)
+    }
+}

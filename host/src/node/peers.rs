@@ -1,0 +1,112 @@
+//! Channels to the other nodes: one per peer address, connected once and
+//! reused by every forward and notice, dropped after a transport failure so
+//! the next call connects afresh.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+/// How long a connect to a peer may take before the call gives up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The pooled channels of this node.
+#[derive(Default)]
+pub struct Peers {
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+/// A peer that could not be reached: nothing was sent to it.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to {address}: {reason}")]
+pub struct Unreachable {
+    pub address: String,
+    pub reason: String,
+}
+
+impl Peers {
+    /// The channel to `address`, connecting when there is none. A failed
+    /// connect sent nothing.
+    pub async fn channel(&self, address: &str) -> Result<Channel, Unreachable> {
+        if let Some(c) = self.channels.lock().unwrap_or_else(|p| p.into_inner()).get(address) {
+            return Ok(c.clone());
+        }
+        let unreachable = |reason: String| Unreachable { address: address.to_string(), reason };
+        let channel = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| unreachable(e.to_string()))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).insert(address.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    /// Forgets the channel to `address` (after a transport failure).
+    pub fn forget(&self, address: &str) {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).remove(address);
+    }
+}
+
+/// Whether a failed call's status says the request never left this node: the
+/// connection was refused or could not be made, so the peer saw nothing.
+pub fn never_sent(status: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(io.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable) {
+                return true;
+            }
+        }
+        source = e.source();
+    }
+    false
+}
+
+impl super::Node {
+    /// Tells every other live node that `holder` now holds `shard` at
+    /// `epoch`, without waiting for the answers: the recipient of a handoff
+    /// serves at once, nodes with requests waiting for a holder look again.
+    /// A notice that does not arrive costs only time: rounds find the same.
+    pub fn announce(&self, shard: &str, epoch: i64, holder: uuid::Uuid, holder_name: &str) {
+        let notice = crate::proto::OwnershipNotice {
+            shard: shard.to_string(),
+            epoch: epoch as u64,
+            holder_uuid: holder.to_string(),
+            holder: holder_name.to_string(),
+        };
+        for peer in self.registry().into_iter().filter(|r| r.live && r.id != self.uuid) {
+            let (peers, notice) = (self.peers.clone(), notice.clone());
+            tokio::spawn(async move {
+                let Ok(channel) = peers.channel(&peer.address).await else { return };
+                let mut request = tonic::Request::new(notice);
+                request.set_timeout(CONNECT_TIMEOUT);
+                if let Err(status) = crate::proto::peer_client::PeerClient::new(channel).notice(request).await {
+                    tracing::debug!(peer = %peer.name, error = %status, "ownership notice not delivered");
+                    peers.forget(&peer.address);
+                }
+            });
+        }
+    }
+
+    /// A peer's notice: a lease handed to this node is taken up now (renewing
+    /// it first proves it); any other change wakes waiting requests.
+    pub async fn on_notice(&self, shard: &str, epoch: i64, holder: uuid::Uuid) {
+        if holder == self.uuid && self.is_ready() && !self.leases.held_ids().contains(shard) {
+            let lease = crate::lease::Lease {
+                shard: shard.to_string(),
+                holder: self.uuid,
+                holder_name: self.name.clone(),
+                epoch,
+                expires_at: Default::default(),
+            };
+            match self.leases.adopt(lease).await {
+                Ok(()) => tracing::info!(%shard, epoch, "took up a handed-over lease on notice"),
+                Err(e) => tracing::debug!(%shard, error = %e, "cannot take up a lease on notice"),
+            }
+        }
+        self.leases.notify_change();
+    }
+}

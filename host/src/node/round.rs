@@ -1,0 +1,159 @@
+//! The lease round: read the database and the registry, ask the placement
+//! policy for preferred holders, plan ([`super::plan::plan_round`]), apply.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chitin_policy_sdk as sdk;
+use tokio::sync::watch;
+
+use super::plan::{self, Action, LeaseView, LiveNode, RoundInput};
+use super::{Lifecycle, Node, NodeError};
+use crate::lease::{self, LeaseError, NodeRecord, NodeState};
+
+/// Live registrations other than `me`, by name.
+pub fn live_peers(registry: &[NodeRecord], me: &str) -> HashMap<String, LiveNode> {
+    registry
+        .iter()
+        .filter(|r| r.live && r.name != me)
+        .map(|r| (r.name.clone(), LiveNode { uuid: r.id, leaving: r.state == NodeState::Leaving }))
+        .collect()
+}
+
+impl Node {
+    /// One lease round: heartbeat, renew, read the cluster, rank, act.
+    pub async fn round(&self) -> Result<(), NodeError> {
+        if let Err(e) = self.store.heartbeat(self.uuid).await {
+            if matches!(e, LeaseError::NodeNotRegistered(_)) {
+                self.registration_lost();
+            }
+            return Err(e.into());
+        }
+        self.leases.renew_all().await;
+        let registry = self.refresh_registry().await?;
+        let rows = self.store.holders().await?;
+        self.take_up_handed_over(&rows).await;
+
+        let (nodes, shards, replicas) = self.policy_input(&registry);
+        let rankings = self
+            .call_policy(move |p| p.preferred_holders(sdk::RankingRequest { nodes, shards, replicas }))
+            .await?;
+        let topology = self.topology();
+        let rankings: Vec<(String, Vec<String>)> = rankings
+            .into_iter()
+            .filter(|r| topology.map.shard(&r.shard).is_some())
+            .map(|r| (r.shard, r.nodes))
+            .collect();
+
+        let live = live_peers(&registry, &self.name);
+        let leases: HashMap<String, LeaseView> = rows
+            .into_iter()
+            .map(|r| (r.shard, LeaseView { live_holder: r.holder.filter(|_| r.live) }))
+            .collect();
+        let held: HashSet<String> = self.leases.held_ids();
+        let lifecycle = self.lifecycle();
+        let (parents, retired, splits) = (HashMap::new(), HashSet::new(), Vec::new());
+        let input = RoundInput {
+            me: &self.name,
+            my_uuid: self.uuid,
+            leaving: matches!(lifecycle, Lifecycle::Leaving | Lifecycle::Drained),
+            rankings: &rankings,
+            live: &live,
+            leases: &leases,
+            held: &held,
+            parents: &parents,
+            retired: &retired,
+            splits: &splits,
+            max_handoffs: self.settings.leases.max_handoffs_per_round as usize,
+        };
+        for action in plan::plan_round(&input) {
+            self.apply(action).await;
+        }
+        if lifecycle == Lifecycle::Joining {
+            self.store.set_node_state(self.uuid, NodeState::Active).await?;
+            self.set_lifecycle(Lifecycle::Active);
+            tracing::info!(name = %self.name, "active");
+        }
+        // Requests waiting for a holder look again after every fresh read.
+        self.leases.notify_change();
+        Ok(())
+    }
+
+    async fn apply(&self, action: Action) {
+        match action {
+            Action::Acquire { shard } => match self.leases.acquire(&shard).await {
+                Ok(Some(lease)) => self.announce(&shard, lease.epoch, self.uuid, &self.name),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(%shard, error = %e, "cannot acquire lease"),
+            },
+            Action::Handover { shard, to, to_uuid } => match self.leases.hand_over(&shard, to_uuid).await {
+                Ok(lease) => {
+                    tracing::info!(%shard, %to, epoch = lease.epoch, "handed over");
+                    self.announce(&shard, lease.epoch, to_uuid, &to);
+                }
+                Err(e) => tracing::warn!(%shard, %to, error = %e, "handoff failed; keeping the shard"),
+            },
+            Action::Seed { parent, children } => {
+                tracing::warn!(%parent, ?children, "split seeding is not available in this build");
+            }
+        }
+    }
+
+    /// The cluster marked this registration down (a long pause or cut): stop
+    /// serving at once and stop the process, which a supervisor restarts.
+    fn registration_lost(&self) {
+        tracing::error!(uuid = %self.uuid, "registration marked down; stopping");
+        self.set_lifecycle(Lifecycle::Leaving);
+        self.leases.forget_all();
+        self.fatal.send_replace(true);
+    }
+
+    /// A live lease the database gives this node that its lease table lacks
+    /// was handed over by a peer (or outlived a late renewal here): serve it
+    /// from this round on, not from the first append that happens to arrive,
+    /// and so that a drain of this node hands it on. Renewal is the check:
+    /// it succeeds only for the current epoch, unexpired.
+    async fn take_up_handed_over(&self, rows: &[lease::LeaseRow]) {
+        for row in plan::handed_to_me(rows, self.uuid, &self.leases.held_ids()) {
+            match self.leases.adopt(self.lease_of(row)).await {
+                Ok(()) => tracing::info!(shard = %row.shard, epoch = row.epoch, "took up a lease handed to this node"),
+                Err(e) => tracing::debug!(shard = %row.shard, error = %e, "cannot take up lease"),
+            }
+        }
+    }
+
+    /// Runs rounds every renew interval, and at once when kicked, until
+    /// `shutdown` fires; a watchdog stops serving leases whose renewals did
+    /// not get through in time.
+    pub async fn run_rounds(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let interval = self.settings.renew_interval();
+        let watchdog = {
+            let node = self.clone();
+            let mut shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let tick = (interval / 4).clamp(Duration::from_millis(20), Duration::from_millis(250));
+                loop {
+                    tokio::select! {
+                        _ = shutdown.changed() => break,
+                        _ = tokio::time::sleep(tick) => node.leases.expire_overdue(),
+                    }
+                }
+            })
+        };
+        loop {
+            if let Err(e) = self.round().await {
+                tracing::warn!(error = %e, "lease round failed; retrying next round");
+            }
+            if *self.fatal.borrow() {
+                break;
+            }
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = tokio::time::sleep(interval) => {}
+                _ = self.kick.notified() => {}
+            }
+        }
+        watchdog.abort();
+    }
+}
