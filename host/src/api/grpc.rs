@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 use crate::lease::LeaseRow;
 use crate::node::Node;
 use crate::node::control::{BootstrapError, Control};
-use crate::node::journal::{AppendError, MAX_STREAM};
+use crate::node::journal::MAX_STREAM;
 use crate::node::leases::OwnershipEvent;
 use crate::proto::{self, admin_server, journal_server, ownership_server, peer_server};
 use crate::topology::ClusterConfig;
@@ -122,9 +122,8 @@ impl journal_server::Journal for Api {
     async fn append(&self, req: Request<proto::AppendRequest>) -> Result<Response<proto::AppendResponse>, Status> {
         let r = req.into_inner();
         let node = &self.node()?;
-        if !node.is_ready() && !r.forwarded {
-            return Err(AppendError::not_applied("this node is leaving; send to another node").into());
-        }
+        // A leaving node still takes appends: it forwards them to the shards'
+        // new holders, so a client beside it sees no failure while it drains.
         let ack = node.append(&r.stream, &r.request_id, &r.payload, r.forwarded).await?;
         Ok(Response::new(proto::AppendResponse {
             sequence: ack.sequence as u64,
