@@ -185,10 +185,11 @@ impl Leases {
         }
     }
 
-    /// Takes a free or expired lease.
-    pub async fn acquire(&self, shard: &str) -> Result<bool, LeaseError> {
+    /// Takes a free or expired lease; a split's child (`parent` given) only
+    /// once its parent is retired.
+    pub async fn acquire(&self, shard: &str, parent: Option<&str>) -> Result<bool, LeaseError> {
         let sent = Instant::now();
-        match self.store.try_acquire(shard, self.me).await? {
+        match self.store.try_acquire(shard, self.me, parent).await? {
             Some(lease) => {
                 self.insert(lease, sent);
                 Ok(true)

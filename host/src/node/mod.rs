@@ -181,8 +181,8 @@ impl Node {
             ..StoreOptions::default()
         };
         let store = Store::connect_with(&url, options).await?;
-        store.migrate().await?;
         lease::checks::run(&store, !standalone).await?;
+        store.migrate().await?;
 
         let (config, map, address) = if standalone {
             let address = local_address(&settings.api.listen);
@@ -452,7 +452,7 @@ impl Node {
         for action in plan::plan_round(&input) {
             match action {
                 Action::Acquire { shard } => {
-                    if let Err(e) = self.leases.acquire(&shard).await {
+                    if let Err(e) = self.leases.acquire(&shard, None).await {
                         tracing::warn!(%shard, error = %e, "cannot acquire lease");
                     }
                 }
