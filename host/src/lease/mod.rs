@@ -75,6 +75,8 @@
 //!   parent fails the fence; a new node that tries a child before the seed
 //!   is refused, and a second seeder finds the retirement
 //!   ([`SplitSeed::AlreadyRetired`]).
+#[cfg(test)]
+mod bounds_tests;
 mod engine;
 mod error;
 mod mysql;
