@@ -57,7 +57,7 @@ async fn takeover(url: &str, ttl: Duration) -> Duration {
     let heir = store.register_node(&format!("heir-{}", ttl.as_secs()), "127.0.0.1:2").await.unwrap();
     let shards: Vec<String> = (0..16).map(|i| format!("t{}-{i}", ttl.as_secs())).collect();
     for s in &shards {
-        store.try_acquire(s, dead).await.unwrap().unwrap();
+        store.try_acquire(s, dead, None).await.unwrap().unwrap();
     }
     // The holder dies right after acquiring: its leases run their full TTL.
     let died = Instant::now();
@@ -67,7 +67,7 @@ async fn takeover(url: &str, ttl: Duration) -> Duration {
         tokio::time::sleep(renew).await;
         let mut still = Vec::new();
         for s in left {
-            if store.try_acquire(&s, heir).await.unwrap().is_none() {
+            if store.try_acquire(&s, heir, None).await.unwrap().is_none() {
                 still.push(s);
             }
         }
@@ -83,7 +83,7 @@ fn main() {
         let (name, url) = fresh_db().await;
         let s = store(&url, Duration::from_secs(600)).await;
         let node = s.register_node("bench", "127.0.0.1:1").await.unwrap();
-        let lease = s.try_acquire("bench-shard", node).await.unwrap().unwrap();
+        let lease = s.try_acquire("bench-shard", node, None).await.unwrap().unwrap();
         let token = lease.token();
         let s = Arc::new(s);
         println!("| measurement | figure | baseline | baseline figure | ratio |");

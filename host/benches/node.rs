@@ -147,7 +147,7 @@ async fn drain_bench() -> DrainFigures {
     let y = store.register_node("base-y", "127.0.0.1:10").await.unwrap();
     let mut leases = Vec::new();
     for i in 0..SHARDS {
-        leases.push(store.try_acquire(&format!("base-{i}"), x).await.unwrap().unwrap());
+        leases.push(store.try_acquire(&format!("base-{i}"), x, None).await.unwrap().unwrap());
     }
     let started = Instant::now();
     let mut theirs = Vec::new();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use chitin::chaos::servers::PrivatePostgres;
-use chitin::lease::Store;
+use chitin::lease::{Dialect, Store};
 use chitin::lease::checks::{self, Check, ServerFacts, ServerKind, StartCheckError};
 
 // ---- the decision ---------------------------------------------------------------
@@ -522,6 +522,35 @@ async fn shared_mariadb_facts() {
         assert!(refusals[0].reason.contains("sync_binlog"));
     }
     s.close().await;
+}
+
+/// The start checks need none of chitin's tables, so the node runs them
+/// before any migration: on a fresh, empty database they decide as on any
+/// other, and leave it empty.
+#[tokio::test]
+async fn checks_run_on_an_empty_database() {
+    for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
+        lease_common::run(dialect, |url| async move {
+            let s = Store::connect(&url).await?;
+            let cluster = dialect != Dialect::Sqlite;
+            let facts = checks::gather(&s).await?;
+            let refusals = checks::evaluate(&facts, cluster);
+            // The shared MariaDB may run with sync_binlog != 1 (see shared_mariadb_facts).
+            ensure!(
+                refusals.iter().all(|r| r.reason.contains("sync_binlog")),
+                "{dialect}: {refusals:?}"
+            );
+            if refusals.is_empty() {
+                checks::run(&s, cluster).await?;
+            }
+            ensure!(s.holders().await.is_err(), "{dialect}: the checks created no table");
+            s.migrate().await?;
+            ensure!(s.holders().await?.is_empty());
+            s.close().await;
+            Ok(())
+        })
+        .await;
+    }
 }
 
 // ---- private servers ---------------------------------------------------------------

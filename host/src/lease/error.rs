@@ -90,6 +90,17 @@ pub enum LeaseError {
     #[error("node registration {0} is not live (down, or not seen within the liveness timeout)")]
     NodeNotLive(Uuid),
 
+    #[error("node registration {0} is leaving the cluster: it takes no leases")]
+    NodeLeaving(Uuid),
+
+    #[error("{op} gave up after {attempts} attempts on contention (deadlocks, serialization failures or lock waits): {source}")]
+    Contention {
+        op: &'static str,
+        attempts: usize,
+        #[source]
+        source: sqlx::Error,
+    },
+
     #[error("lease of shard `{shard}` lost by {holder} at epoch {epoch}: {reason}")]
     LeaseLost {
         shard: String,

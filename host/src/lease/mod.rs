@@ -2,9 +2,15 @@
 //! fenced commits, and the reference journal, over PostgreSQL ≥ 14,
 //! MySQL ≥ 8.0 / MariaDB ≥ 10.6, or SQLite (standalone mode only).
 //!
-//! [`Store`] is an enum over the three dialects; each dialect has its own SQL
-//! in its own submodule (`pg`, `mysql`, `sqlite`) and its own migrations under
-//! `host/migrations/<dialect>/`. Every judgement of time — is a lease expired,
+//! [`Store`] is an enum over the three dialects. What the store does (every
+//! transaction, its retries, the fence, the lost-lease error) is written once
+//! in `engine`, generic over a backend; each dialect's submodule (`pg`,
+//! `mysql`, `sqlite`) holds only its SQL text, how it decodes UUIDs, times and
+//! truth values, and its connection settings; its migrations live under
+//! `host/migrations/<dialect>/`. Contention (deadlocks, serialization
+//! failures, lock-wait timeouts, a busy SQLite) is retried by one wrapper;
+//! running out of attempts is [`LeaseError::Contention`], with the driver's
+//! error. Every judgement of time — is a lease expired,
 //! is a node live — is made by the database's clock inside the statement that
 //! acts on it (`clock_timestamp()`, `UTC_TIMESTAMP(6)`, SQLite's `'now'`),
 //! never by comparing with the node's clock.
@@ -42,7 +48,36 @@
 //! No row means the lease is lost: roll back. [`Dialect::fence_sql`] gives
 //! these statements (and SQLite's); [`Store::append_fenced`] does the same
 //! check before it writes to the journal.
-
+//!
+//! # Splits: one owner per key
+//!
+//! The invariant: at any instant, for any key, at most one (shard, holder,
+//! epoch) passes the fence. A split hands a parent's range to its children
+//! in one transaction, [`Store::split_seed`]: it locks the parent's lease row
+//! exclusively (so it waits for every fenced writer holding it shared),
+//! clears its holder and bumps its epoch, records the parent in
+//! `chitin_shard_retirements`, and grants every child to the seeding node.
+//! Why no interleaving yields two owners of a key:
+//! - Parent before the split: a fenced write on the parent commits before
+//!   the seed takes the row lock, or starts after the seed committed and
+//!   finds the holder cleared (lost). Its token never passes again: no grant
+//!   of a retired shard is ever made ([`Store::try_acquire`] refuses it under
+//!   the parent's row lock), so the row stays without holder.
+//! - Child before the split: [`Store::try_acquire`] with the child's parent
+//!   grants only once the parent's retirement row exists, read under a shared
+//!   lock on the parent's lease row, which the seed holds exclusively until
+//!   it commits; so no child is held while the parent may still be. Locks are
+//!   taken parent first, then child, in both, so they queue rather than
+//!   deadlock.
+//! - Nodes on different config versions or restarting: whatever a node
+//!   believes, it acts only through these transactions, and they decide by
+//!   the rows, not by the node's view. An old node that still routes to the
+//!   parent fails the fence; a new node that tries a child before the seed
+//!   is refused, and a second seeder finds the retirement
+//!   ([`SplitSeed::AlreadyRetired`]).
+#[cfg(test)]
+mod bounds_tests;
+mod engine;
 mod error;
 mod mysql;
 mod pg;
@@ -228,6 +263,31 @@ impl Lease {
     }
 }
 
+/// A shard that was split, from `chitin_shard_retirements`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retirement {
+    pub shard: String,
+    /// The parent's epoch after retirement; no token passes the fence for it.
+    pub epoch: i64,
+    /// The node that retired it and was granted the children's first leases.
+    pub holder: Uuid,
+    pub holder_name: String,
+    pub children: Vec<String>,
+    /// By the database clock.
+    pub retired_at: DateTime<Utc>,
+}
+
+/// The outcome of [`Store::split_seed`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum SplitSeed {
+    /// The parent is retired; the children's leases, held by the seeding node.
+    Seeded(Vec<Lease>),
+    /// The parent was retired before (by this call's twin, or earlier).
+    AlreadyRetired,
+    /// Another token holds the parent's lease live: nothing changed.
+    HeldElsewhere { holder: Uuid, epoch: i64 },
+}
+
 /// A lease row as [`Store::holders`] reports it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LeaseRow {
@@ -286,9 +346,9 @@ pub struct JournalEntry {
 /// The durable store, one variant per dialect.
 #[derive(Clone, Debug)]
 pub enum Store {
-    Postgres(pg::PgStore),
-    MySql(mysql::MySqlStore),
-    Sqlite(sqlite::SqliteStore),
+    Postgres(engine::Engine<pg::Pg>),
+    MySql(engine::Engine<mysql::My>),
+    Sqlite(engine::Engine<sqlite::Lite>),
 }
 
 macro_rules! dispatch {
@@ -315,9 +375,9 @@ impl Store {
             ));
         }
         Ok(match Dialect::from_url(url)? {
-            Dialect::Postgres => Store::Postgres(pg::PgStore::connect(url, options).await?),
-            Dialect::MySql => Store::MySql(mysql::MySqlStore::connect(url, options).await?),
-            Dialect::Sqlite => Store::Sqlite(sqlite::SqliteStore::connect(url, options).await?),
+            Dialect::Postgres => Store::Postgres(pg::connect(url, options).await?),
+            Dialect::MySql => Store::MySql(mysql::connect(url, options).await?),
+            Dialect::Sqlite => Store::Sqlite(sqlite::connect(url, options).await?),
         })
     }
 
@@ -339,8 +399,18 @@ impl Store {
     }
 
     /// Creates or upgrades the schema (idempotent; concurrent callers are
-    /// serialised by the migrator's lock on PostgreSQL and MySQL).
+    /// serialised by the migrator's lock on PostgreSQL and MySQL). Applied
+    /// migrations this binary does not know are left alone and logged.
     pub async fn migrate(&self) -> Result<(), LeaseError> {
+        self.run_migrations().await?;
+        let applied = dispatch!(self, s => s.migration_versions().await?);
+        for version in schema::unknown_versions(&applied) {
+            tracing::info!(version, "the schema has a migration this binary does not know (a newer version applied it)");
+        }
+        Ok(())
+    }
+
+    async fn run_migrations(&self) -> Result<(), LeaseError> {
         let migrator = schema::migrator(self.dialect());
         match self {
             Store::Postgres(s) => migrator.run(&s.pool).await?,
@@ -478,11 +548,54 @@ impl Store {
     // ---- leases -----------------------------------------------------------
 
     /// Takes the lease of `shard` for `node` if it is free or expired (by the
-    /// database clock); `None` if another holder's lease is still live. A
-    /// grant increments the epoch and is recorded in the lease history. The
-    /// node must be registered and not `down`.
-    pub async fn try_acquire(&self, shard: &str, node: Uuid) -> Result<Option<Lease>, LeaseError> {
-        dispatch!(self, s => s.try_acquire(shard, node).await)
+    /// database clock); `None` if another holder's lease is still live, if
+    /// `shard` is retired (split), or if `parent` is given and not yet
+    /// retired (a child is granted only after its parent's split). A grant
+    /// increments the epoch and is recorded in the lease history. The node
+    /// must be registered and not `down`.
+    pub async fn try_acquire(
+        &self,
+        shard: &str,
+        node: Uuid,
+        parent: Option<&str>,
+    ) -> Result<Option<Lease>, LeaseError> {
+        dispatch!(self, s => s.try_acquire(shard, node, parent).await)
+    }
+
+    /// Retires `parent` and grants its `children` to `node`, in one
+    /// transaction (see the module docs, "Splits"). `held` is the parent's
+    /// token if `node` holds it: a live parent lease held by any other token
+    /// is [`SplitSeed::HeldElsewhere`]. The children must be new or free;
+    /// `node` must be registered and not `down`.
+    pub async fn split_seed(
+        &self,
+        parent: &str,
+        children: &[String],
+        node: Uuid,
+        held: Option<&LeaseToken>,
+    ) -> Result<SplitSeed, LeaseError> {
+        let mut seen = std::collections::BTreeSet::new();
+        if children.is_empty()
+            || children
+                .iter()
+                .any(|c| c == parent || c.is_empty() || c.contains(',') || !seen.insert(c))
+        {
+            return Err(LeaseError::InvalidArgument(format!(
+                "split of `{parent}` into {children:?}: children must be distinct, non-empty, without `,`, \
+                 and not the parent"
+            )));
+        }
+        dispatch!(self, s => s.split_seed(parent, children, node, held).await)
+    }
+
+    /// Every retired (split) shard, by shard id.
+    pub async fn retirements(&self) -> Result<Vec<Retirement>, LeaseError> {
+        dispatch!(self, s => s.retirements().await)
+    }
+
+    /// Whether `shard` was split (its lease is never granted again).
+    pub async fn is_retired(&self, shard: &str) -> Result<bool, LeaseError> {
+        Ok(dispatch!(self, s => s.retirement(shard).await?).is_some())
     }
 
     /// Extends an unexpired lease by the TTL from the database's now; same
@@ -497,8 +610,9 @@ impl Store {
         dispatch!(self, s => s.release(lease).await)
     }
 
-    /// Hands an unexpired lease to node `to` (registered, live) with a new
-    /// epoch and a full TTL; returns the recipient's lease.
+    /// Hands an unexpired lease to node `to` (registered, live, not leaving:
+    /// else [`LeaseError::NodeNotLive`] or [`LeaseError::NodeLeaving`]) with
+    /// a new epoch and a full TTL; returns the recipient's lease.
     pub async fn handover(&self, lease: &Lease, to: Uuid) -> Result<Lease, LeaseError> {
         dispatch!(self, s => s.handover(lease, to).await)
     }
@@ -506,6 +620,16 @@ impl Store {
     /// Every lease row, by shard id.
     pub async fn holders(&self) -> Result<Vec<LeaseRow>, LeaseError> {
         dispatch!(self, s => s.holders().await)
+    }
+
+    /// The lease row of one shard (`None`: never acquired).
+    pub async fn lease(&self, shard: &str) -> Result<Option<LeaseRow>, LeaseError> {
+        dispatch!(self, s => s.lease(shard).await)
+    }
+
+    /// The live leases `node` holds, by shard id.
+    pub async fn leases_of(&self, node: Uuid) -> Result<Vec<LeaseRow>, LeaseError> {
+        dispatch!(self, s => s.leases_of(node).await)
     }
 
     /// The lease history (of one shard, or all), by shard and epoch.
@@ -561,34 +685,12 @@ pub(crate) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
-/// Milliseconds of a duration, saturating.
-pub(crate) fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 pub(crate) fn parse_uuid(s: &str) -> Result<Uuid, LeaseError> {
     Uuid::parse_str(s).map_err(|e| LeaseError::Corrupt(format!("bad uuid `{s}` in database: {e}")))
 }
 
-/// How often a retryable transaction (deadlock, serialization failure,
-/// racing duplicate) is retried.
-pub(crate) const RETRIES: usize = 8;
-
-/// A lease row as a fence or a failed update sees it.
-#[derive(Clone, Debug)]
-pub(crate) struct CurrentLease {
-    pub holder: Option<Uuid>,
-    pub epoch: i64,
-    pub expires_at: Option<DateTime<Utc>>,
-    /// Held and unexpired by the database clock.
-    pub live: bool,
-}
-
 /// Why `token` does not hold `current` (None: it does).
-pub(crate) fn lost_reason(
-    current: Option<&CurrentLease>,
-    token: &LeaseToken,
-) -> Option<LostReason> {
+pub(crate) fn lost_reason(current: Option<&LeaseRow>, token: &LeaseToken) -> Option<LostReason> {
     let c = match current {
         None => return Some(LostReason::NoLease),
         Some(c) => c,

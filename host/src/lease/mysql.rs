@@ -1,697 +1,194 @@
-//! MySQL (≥ 8.0) and MariaDB (≥ 10.6). "Now" is always `UTC_TIMESTAMP(6)`
-//! and times are `DATETIME(6)` in UTC. MySQL has no `UPDATE … RETURNING`, so
-//! grants lock the lease row with `SELECT … FOR UPDATE` and update it in the
-//! same transaction; fences take `LOCK IN SHARE MODE` (both servers accept it).
+//! MySQL (≥ 8.0) and MariaDB (≥ 10.6): SQL text, column decoding and session
+//! bounds. "Now" is always `UTC_TIMESTAMP(6)` and times are `DATETIME(6)` in
+//! UTC; UUIDs are `CHAR(36)`. Locks are taken with `FOR UPDATE` and
+//! `LOCK IN SHARE MODE` (both servers accept it); reads that must see the
+//! latest commit under repeatable read are locking reads.
+//!
+//! Every session bounds lock waits (`innodb_lock_wait_timeout`) and, on
+//! MariaDB, idle transactions (`idle_transaction_timeout`,
+//! `idle_write_transaction_timeout`) to half a lease TTL, in whole seconds
+//! and at least one. MySQL has no idle-transaction timeout: there a holder
+//! cut off mid-transaction keeps its row locks until the server notices the
+//! dead connection (`wait_timeout`, or TCP keepalive), and takers of its
+//! leases fail their lock waits after half a TTL and retry meanwhile.
 
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use sqlx::Row;
-use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions, MySqlQueryResult, MySqlRow};
+use sqlx::{MySql, MySqlConnection, Row};
 use uuid::Uuid;
 
-use super::{
-    Appended, CurrentLease, HistoryEntry, JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken,
-    NodeRecord, NodeState, RETRIES, StoreOptions, lost, lost_reason, micros, parse_uuid,
-    unique_violation,
-};
+use super::engine::{Backend, Engine, Sql};
+use super::{LeaseError, StoreOptions, parse_uuid};
 
-#[derive(Clone, Debug)]
-pub struct MySqlStore {
-    pub(super) pool: MySqlPool,
-    pub(super) options: StoreOptions,
+/// The MySQL / MariaDB dialect.
+#[derive(Clone, Copy, Debug)]
+pub struct My;
+
+macro_rules! lease_cols {
+    () => {
+        "shard_id, holder, holder_name, epoch, expires_at, \
+         CAST(holder IS NOT NULL AND expires_at > UTC_TIMESTAMP(6) AS SIGNED) AS live FROM chitin_shard_leases"
+    };
 }
 
-/// Deadlock (1213) or lock wait timeout (1205): retry the transaction.
-fn retryable(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(d) => d
-            .try_downcast_ref::<MySqlDatabaseError>()
-            .is_some_and(|m| matches!(m.number(), 1213 | 1205)),
-        _ => false,
-    }
+macro_rules! retirement_cols {
+    () => {
+        "shard_id, epoch, holder, holder_name, children, retired_at FROM chitin_shard_retirements"
+    };
 }
 
-fn retryable_lease(e: &LeaseError) -> bool {
-    matches!(e, LeaseError::Db(e) if retryable(e))
+macro_rules! history_cols {
+    () => {
+        "shard_id, epoch, holder, holder_name, via, acquired_at FROM chitin_lease_history"
+    };
 }
 
-fn opt_uuid(s: Option<String>) -> Result<Option<Uuid>, LeaseError> {
-    s.as_deref().map(parse_uuid).transpose()
-}
+impl Backend for My {
+    type Db = MySql;
 
-fn current(row: &MySqlRow) -> Result<CurrentLease, LeaseError> {
-    Ok(CurrentLease {
-        holder: opt_uuid(row.try_get("holder")?)?,
-        epoch: row.try_get("epoch")?,
-        expires_at: row.try_get("expires_at")?,
-        live: row.try_get::<Option<i64>, _>("live")?.unwrap_or(0) != 0,
-    })
-}
-
-const CURRENT: &str = "SELECT holder, epoch, expires_at, \
-     CAST(holder IS NOT NULL AND expires_at > UTC_TIMESTAMP(6) AS SIGNED) AS live \
-     FROM chitin_shard_leases WHERE shard_id = ?";
-
-const CURRENT_FOR_UPDATE: &str = "SELECT holder, epoch, expires_at, \
-     CAST(holder IS NOT NULL AND expires_at > UTC_TIMESTAMP(6) AS SIGNED) AS live \
-     FROM chitin_shard_leases WHERE shard_id = ? FOR UPDATE";
-
-const CURRENT_FOR_SHARE: &str = "SELECT holder, epoch, expires_at, \
-     CAST(holder IS NOT NULL AND expires_at > UTC_TIMESTAMP(6) AS SIGNED) AS live \
-     FROM chitin_shard_leases WHERE shard_id = ? LOCK IN SHARE MODE";
-
-impl MySqlStore {
-    pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Self, LeaseError> {
-        // sqlx speaks `mysql://`; `mariadb://` is the same protocol.
-        let url = match url.split_once("://") {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("mariadb") => {
-                format!("mysql://{rest}")
-            }
-            _ => url.to_owned(),
-        };
-        // The session time zone is UTC (sqlx's default, set explicitly here).
-        let connect = MySqlConnectOptions::from_str(&url)?.timezone(Some("+00:00".to_owned()));
-        let pool = MySqlPoolOptions::new()
-            .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout)
-            .connect_with(connect)
-            .await?;
-        Ok(MySqlStore { pool, options })
-    }
-
-    fn ttl(&self) -> i64 {
-        micros(self.options.lease_ttl)
-    }
-
-    fn liveness(&self) -> i64 {
-        micros(self.options.liveness_timeout)
-    }
-
-    pub(super) async fn now(&self) -> Result<DateTime<Utc>, LeaseError> {
-        Ok(sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
-            .fetch_one(&self.pool)
-            .await?)
-    }
-
-    async fn lost_error(&self, token: &LeaseToken) -> LeaseError {
-        let row = match sqlx::query(CURRENT)
-            .bind(&token.shard)
-            .fetch_optional(&self.pool)
-            .await
-        {
-            Ok(row) => row,
-            Err(e) => return e.into(),
-        };
-        let cur = match row.as_ref().map(current).transpose() {
-            Ok(c) => c,
-            Err(e) => return e,
-        };
-        let reason = lost_reason(cur.as_ref(), token).unwrap_or(super::LostReason::Superseded {
-            holder: cur.as_ref().and_then(|c| c.holder),
-            epoch: cur.as_ref().map_or(0, |c| c.epoch),
-        });
-        lost(token, reason)
-    }
-
-    // ---- nodes ------------------------------------------------------------
-
-    pub(super) async fn register_node(
-        &self,
-        name: &str,
-        address: &str,
-    ) -> Result<Uuid, LeaseError> {
-        for _ in 0..RETRIES {
-            match self.register_once(name, address).await {
-                Ok(Some(id)) => return Ok(id),
-                Ok(None) => continue,
-                Err(e) if retryable_lease(&e) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(LeaseError::Corrupt(format!(
-            "could not register `{name}`: too many conflicts"
-        )))
-    }
-
-    async fn register_once(&self, name: &str, address: &str) -> Result<Option<Uuid>, LeaseError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "UPDATE chitin_nodes SET state = 'down' \
-             WHERE name = ? AND state <> 'down' AND last_seen <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
-        )
-        .bind(name)
-        .bind(self.liveness())
-        .execute(&mut *tx)
-        .await?;
-        // The database assigns the UUID.
-        let id: String = sqlx::query_scalar("SELECT UUID()")
-            .fetch_one(&mut *tx)
-            .await?;
-        let inserted = sqlx::query(
-            "INSERT INTO chitin_nodes (id, name, address, state, started_at, last_seen) \
+    const SQL: Sql = Sql {
+        now: "SELECT UTC_TIMESTAMP(6) AS now",
+        new_node_id: "SELECT UUID() AS id",
+        mark_stale_down: "UPDATE chitin_nodes SET state = 'down' WHERE name = ? AND state <> 'down' \
+             AND last_seen <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
+        insert_node: "INSERT INTO chitin_nodes (id, name, address, state, started_at, last_seen) \
              VALUES (?, ?, ?, 'joining', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-        )
-        .bind(&id)
-        .bind(name)
-        .bind(address)
-        .execute(&mut *tx)
-        .await;
-        match inserted {
-            Ok(_) => {
-                tx.commit().await?;
-                Ok(Some(parse_uuid(&id)?))
-            }
-            Err(e) if unique_violation(&e).is_some() => {
-                tx.rollback().await?;
-                let row = sqlx::query(
-                    "SELECT id, address, last_seen FROM chitin_nodes WHERE name = ? AND state <> 'down'",
-                )
-                .bind(name)
-                .fetch_optional(&self.pool)
-                .await?;
-                match row {
-                    Some(row) => Err(LeaseError::NameInUse {
-                        name: name.to_owned(),
-                        holder: parse_uuid(&row.try_get::<String, _>("id")?)?,
-                        address: row.try_get("address")?,
-                        last_seen: row.try_get("last_seen")?,
-                    }),
-                    None => Ok(None),
-                }
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    pub(super) async fn heartbeat(&self, node: Uuid) -> Result<(), LeaseError> {
-        let done = sqlx::query(
-            "UPDATE chitin_nodes SET last_seen = UTC_TIMESTAMP(6) WHERE id = ? AND state <> 'down'",
-        )
-        .bind(node.to_string())
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(LeaseError::NodeNotRegistered(node));
-        }
-        Ok(())
-    }
-
-    pub(super) async fn set_node_state(
-        &self,
-        node: Uuid,
-        state: NodeState,
-    ) -> Result<(), LeaseError> {
-        let done = sqlx::query(
-            "UPDATE chitin_nodes SET state = ?, last_seen = UTC_TIMESTAMP(6) WHERE id = ? AND state <> 'down'",
-        )
-        .bind(state.as_str())
-        .bind(node.to_string())
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(LeaseError::NodeNotRegistered(node));
-        }
-        Ok(())
-    }
-
-    pub(super) async fn deregister(&self, node: Uuid) -> Result<(), LeaseError> {
-        for attempt in 0..RETRIES {
-            let r: Result<(), LeaseError> = async {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query(
-                    "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
-                     WHERE holder = ?",
-                )
-                .bind(node.to_string())
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query(
-                    "UPDATE chitin_nodes SET state = 'down', last_seen = UTC_TIMESTAMP(6) \
-                     WHERE id = ? AND state <> 'down'",
-                )
-                .bind(node.to_string())
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(())
-            }
-            .await;
-            match r {
-                Err(e) if retryable_lease(&e) && attempt + 1 < RETRIES => continue,
-                other => return other,
-            }
-        }
-        Ok(())
-    }
-
-    pub(super) async fn nodes(&self) -> Result<Vec<NodeRecord>, LeaseError> {
-        let rows = sqlx::query(
-            "SELECT id, name, address, state, started_at, last_seen, \
-               CAST(state <> 'down' AND last_seen > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS SIGNED) AS live \
+        name_holder: "SELECT id, address, last_seen FROM chitin_nodes WHERE name = ? AND state <> 'down'",
+        heartbeat: "UPDATE chitin_nodes SET last_seen = UTC_TIMESTAMP(6) WHERE id = ? AND state <> 'down'",
+        set_state: "UPDATE chitin_nodes SET state = ?, last_seen = UTC_TIMESTAMP(6) WHERE id = ? AND state <> 'down'",
+        free_leases_of: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
+             WHERE holder = ?",
+        mark_down: "UPDATE chitin_nodes SET state = 'down', last_seen = UTC_TIMESTAMP(6) \
+             WHERE id = ? AND state <> 'down'",
+        nodes: "SELECT id, name, address, state, started_at, last_seen, \
+             CAST(state <> 'down' AND last_seen > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS SIGNED) AS live \
              FROM chitin_nodes ORDER BY started_at DESC, id",
-        )
-        .bind(self.liveness())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(NodeRecord {
-                    id: parse_uuid(&r.try_get::<String, _>("id")?)?,
-                    name: r.try_get("name")?,
-                    address: r.try_get("address")?,
-                    state: r.try_get::<String, _>("state")?.parse()?,
-                    started_at: r.try_get("started_at")?,
-                    last_seen: r.try_get("last_seen")?,
-                    live: r.try_get::<Option<i64>, _>("live")?.unwrap_or(0) != 0,
-                })
-            })
-            .collect()
-    }
-
-    // ---- cluster meta -----------------------------------------------------
-
-    pub(super) async fn check_cluster_meta(
-        &self,
-        shard_count: i64,
-        ttl_ms: i64,
-        renew_ms: i64,
-    ) -> Result<(i64, i64, i64), LeaseError> {
-        sqlx::query(
-            "INSERT INTO chitin_cluster_meta (id, shard_count, lease_ttl_ms, renew_interval_ms, created_at) \
+        node: "SELECT name, state, \
+             CAST(state <> 'down' AND last_seen > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS SIGNED) AS live \
+             FROM chitin_nodes WHERE id = ?",
+        insert_meta: "INSERT INTO chitin_cluster_meta (id, shard_count, lease_ttl_ms, renew_interval_ms, created_at) \
              VALUES (1, ?, ?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE id = id",
-        )
-        .bind(shard_count)
-        .bind(ttl_ms)
-        .bind(renew_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(sqlx::query_as(
-            "SELECT shard_count, lease_ttl_ms, renew_interval_ms FROM chitin_cluster_meta WHERE id = 1",
-        )
-        .fetch_one(&self.pool)
-        .await?)
-    }
-
-    // ---- leases -----------------------------------------------------------
-
-    pub(super) async fn try_acquire(
-        &self,
-        shard: &str,
-        node: Uuid,
-    ) -> Result<Option<Lease>, LeaseError> {
-        for _ in 0..RETRIES {
-            match self.try_acquire_once(shard, node).await {
-                Err(e) if retryable_lease(&e) => continue,
-                // A racing first insert of the lease row: look again.
-                Err(LeaseError::Db(e)) if unique_violation(&e).is_some() => continue,
-                other => return other,
-            }
-        }
-        Err(LeaseError::Corrupt(format!(
-            "could not acquire `{shard}`: too many conflicts"
-        )))
-    }
-
-    async fn try_acquire_once(&self, shard: &str, node: Uuid) -> Result<Option<Lease>, LeaseError> {
-        let node_s = node.to_string();
-        let mut tx = self.pool.begin().await?;
-        let name: Option<String> =
-            sqlx::query_scalar("SELECT name FROM chitin_nodes WHERE id = ? AND state <> 'down'")
-                .bind(&node_s)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let Some(name) = name else {
-            return Err(LeaseError::NodeNotRegistered(node));
-        };
-        let row = sqlx::query(CURRENT_FOR_UPDATE)
-            .bind(shard)
-            .fetch_optional(&mut *tx)
-            .await?;
-        match row.as_ref().map(current).transpose()? {
-            None => {
-                sqlx::query(
-                    "INSERT INTO chitin_shard_leases (shard_id, holder, holder_name, epoch, expires_at) \
-                     VALUES (?, ?, ?, 1, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)",
-                )
-                .bind(shard)
-                .bind(&node_s)
-                .bind(&name)
-                .bind(self.ttl())
-                .execute(&mut *tx)
-                .await?;
-            }
-            Some(cur) if cur.live => {
-                tx.rollback().await?;
-                return Ok(None);
-            }
-            Some(_) => {
-                sqlx::query(
-                    "UPDATE chitin_shard_leases \
-                       SET holder = ?, holder_name = ?, epoch = epoch + 1, \
-                           expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
-                     WHERE shard_id = ?",
-                )
-                .bind(&node_s)
-                .bind(&name)
-                .bind(self.ttl())
-                .bind(shard)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
-        let (epoch, expires_at): (i64, DateTime<Utc>) =
-            sqlx::query_as("SELECT epoch, expires_at FROM chitin_shard_leases WHERE shard_id = ?")
-                .bind(shard)
-                .fetch_one(&mut *tx)
-                .await?;
-        sqlx::query(
-            "INSERT INTO chitin_lease_history (shard_id, epoch, holder, holder_name, via, acquired_at) \
-             VALUES (?, ?, ?, ?, 'acquire', UTC_TIMESTAMP(6))",
-        )
-        .bind(shard)
-        .bind(epoch)
-        .bind(&node_s)
-        .bind(&name)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Some(Lease {
-            shard: shard.to_owned(),
-            holder: node,
-            holder_name: name,
-            epoch,
-            expires_at,
-        }))
-    }
-
-    pub(super) async fn renew(&self, lease: &Lease) -> Result<Lease, LeaseError> {
-        for _ in 0..RETRIES {
-            match self.renew_once(lease).await {
-                Err(e) if retryable_lease(&e) => continue,
-                other => return other,
-            }
-        }
-        Err(LeaseError::Corrupt(format!(
-            "could not renew `{}`: too many conflicts",
-            lease.shard
-        )))
-    }
-
-    async fn renew_once(&self, lease: &Lease) -> Result<Lease, LeaseError> {
-        let mut tx = self.pool.begin().await?;
-        let done = sqlx::query(
-            "UPDATE chitin_shard_leases SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+        meta: "SELECT shard_count, lease_ttl_ms, renew_interval_ms FROM chitin_cluster_meta WHERE id = 1",
+        lease: concat!("SELECT ", lease_cols!(), " WHERE shard_id = ?"),
+        lease_for_update: concat!("SELECT ", lease_cols!(), " WHERE shard_id = ? FOR UPDATE"),
+        lease_for_share: concat!("SELECT ", lease_cols!(), " WHERE shard_id = ? LOCK IN SHARE MODE"),
+        ensure_lease: "INSERT INTO chitin_shard_leases (shard_id) VALUES (?) ON DUPLICATE KEY UPDATE shard_id = shard_id",
+        grant: "UPDATE chitin_shard_leases SET holder = ?, holder_name = ?, epoch = epoch + 1, \
+             expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE shard_id = ?",
+        retire: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL, \
+             epoch = epoch + 1 WHERE shard_id = ?",
+        renew: "UPDATE chitin_shard_leases SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
              WHERE shard_id = ? AND holder = ? AND epoch = ? AND expires_at > UTC_TIMESTAMP(6)",
-        )
-        .bind(self.ttl())
-        .bind(&lease.shard)
-        .bind(lease.holder.to_string())
-        .bind(lease.epoch)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            tx.rollback().await?;
-            return Err(self.lost_error(&lease.token()).await);
-        }
-        let expires_at: DateTime<Utc> =
-            sqlx::query_scalar("SELECT expires_at FROM chitin_shard_leases WHERE shard_id = ?")
-                .bind(&lease.shard)
-                .fetch_one(&mut *tx)
-                .await?;
-        tx.commit().await?;
-        Ok(Lease {
-            expires_at,
-            ..lease.clone()
-        })
-    }
-
-    pub(super) async fn release(&self, lease: &Lease) -> Result<(), LeaseError> {
-        let done = sqlx::query(
-            "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
+        release: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
              WHERE shard_id = ? AND holder = ? AND epoch = ?",
-        )
-        .bind(&lease.shard)
-        .bind(lease.holder.to_string())
-        .bind(lease.epoch)
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(self.lost_error(&lease.token()).await);
-        }
-        Ok(())
-    }
-
-    pub(super) async fn handover(&self, lease: &Lease, to: Uuid) -> Result<Lease, LeaseError> {
-        if to == lease.holder {
-            return Err(LeaseError::InvalidArgument(format!(
-                "handover of `{}` to its own holder {to}",
-                lease.shard
-            )));
-        }
-        for _ in 0..RETRIES {
-            match self.handover_once(lease, to).await {
-                Err(e) if retryable_lease(&e) => continue,
-                other => return other,
-            }
-        }
-        Err(LeaseError::Corrupt(format!(
-            "could not hand over `{}`: too many conflicts",
-            lease.shard
-        )))
-    }
-
-    async fn handover_once(&self, lease: &Lease, to: Uuid) -> Result<Lease, LeaseError> {
-        let to_s = to.to_string();
-        let mut tx = self.pool.begin().await?;
-        let name: Option<String> = sqlx::query_scalar(
-            "SELECT name FROM chitin_nodes WHERE id = ? AND state <> 'down' \
-               AND last_seen > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
-        )
-        .bind(&to_s)
-        .bind(self.liveness())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(name) = name else {
-            return Err(LeaseError::NodeNotLive(to));
-        };
-        let done = sqlx::query(
-            "UPDATE chitin_shard_leases \
-               SET holder = ?, holder_name = ?, epoch = epoch + 1, \
-                   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
-             WHERE shard_id = ? AND holder = ? AND epoch = ? AND expires_at > UTC_TIMESTAMP(6)",
-        )
-        .bind(&to_s)
-        .bind(&name)
-        .bind(self.ttl())
-        .bind(&lease.shard)
-        .bind(lease.holder.to_string())
-        .bind(lease.epoch)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            tx.rollback().await?;
-            return Err(self.lost_error(&lease.token()).await);
-        }
-        let (epoch, expires_at): (i64, DateTime<Utc>) =
-            sqlx::query_as("SELECT epoch, expires_at FROM chitin_shard_leases WHERE shard_id = ?")
-                .bind(&lease.shard)
-                .fetch_one(&mut *tx)
-                .await?;
-        sqlx::query(
-            "INSERT INTO chitin_lease_history (shard_id, epoch, holder, holder_name, via, acquired_at) \
-             VALUES (?, ?, ?, ?, 'handover', UTC_TIMESTAMP(6))",
-        )
-        .bind(&lease.shard)
-        .bind(epoch)
-        .bind(&to_s)
-        .bind(&name)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Lease {
-            shard: lease.shard.clone(),
-            holder: to,
-            holder_name: name,
-            epoch,
-            expires_at,
-        })
-    }
-
-    pub(super) async fn holders(&self) -> Result<Vec<LeaseRow>, LeaseError> {
-        let rows = sqlx::query(
-            "SELECT shard_id, holder, holder_name, epoch, expires_at, \
-               CAST(holder IS NOT NULL AND expires_at > UTC_TIMESTAMP(6) AS SIGNED) AS live \
-             FROM chitin_shard_leases ORDER BY shard_id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(LeaseRow {
-                    shard: r.try_get("shard_id")?,
-                    holder: opt_uuid(r.try_get("holder")?)?,
-                    holder_name: r.try_get("holder_name")?,
-                    epoch: r.try_get("epoch")?,
-                    expires_at: r.try_get("expires_at")?,
-                    live: r.try_get::<Option<i64>, _>("live")?.unwrap_or(0) != 0,
-                })
-            })
-            .collect()
-    }
-
-    pub(super) async fn history(
-        &self,
-        shard: Option<&str>,
-    ) -> Result<Vec<HistoryEntry>, LeaseError> {
-        let rows = sqlx::query(
-            "SELECT shard_id, epoch, holder, holder_name, via, acquired_at FROM chitin_lease_history \
-             WHERE ? IS NULL OR shard_id = ? ORDER BY shard_id, epoch",
-        )
-        .bind(shard)
-        .bind(shard)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(HistoryEntry {
-                    shard: r.try_get("shard_id")?,
-                    epoch: r.try_get("epoch")?,
-                    holder: parse_uuid(&r.try_get::<String, _>("holder")?)?,
-                    holder_name: r.try_get("holder_name")?,
-                    via: r.try_get("via")?,
-                    acquired_at: r.try_get("acquired_at")?,
-                })
-            })
-            .collect()
-    }
-
-    // ---- journal ----------------------------------------------------------
-
-    pub(super) async fn append(
-        &self,
-        fence: Option<&LeaseToken>,
-        shard: &str,
-        epoch: i64,
-        stream: &str,
-        request_id: &str,
-        payload: &[u8],
-    ) -> Result<Appended, LeaseError> {
-        for _ in 0..RETRIES {
-            match self
-                .append_once(fence, shard, epoch, stream, request_id, payload)
-                .await
-            {
-                Err(e) if retryable_lease(&e) => continue,
-                Ok(None) => continue,
-                Ok(Some(done)) => return Ok(done),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(LeaseError::Corrupt(format!(
-            "could not append to `{stream}`: too many conflicts"
-        )))
-    }
-
-    async fn append_once(
-        &self,
-        fence: Option<&LeaseToken>,
-        shard: &str,
-        epoch: i64,
-        stream: &str,
-        request_id: &str,
-        payload: &[u8],
-    ) -> Result<Option<Appended>, LeaseError> {
-        let mut tx = self.pool.begin().await?;
-        if let Some(token) = fence {
-            // First statement: shared row lock on the lease, then the check.
-            let row = sqlx::query(CURRENT_FOR_SHARE)
-                .bind(&token.shard)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let cur = row.as_ref().map(current).transpose()?;
-            if let Some(reason) = lost_reason(cur.as_ref(), token) {
-                tx.rollback().await?;
-                return Err(lost(token, reason));
-            }
-        }
-        // Next sequence number of the stream; the row lock orders appends.
-        let bumped = sqlx::query(
-            "INSERT INTO chitin_journal_streams (stream, last_seq) VALUES (?, LAST_INSERT_ID(1)) \
-             ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(last_seq + 1)",
-        )
-        .bind(stream)
-        .execute(&mut *tx)
-        .await?;
-        let seq = i64::try_from(bumped.last_insert_id())
-            .map_err(|_| LeaseError::Corrupt("sequence number out of range".into()))?;
-        let inserted = sqlx::query(
-            "INSERT INTO chitin_journal (stream, seq, request_id, payload, shard_id, epoch, committed_at) \
+        holders: concat!("SELECT ", lease_cols!(), " ORDER BY shard_id"),
+        leases_of: concat!(
+            "SELECT ",
+            lease_cols!(),
+            " WHERE holder = ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY shard_id"
+        ),
+        insert_history: "INSERT INTO chitin_lease_history (shard_id, epoch, holder, holder_name, via, acquired_at) \
+             VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
+        history: concat!("SELECT ", history_cols!(), " ORDER BY shard_id, epoch"),
+        history_of: concat!("SELECT ", history_cols!(), " WHERE shard_id = ? ORDER BY epoch"),
+        insert_retirement: "INSERT INTO chitin_shard_retirements \
+             (shard_id, epoch, holder, holder_name, children, retired_at) VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
+        retirement_locked: concat!("SELECT ", retirement_cols!(), " WHERE shard_id = ? LOCK IN SHARE MODE"),
+        retirement: concat!("SELECT ", retirement_cols!(), " WHERE shard_id = ?"),
+        retirements: concat!("SELECT ", retirement_cols!(), " ORDER BY shard_id"),
+        insert_entry: "INSERT INTO chitin_journal (stream, seq, request_id, payload, shard_id, epoch, committed_at) \
              VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
-        )
-        .bind(stream)
-        .bind(seq)
-        .bind(request_id)
-        .bind(payload)
-        .bind(shard)
-        .bind(epoch)
-        .execute(&mut *tx)
-        .await;
-        match inserted {
-            Ok(_) => {
-                tx.commit().await?;
-                Ok(Some(Appended {
-                    seq,
-                    epoch,
-                    fresh: true,
-                }))
+        entry_of_request: "SELECT seq, epoch FROM chitin_journal WHERE stream = ? AND request_id = ?",
+        read: "SELECT stream, seq, request_id, payload, shard_id, epoch, committed_at FROM chitin_journal \
+             WHERE stream = ? AND seq >= ? ORDER BY seq LIMIT ?",
+    };
+
+    /// Deadlock (1213) or lock wait timeout (1205).
+    fn contention(e: &sqlx::Error) -> bool {
+        match e {
+            sqlx::Error::Database(d) => {
+                d.try_downcast_ref::<MySqlDatabaseError>().is_some_and(|m| matches!(m.number(), 1213 | 1205))
             }
-            Err(e) if unique_violation(&e).is_some() => {
-                tx.rollback().await?;
-                let original: Option<(i64, i64)> = sqlx::query_as(
-                    "SELECT seq, epoch FROM chitin_journal WHERE stream = ? AND request_id = ?",
-                )
-                .bind(stream)
-                .bind(request_id)
-                .fetch_optional(&self.pool)
-                .await?;
-                Ok(original.map(|(seq, epoch)| Appended {
-                    seq,
-                    epoch,
-                    fresh: false,
-                }))
-            }
-            Err(e) => Err(e.into()),
+            _ => false,
         }
     }
 
-    pub(super) async fn read(
-        &self,
-        stream: &str,
-        from: i64,
-        limit: i64,
-    ) -> Result<Vec<JournalEntry>, LeaseError> {
-        let rows = sqlx::query(
-            "SELECT stream, seq, request_id, payload, shard_id, epoch, committed_at FROM chitin_journal \
-             WHERE stream = ? AND seq >= ? ORDER BY seq LIMIT ?",
-        )
-        .bind(stream)
-        .bind(from)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(JournalEntry {
-                    stream: r.try_get("stream")?,
-                    seq: r.try_get("seq")?,
-                    request_id: r.try_get("request_id")?,
-                    payload: r.try_get("payload")?,
-                    shard: r.try_get("shard_id")?,
-                    epoch: r.try_get("epoch")?,
-                    committed_at: r.try_get("committed_at")?,
-                })
-            })
-            .collect()
+    fn uuid(row: &MySqlRow, col: &str) -> Result<Option<Uuid>, LeaseError> {
+        row.try_get::<Option<String>, _>(col)?.as_deref().map(parse_uuid).transpose()
     }
+
+    fn time(row: &MySqlRow, col: &str) -> Result<Option<DateTime<Utc>>, LeaseError> {
+        Ok(row.try_get(col)?)
+    }
+
+    fn flag(row: &MySqlRow, col: &str) -> Result<bool, LeaseError> {
+        Ok(row.try_get::<Option<i64>, _>(col)?.unwrap_or(0) != 0)
+    }
+
+    fn affected(done: &MySqlQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    fn next_seq<'c>(
+        conn: &'c mut MySqlConnection,
+        stream: &'c str,
+    ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'c {
+        // No RETURNING: the new value travels back as LAST_INSERT_ID.
+        async move {
+            let bumped = sqlx::query(
+                "INSERT INTO chitin_journal_streams (stream, last_seq) VALUES (?, LAST_INSERT_ID(1)) \
+                 ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(last_seq + 1)",
+            )
+            .bind(stream)
+            .execute(conn)
+            .await?;
+            i64::try_from(bumped.last_insert_id()).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+        }
+    }
+}
+
+/// The session variables that bound a stuck peer, as far as this server has them.
+const BOUNDED: [&str; 3] = ["innodb_lock_wait_timeout", "idle_transaction_timeout", "idle_write_transaction_timeout"];
+
+/// Sets every variable of [`BOUNDED`] the server knows to `secs` for this session.
+async fn bound_session(conn: &mut MySqlConnection, secs: u64) -> Result<(), sqlx::Error> {
+    let known = sqlx::raw_sql(
+        "SHOW SESSION VARIABLES WHERE Variable_name IN \
+         ('innodb_lock_wait_timeout', 'idle_transaction_timeout', 'idle_write_transaction_timeout')",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &known {
+        let name: String = row.try_get(0)?;
+        // Only names of our own list reach the statement.
+        if let Some(&name) = BOUNDED.iter().find(|b| b.eq_ignore_ascii_case(&name)) {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET SESSION {name} = {secs}"))).execute(&mut *conn).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Half a TTL in whole seconds, at least one (the servers count in seconds).
+pub(crate) fn bound_secs(options: &StoreOptions) -> u64 {
+    (options.lease_ttl / 2).as_secs().max(1)
+}
+
+pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<My>, LeaseError> {
+    // sqlx speaks `mysql://`; `mariadb://` is the same protocol.
+    let url = match url.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("mariadb") => format!("mysql://{rest}"),
+        _ => url.to_owned(),
+    };
+    // The session time zone is UTC (sqlx's default, set explicitly here).
+    let connect = MySqlConnectOptions::from_str(&url)?.timezone(Some("+00:00".to_owned()));
+    let secs = bound_secs(&options);
+    let pool = MySqlPoolOptions::new()
+        .max_connections(options.max_connections)
+        .acquire_timeout(options.acquire_timeout)
+        .after_connect(move |conn, _| Box::pin(bound_session(conn, secs)))
+        .connect_with(connect)
+        .await?;
+    Ok(Engine::new(pool, options))
 }

@@ -3,7 +3,9 @@
 //! `_sqlx_migrations`, checksummed, locked on PostgreSQL and MySQL).
 //!
 //! Rolling upgrades: a migration only adds; anything removed goes a version
-//! later, once no node of the previous version runs.
+//! later, once no node of the previous version runs. For the same reason the
+//! migrator ignores applied migrations it does not know (a newer binary
+//! applied them): an older binary starts on a newer schema.
 
 use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -11,13 +13,27 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use super::Dialect;
 
 /// `(version, description, postgres, mysql, sqlite)`.
-const MIGRATIONS: &[(i64, &str, &str, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../../migrations/postgres/0001_init.sql"),
-    include_str!("../../migrations/mysql/0001_init.sql"),
-    include_str!("../../migrations/sqlite/0001_init.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../../migrations/postgres/0001_init.sql"),
+        include_str!("../../migrations/mysql/0001_init.sql"),
+        include_str!("../../migrations/sqlite/0001_init.sql"),
+    ),
+    (
+        2,
+        "shard retirements",
+        include_str!("../../migrations/postgres/0002_shard_retirements.sql"),
+        include_str!("../../migrations/mysql/0002_shard_retirements.sql"),
+        include_str!("../../migrations/sqlite/0002_shard_retirements.sql"),
+    ),
+];
+
+/// The versions of `applied` this binary has no migration for.
+pub(crate) fn unknown_versions(applied: &[i64]) -> Vec<i64> {
+    applied.iter().copied().filter(|v| !MIGRATIONS.iter().any(|m| m.0 == *v)).collect()
+}
 
 pub(crate) fn migrator(dialect: Dialect) -> Migrator {
     let migrations = MIGRATIONS
@@ -37,5 +53,20 @@ pub(crate) fn migrator(dialect: Dialect) -> Migrator {
             )
         })
         .collect();
-    Migrator::with_migrations(migrations)
+    let mut migrator = Migrator::with_migrations(migrations);
+    migrator.set_ignore_missing(true);
+    migrator
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_versions_are_those_without_a_migration() {
+        let cases: &[(&[i64], &[i64])] = &[(&[], &[]), (&[1, 2], &[]), (&[1, 2, 3], &[3]), (&[1, 7, 9], &[7, 9])];
+        for (applied, unknown) in cases {
+            assert_eq!(unknown_versions(applied), *unknown, "{applied:?}");
+        }
+    }
 }

@@ -1,29 +1,44 @@
-//! SQLite, for standalone mode (one node; cluster mode refuses SQLite).
-//! Times are INTEGER milliseconds since the Unix epoch from SQLite's own
-//! clock. Write transactions start with `BEGIN IMMEDIATE`, which takes the
-//! database's single write lock: that lock is the fence's row lock here.
+//! SQLite, for standalone mode (one node; cluster mode refuses SQLite): SQL
+//! text and column decoding. Times are INTEGER milliseconds since the Unix
+//! epoch from SQLite's own clock. Write transactions start with
+//! `BEGIN IMMEDIATE`, which takes the database's single write lock: that
+//! lock is every row lock here, so the locking reads are plain reads.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use sqlx::Row;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult, SqliteRow, SqliteSynchronous,
 };
+use sqlx::{Row, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
-use super::{
-    Appended, CurrentLease, HistoryEntry, JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken,
-    NodeRecord, NodeState, RETRIES, StoreOptions, lost, lost_reason, millis, parse_uuid,
-    unique_violation,
-};
+use super::engine::{Backend, Engine, Sql};
+use super::{LeaseError, StoreOptions, parse_uuid};
+
+/// The SQLite dialect.
+#[derive(Clone, Copy, Debug)]
+pub struct Lite;
 
 /// The database clock in milliseconds since the Unix epoch.
 macro_rules! now_ms {
     () => {
         "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+    };
+}
+
+/// `now_ms + ?`, the parameter in microseconds.
+macro_rules! now_plus {
+    () => {
+        concat!("(", now_ms!(), " + ? / 1000)")
+    };
+}
+
+/// `now_ms - ?`, the parameter in microseconds.
+macro_rules! now_minus {
+    () => {
+        concat!("(", now_ms!(), " - ? / 1000)")
     };
 }
 
@@ -35,636 +50,177 @@ macro_rules! new_uuid {
     };
 }
 
-#[derive(Clone, Debug)]
-pub struct SqliteStore {
-    pub(super) pool: SqlitePool,
-    pub(super) options: StoreOptions,
-}
-
-fn retryable(e: &sqlx::Error) -> bool {
-    // SQLITE_BUSY and its extended codes, SQLITE_LOCKED.
-    matches!(e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("5" | "6" | "261" | "517")))
-}
-
-fn retryable_lease(e: &LeaseError) -> bool {
-    matches!(e, LeaseError::Db(e) if retryable(e))
-}
-
-fn time(ms: i64) -> Result<DateTime<Utc>, LeaseError> {
-    Utc.timestamp_millis_opt(ms)
-        .single()
-        .ok_or_else(|| LeaseError::Corrupt(format!("bad timestamp {ms} ms")))
-}
-
-fn opt_time(ms: Option<i64>) -> Result<Option<DateTime<Utc>>, LeaseError> {
-    ms.map(time).transpose()
-}
-
-fn opt_uuid(s: Option<String>) -> Result<Option<Uuid>, LeaseError> {
-    s.as_deref().map(parse_uuid).transpose()
-}
-
-fn current(row: &SqliteRow) -> Result<CurrentLease, LeaseError> {
-    Ok(CurrentLease {
-        holder: opt_uuid(row.try_get("holder")?)?,
-        epoch: row.try_get("epoch")?,
-        expires_at: opt_time(row.try_get("expires_at")?)?,
-        live: row.try_get::<Option<i64>, _>("live")?.unwrap_or(0) != 0,
-    })
-}
-
-const CURRENT: &str = concat!(
-    "SELECT holder, epoch, expires_at, (holder IS NOT NULL AND expires_at > ",
-    now_ms!(),
-    ") AS live FROM chitin_shard_leases WHERE shard_id = ?1"
-);
-
-impl SqliteStore {
-    pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Self, LeaseError> {
-        let connect = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(30))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout)
-            .connect_with(connect)
-            .await?;
-        Ok(SqliteStore { pool, options })
-    }
-
-    fn ttl(&self) -> i64 {
-        millis(self.options.lease_ttl)
-    }
-
-    fn liveness(&self) -> i64 {
-        millis(self.options.liveness_timeout)
-    }
-
-    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, LeaseError> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
-    }
-
-    pub(super) async fn now(&self) -> Result<DateTime<Utc>, LeaseError> {
-        let ms: i64 = sqlx::query_scalar(concat!("SELECT ", now_ms!()))
-            .fetch_one(&self.pool)
-            .await?;
-        time(ms)
-    }
-
-    async fn lost_error(&self, token: &LeaseToken) -> LeaseError {
-        let row = match sqlx::query(CURRENT)
-            .bind(&token.shard)
-            .fetch_optional(&self.pool)
-            .await
-        {
-            Ok(row) => row,
-            Err(e) => return e.into(),
-        };
-        let cur = match row.as_ref().map(current).transpose() {
-            Ok(c) => c,
-            Err(e) => return e,
-        };
-        let reason = lost_reason(cur.as_ref(), token).unwrap_or(super::LostReason::Superseded {
-            holder: cur.as_ref().and_then(|c| c.holder),
-            epoch: cur.as_ref().map_or(0, |c| c.epoch),
-        });
-        lost(token, reason)
-    }
-
-    /// Runs `f` again while it fails with SQLITE_BUSY.
-    async fn retry<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T, LeaseError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Option<T>, LeaseError>>,
-    {
-        for _ in 0..RETRIES {
-            match f().await {
-                Ok(Some(v)) => return Ok(v),
-                Ok(None) => continue,
-                Err(e) if retryable_lease(&e) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(LeaseError::Corrupt(format!("{what}: too many conflicts")))
-    }
-
-    // ---- nodes ------------------------------------------------------------
-
-    pub(super) async fn register_node(
-        &self,
-        name: &str,
-        address: &str,
-    ) -> Result<Uuid, LeaseError> {
-        self.retry("register", || self.register_once(name, address))
-            .await
-    }
-
-    async fn register_once(&self, name: &str, address: &str) -> Result<Option<Uuid>, LeaseError> {
-        let mut tx = self.write_tx().await?;
-        sqlx::query(concat!(
-            "UPDATE chitin_nodes SET state = 'down' WHERE name = ?1 AND state <> 'down' AND last_seen <= ",
+macro_rules! lease {
+    ($($tail:expr),*) => {
+        concat!(
+            "SELECT shard_id, holder, holder_name, epoch, expires_at, (holder IS NOT NULL AND expires_at > ",
             now_ms!(),
-            " - ?2"
-        ))
-        .bind(name)
-        .bind(self.liveness())
-        .execute(&mut *tx)
-        .await?;
-        let inserted = sqlx::query_scalar::<_, String>(concat!(
-            "INSERT INTO chitin_nodes (id, name, address, state, started_at, last_seen) VALUES (",
-            new_uuid!(),
-            ", ?1, ?2, 'joining', ",
+            ") AS live FROM chitin_shard_leases",
+            $($tail),*
+        )
+    };
+}
+
+macro_rules! retirements {
+    ($tail:expr) => {
+        concat!("SELECT shard_id, epoch, holder, holder_name, children, retired_at FROM chitin_shard_retirements", $tail)
+    };
+}
+
+macro_rules! history {
+    ($tail:expr) => {
+        concat!("SELECT shard_id, epoch, holder, holder_name, via, acquired_at FROM chitin_lease_history", $tail)
+    };
+}
+
+impl Backend for Lite {
+    type Db = Sqlite;
+
+    const BEGIN_WRITE: Option<&'static str> = Some("BEGIN IMMEDIATE");
+
+    const SQL: Sql = Sql {
+        now: concat!("SELECT ", now_ms!(), " AS now"),
+        new_node_id: concat!("SELECT ", new_uuid!(), " AS id"),
+        mark_stale_down: concat!(
+            "UPDATE chitin_nodes SET state = 'down' WHERE name = ? AND state <> 'down' AND last_seen <= ",
+            now_minus!()
+        ),
+        insert_node: concat!(
+            "INSERT INTO chitin_nodes (id, name, address, state, started_at, last_seen) VALUES (?, ?, ?, 'joining', ",
             now_ms!(),
             ", ",
             now_ms!(),
-            ") RETURNING id"
-        ))
-        .bind(name)
-        .bind(address)
-        .fetch_one(&mut *tx)
-        .await;
-        match inserted {
-            Ok(id) => {
-                tx.commit().await?;
-                Ok(Some(parse_uuid(&id)?))
-            }
-            Err(e) if unique_violation(&e).is_some() => {
-                let row = sqlx::query(
-                    "SELECT id, address, last_seen FROM chitin_nodes WHERE name = ?1 AND state <> 'down'",
-                )
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await?;
-                tx.rollback().await?;
-                match row {
-                    Some(row) => Err(LeaseError::NameInUse {
-                        name: name.to_owned(),
-                        holder: parse_uuid(&row.try_get::<String, _>("id")?)?,
-                        address: row.try_get("address")?,
-                        last_seen: time(row.try_get("last_seen")?)?,
-                    }),
-                    None => Ok(None),
-                }
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    pub(super) async fn heartbeat(&self, node: Uuid) -> Result<(), LeaseError> {
-        let done = sqlx::query(concat!(
-            "UPDATE chitin_nodes SET last_seen = ",
+            ")"
+        ),
+        name_holder: "SELECT id, address, last_seen FROM chitin_nodes WHERE name = ? AND state <> 'down'",
+        heartbeat: concat!("UPDATE chitin_nodes SET last_seen = ", now_ms!(), " WHERE id = ? AND state <> 'down'"),
+        set_state: concat!(
+            "UPDATE chitin_nodes SET state = ?, last_seen = ",
             now_ms!(),
-            " WHERE id = ?1 AND state <> 'down'"
-        ))
-        .bind(node.to_string())
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(LeaseError::NodeNotRegistered(node));
-        }
-        Ok(())
-    }
-
-    pub(super) async fn set_node_state(
-        &self,
-        node: Uuid,
-        state: NodeState,
-    ) -> Result<(), LeaseError> {
-        let done = sqlx::query(concat!(
-            "UPDATE chitin_nodes SET state = ?2, last_seen = ",
+            " WHERE id = ? AND state <> 'down'"
+        ),
+        free_leases_of: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
+             WHERE holder = ?",
+        mark_down: concat!(
+            "UPDATE chitin_nodes SET state = 'down', last_seen = ",
             now_ms!(),
-            " WHERE id = ?1 AND state <> 'down'"
-        ))
-        .bind(node.to_string())
-        .bind(state.as_str())
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(LeaseError::NodeNotRegistered(node));
-        }
-        Ok(())
-    }
-
-    pub(super) async fn deregister(&self, node: Uuid) -> Result<(), LeaseError> {
-        self.retry("deregister", || async {
-            let mut tx = self.write_tx().await?;
-            sqlx::query(
-                "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
-                 WHERE holder = ?1",
-            )
-            .bind(node.to_string())
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(concat!(
-                "UPDATE chitin_nodes SET state = 'down', last_seen = ",
-                now_ms!(),
-                " WHERE id = ?1 AND state <> 'down'"
-            ))
-            .bind(node.to_string())
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(Some(()))
-        })
-        .await
-    }
-
-    pub(super) async fn nodes(&self) -> Result<Vec<NodeRecord>, LeaseError> {
-        let rows = sqlx::query(concat!(
+            " WHERE id = ? AND state <> 'down'"
+        ),
+        nodes: concat!(
             "SELECT id, name, address, state, started_at, last_seen, (state <> 'down' AND last_seen > ",
-            now_ms!(),
-            " - ?1) AS live FROM chitin_nodes ORDER BY started_at DESC, id"
-        ))
-        .bind(self.liveness())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(NodeRecord {
-                    id: parse_uuid(&r.try_get::<String, _>("id")?)?,
-                    name: r.try_get("name")?,
-                    address: r.try_get("address")?,
-                    state: r.try_get::<String, _>("state")?.parse()?,
-                    started_at: time(r.try_get("started_at")?)?,
-                    last_seen: time(r.try_get("last_seen")?)?,
-                    live: r.try_get::<Option<i64>, _>("live")?.unwrap_or(0) != 0,
-                })
-            })
-            .collect()
-    }
-
-    // ---- cluster meta -----------------------------------------------------
-
-    pub(super) async fn check_cluster_meta(
-        &self,
-        shard_count: i64,
-        ttl_ms: i64,
-        renew_ms: i64,
-    ) -> Result<(i64, i64, i64), LeaseError> {
-        sqlx::query(concat!(
+            now_minus!(),
+            ") AS live FROM chitin_nodes ORDER BY started_at DESC, id"
+        ),
+        node: concat!(
+            "SELECT name, state, (state <> 'down' AND last_seen > ",
+            now_minus!(),
+            ") AS live FROM chitin_nodes WHERE id = ?"
+        ),
+        insert_meta: concat!(
             "INSERT INTO chitin_cluster_meta (id, shard_count, lease_ttl_ms, renew_interval_ms, created_at) \
-             VALUES (1, ?1, ?2, ?3, ",
+             VALUES (1, ?, ?, ?, ",
             now_ms!(),
             ") ON CONFLICT (id) DO NOTHING"
-        ))
-        .bind(shard_count)
-        .bind(ttl_ms)
-        .bind(renew_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(sqlx::query_as(
-            "SELECT shard_count, lease_ttl_ms, renew_interval_ms FROM chitin_cluster_meta WHERE id = 1",
-        )
-        .fetch_one(&self.pool)
-        .await?)
-    }
-
-    // ---- leases -----------------------------------------------------------
-
-    pub(super) async fn try_acquire(
-        &self,
-        shard: &str,
-        node: Uuid,
-    ) -> Result<Option<Lease>, LeaseError> {
-        self.retry("acquire", || async {
-            self.try_acquire_once(shard, node).await.map(Some)
-        })
-        .await
-    }
-
-    async fn try_acquire_once(&self, shard: &str, node: Uuid) -> Result<Option<Lease>, LeaseError> {
-        let node_s = node.to_string();
-        let mut tx = self.write_tx().await?;
-        let name: Option<String> =
-            sqlx::query_scalar("SELECT name FROM chitin_nodes WHERE id = ?1 AND state <> 'down'")
-                .bind(&node_s)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let Some(name) = name else {
-            return Err(LeaseError::NodeNotRegistered(node));
-        };
-        let granted: Option<(i64, i64)> = sqlx::query_as(concat!(
-            "INSERT INTO chitin_shard_leases (shard_id, holder, holder_name, epoch, expires_at) \
-             VALUES (?1, ?2, ?3, 1, ",
-            now_ms!(),
-            " + ?4) ON CONFLICT (shard_id) DO UPDATE \
-               SET holder = excluded.holder, holder_name = excluded.holder_name, \
-                   epoch = chitin_shard_leases.epoch + 1, expires_at = excluded.expires_at \
-               WHERE chitin_shard_leases.holder IS NULL OR chitin_shard_leases.expires_at <= ",
-            now_ms!(),
-            " RETURNING epoch, expires_at"
-        ))
-        .bind(shard)
-        .bind(&node_s)
-        .bind(&name)
-        .bind(self.ttl())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((epoch, expires_at)) = granted else {
-            tx.rollback().await?;
-            return Ok(None);
-        };
-        sqlx::query(concat!(
+        ),
+        meta: "SELECT shard_count, lease_ttl_ms, renew_interval_ms FROM chitin_cluster_meta WHERE id = 1",
+        lease: lease!(" WHERE shard_id = ?"),
+        lease_for_update: lease!(" WHERE shard_id = ?"),
+        lease_for_share: lease!(" WHERE shard_id = ?"),
+        ensure_lease: "INSERT INTO chitin_shard_leases (shard_id) VALUES (?) ON CONFLICT (shard_id) DO NOTHING",
+        grant: concat!(
+            "UPDATE chitin_shard_leases SET holder = ?, holder_name = ?, epoch = epoch + 1, expires_at = ",
+            now_plus!(),
+            " WHERE shard_id = ?"
+        ),
+        retire: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL, \
+             epoch = epoch + 1 WHERE shard_id = ?",
+        renew: concat!(
+            "UPDATE chitin_shard_leases SET expires_at = ",
+            now_plus!(),
+            " WHERE shard_id = ? AND holder = ? AND epoch = ? AND expires_at > ",
+            now_ms!()
+        ),
+        release: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
+             WHERE shard_id = ? AND holder = ? AND epoch = ?",
+        holders: lease!(" ORDER BY shard_id"),
+        leases_of: lease!(" WHERE holder = ? AND expires_at > ", now_ms!(), " ORDER BY shard_id"),
+        insert_history: concat!(
             "INSERT INTO chitin_lease_history (shard_id, epoch, holder, holder_name, via, acquired_at) \
-             VALUES (?1, ?2, ?3, ?4, 'acquire', ",
+             VALUES (?, ?, ?, ?, ?, ",
             now_ms!(),
             ")"
-        ))
-        .bind(shard)
-        .bind(epoch)
-        .bind(&node_s)
-        .bind(&name)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Some(Lease {
-            shard: shard.to_owned(),
-            holder: node,
-            holder_name: name,
-            epoch,
-            expires_at: time(expires_at)?,
-        }))
-    }
-
-    pub(super) async fn renew(&self, lease: &Lease) -> Result<Lease, LeaseError> {
-        let expires_at: Option<i64> = self
-            .retry("renew", || async {
-                Ok(Some(
-                    sqlx::query_scalar(concat!(
-                        "UPDATE chitin_shard_leases SET expires_at = ",
-                        now_ms!(),
-                        " + ?4 WHERE shard_id = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at > ",
-                        now_ms!(),
-                        " RETURNING expires_at"
-                    ))
-                    .bind(&lease.shard)
-                    .bind(lease.holder.to_string())
-                    .bind(lease.epoch)
-                    .bind(self.ttl())
-                    .fetch_optional(&self.pool)
-                    .await?,
-                ))
-            })
-            .await?;
-        match expires_at {
-            Some(ms) => Ok(Lease {
-                expires_at: time(ms)?,
-                ..lease.clone()
-            }),
-            None => Err(self.lost_error(&lease.token()).await),
-        }
-    }
-
-    pub(super) async fn release(&self, lease: &Lease) -> Result<(), LeaseError> {
-        let affected = self
-            .retry("release", || async {
-                let done = sqlx::query(
-                    "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
-                     WHERE shard_id = ?1 AND holder = ?2 AND epoch = ?3",
-                )
-                .bind(&lease.shard)
-                .bind(lease.holder.to_string())
-                .bind(lease.epoch)
-                .execute(&self.pool)
-                .await?;
-                Ok(Some(done.rows_affected()))
-            })
-            .await?;
-        if affected == 0 {
-            return Err(self.lost_error(&lease.token()).await);
-        }
-        Ok(())
-    }
-
-    pub(super) async fn handover(&self, lease: &Lease, to: Uuid) -> Result<Lease, LeaseError> {
-        if to == lease.holder {
-            return Err(LeaseError::InvalidArgument(format!(
-                "handover of `{}` to its own holder {to}",
-                lease.shard
-            )));
-        }
-        self.retry("handover", || async {
-            self.handover_once(lease, to).await.map(Some)
-        })
-        .await
-    }
-
-    async fn handover_once(&self, lease: &Lease, to: Uuid) -> Result<Lease, LeaseError> {
-        let to_s = to.to_string();
-        let mut tx = self.write_tx().await?;
-        let name: Option<String> = sqlx::query_scalar(concat!(
-            "SELECT name FROM chitin_nodes WHERE id = ?1 AND state <> 'down' AND last_seen > ",
-            now_ms!(),
-            " - ?2"
-        ))
-        .bind(&to_s)
-        .bind(self.liveness())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(name) = name else {
-            return Err(LeaseError::NodeNotLive(to));
-        };
-        let granted: Option<(i64, i64)> = sqlx::query_as(concat!(
-            "UPDATE chitin_shard_leases SET holder = ?4, holder_name = ?5, epoch = epoch + 1, expires_at = ",
-            now_ms!(),
-            " + ?6 WHERE shard_id = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at > ",
-            now_ms!(),
-            " RETURNING epoch, expires_at"
-        ))
-        .bind(&lease.shard)
-        .bind(lease.holder.to_string())
-        .bind(lease.epoch)
-        .bind(&to_s)
-        .bind(&name)
-        .bind(self.ttl())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((epoch, expires_at)) = granted else {
-            tx.rollback().await?;
-            return Err(self.lost_error(&lease.token()).await);
-        };
-        sqlx::query(concat!(
-            "INSERT INTO chitin_lease_history (shard_id, epoch, holder, holder_name, via, acquired_at) \
-             VALUES (?1, ?2, ?3, ?4, 'handover', ",
+        ),
+        history: history!(" ORDER BY shard_id, epoch"),
+        history_of: history!(" WHERE shard_id = ? ORDER BY epoch"),
+        insert_retirement: concat!(
+            "INSERT INTO chitin_shard_retirements (shard_id, epoch, holder, holder_name, children, retired_at) \
+             VALUES (?, ?, ?, ?, ?, ",
             now_ms!(),
             ")"
-        ))
-        .bind(&lease.shard)
-        .bind(epoch)
-        .bind(&to_s)
-        .bind(&name)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Lease {
-            shard: lease.shard.clone(),
-            holder: to,
-            holder_name: name,
-            epoch,
-            expires_at: time(expires_at)?,
-        })
-    }
-
-    pub(super) async fn holders(&self) -> Result<Vec<LeaseRow>, LeaseError> {
-        let rows = sqlx::query(concat!(
-            "SELECT shard_id, holder, holder_name, epoch, expires_at, (holder IS NOT NULL AND expires_at > ",
+        ),
+        retirement_locked: retirements!(" WHERE shard_id = ?"),
+        retirement: retirements!(" WHERE shard_id = ?"),
+        retirements: retirements!(" ORDER BY shard_id"),
+        insert_entry: concat!(
+            "INSERT INTO chitin_journal (stream, seq, request_id, payload, shard_id, epoch, committed_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ",
             now_ms!(),
-            ") AS live FROM chitin_shard_leases ORDER BY shard_id"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(LeaseRow {
-                    shard: r.try_get("shard_id")?,
-                    holder: opt_uuid(r.try_get("holder")?)?,
-                    holder_name: r.try_get("holder_name")?,
-                    epoch: r.try_get("epoch")?,
-                    expires_at: opt_time(r.try_get("expires_at")?)?,
-                    live: r.try_get::<Option<i64>, _>("live")?.unwrap_or(0) != 0,
-                })
+            ")"
+        ),
+        entry_of_request: "SELECT seq, epoch FROM chitin_journal WHERE stream = ? AND request_id = ?",
+        read: "SELECT stream, seq, request_id, payload, shard_id, epoch, committed_at FROM chitin_journal \
+             WHERE stream = ? AND seq >= ? ORDER BY seq LIMIT ?",
+    };
+
+    /// SQLITE_BUSY and its extended codes, SQLITE_LOCKED.
+    fn contention(e: &sqlx::Error) -> bool {
+        matches!(e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("5" | "6" | "261" | "517")))
+    }
+
+    fn uuid(row: &SqliteRow, col: &str) -> Result<Option<Uuid>, LeaseError> {
+        row.try_get::<Option<String>, _>(col)?.as_deref().map(parse_uuid).transpose()
+    }
+
+    fn time(row: &SqliteRow, col: &str) -> Result<Option<DateTime<Utc>>, LeaseError> {
+        row.try_get::<Option<i64>, _>(col)?
+            .map(|ms| {
+                Utc.timestamp_millis_opt(ms).single().ok_or_else(|| LeaseError::Corrupt(format!("bad timestamp {ms} ms")))
             })
-            .collect()
+            .transpose()
     }
 
-    pub(super) async fn history(
-        &self,
-        shard: Option<&str>,
-    ) -> Result<Vec<HistoryEntry>, LeaseError> {
-        let rows = sqlx::query(
-            "SELECT shard_id, epoch, holder, holder_name, via, acquired_at FROM chitin_lease_history \
-             WHERE ?1 IS NULL OR shard_id = ?1 ORDER BY shard_id, epoch",
-        )
-        .bind(shard)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(HistoryEntry {
-                    shard: r.try_get("shard_id")?,
-                    epoch: r.try_get("epoch")?,
-                    holder: parse_uuid(&r.try_get::<String, _>("holder")?)?,
-                    holder_name: r.try_get("holder_name")?,
-                    via: r.try_get("via")?,
-                    acquired_at: time(r.try_get("acquired_at")?)?,
-                })
-            })
-            .collect()
+    fn flag(row: &SqliteRow, col: &str) -> Result<bool, LeaseError> {
+        Ok(row.try_get::<Option<i64>, _>(col)?.unwrap_or(0) != 0)
     }
 
-    // ---- journal ----------------------------------------------------------
-
-    pub(super) async fn append(
-        &self,
-        fence: Option<&LeaseToken>,
-        shard: &str,
-        epoch: i64,
-        stream: &str,
-        request_id: &str,
-        payload: &[u8],
-    ) -> Result<Appended, LeaseError> {
-        self.retry("append", || {
-            self.append_once(fence, shard, epoch, stream, request_id, payload)
-        })
-        .await
+    fn affected(done: &SqliteQueryResult) -> u64 {
+        done.rows_affected()
     }
 
-    async fn append_once(
-        &self,
-        fence: Option<&LeaseToken>,
-        shard: &str,
-        epoch: i64,
-        stream: &str,
-        request_id: &str,
-        payload: &[u8],
-    ) -> Result<Option<Appended>, LeaseError> {
-        // BEGIN IMMEDIATE: this transaction holds the write lock throughout.
-        let mut tx = self.write_tx().await?;
-        if let Some(token) = fence {
-            let row = sqlx::query(CURRENT)
-                .bind(&token.shard)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let cur = row.as_ref().map(current).transpose()?;
-            if let Some(reason) = lost_reason(cur.as_ref(), token) {
-                tx.rollback().await?;
-                return Err(lost(token, reason));
-            }
-        }
-        let original: Option<(i64, i64)> = sqlx::query_as(
-            "SELECT seq, epoch FROM chitin_journal WHERE stream = ?1 AND request_id = ?2",
-        )
-        .bind(stream)
-        .bind(request_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some((seq, epoch)) = original {
-            tx.rollback().await?;
-            return Ok(Some(Appended {
-                seq,
-                epoch,
-                fresh: false,
-            }));
-        }
-        let seq: i64 = sqlx::query_scalar(
-            "INSERT INTO chitin_journal_streams (stream, last_seq) VALUES (?1, 1) \
+    fn next_seq<'c>(
+        conn: &'c mut SqliteConnection,
+        stream: &'c str,
+    ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'c {
+        sqlx::query_scalar(
+            "INSERT INTO chitin_journal_streams (stream, last_seq) VALUES (?, 1) \
              ON CONFLICT (stream) DO UPDATE SET last_seq = last_seq + 1 RETURNING last_seq",
         )
         .bind(stream)
-        .fetch_one(&mut *tx)
-        .await?;
-        sqlx::query(concat!(
-            "INSERT INTO chitin_journal (stream, seq, request_id, payload, shard_id, epoch, committed_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ",
-            now_ms!(),
-            ")"
-        ))
-        .bind(stream)
-        .bind(seq)
-        .bind(request_id)
-        .bind(payload)
-        .bind(shard)
-        .bind(epoch)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Some(Appended {
-            seq,
-            epoch,
-            fresh: true,
-        }))
+        .fetch_one(conn)
     }
+}
 
-    pub(super) async fn read(
-        &self,
-        stream: &str,
-        from: i64,
-        limit: i64,
-    ) -> Result<Vec<JournalEntry>, LeaseError> {
-        let rows = sqlx::query(
-            "SELECT stream, seq, request_id, payload, shard_id, epoch, committed_at FROM chitin_journal \
-             WHERE stream = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
-        )
-        .bind(stream)
-        .bind(from)
-        .bind(limit)
-        .fetch_all(&self.pool)
+pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<Lite>, LeaseError> {
+    let connect = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(30))
+        .foreign_keys(true);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(options.max_connections)
+        .acquire_timeout(options.acquire_timeout)
+        .connect_with(connect)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(JournalEntry {
-                    stream: r.try_get("stream")?,
-                    seq: r.try_get("seq")?,
-                    request_id: r.try_get("request_id")?,
-                    payload: r.try_get("payload")?,
-                    shard: r.try_get("shard_id")?,
-                    epoch: r.try_get("epoch")?,
-                    committed_at: time(r.try_get("committed_at")?)?,
-                })
-            })
-            .collect()
-    }
+    Ok(Engine::new(pool, options))
 }

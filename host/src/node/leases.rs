@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedRwLockReadGuard, RwLock, broadcast, watch};
 use uuid::Uuid;
 
-use crate::lease::{Lease, LeaseError, LeaseToken, Store};
+use crate::lease::{Lease, LeaseError, LeaseToken, SplitSeed, Store};
 
 use super::metrics::Metrics;
 
@@ -227,10 +227,11 @@ impl Leases {
         }
     }
 
-    /// Takes a free or expired lease; `None` when another holder has it.
-    pub async fn acquire(&self, shard: &str) -> Result<Option<Lease>, LeaseError> {
+    /// Takes a free or expired lease; a split's child (`parent` given) only
+    /// once its parent is retired. `None` when it cannot be granted now.
+    pub async fn acquire(&self, shard: &str, parent: Option<&str>) -> Result<Option<Lease>, LeaseError> {
         let sent = Instant::now();
-        let granted = self.store.try_acquire(shard, self.me).await?;
+        let granted = self.store.try_acquire(shard, self.me, parent).await?;
         if let Some(lease) = &granted {
             self.insert(lease.clone(), sent);
         }
@@ -325,6 +326,56 @@ impl Leases {
             h.draining = false;
         }
         self.notify_change();
+    }
+
+    /// Retires a finished split's parent and takes its children, in one
+    /// transaction. A held parent is drained first (no new write, in-flight
+    /// writes finish), like a handoff. Returns the children's leases;
+    /// empty when the parent was retired already or is held elsewhere.
+    pub async fn seed_split(&self, parent: &str, children: &[String]) -> Result<Vec<Lease>, LeaseError> {
+        let held = {
+            let mut held = self.lock();
+            match held.get_mut(parent) {
+                Some(h) if h.draining => {
+                    return Err(LeaseError::InvalidArgument(format!("shard `{parent}` is already being handed over")));
+                }
+                Some(h) => {
+                    h.draining = true;
+                    Some((h.gate.clone(), h.lease.clone()))
+                }
+                None => None,
+            }
+        };
+        let mut undrain = held.as_ref().map(|(_, l)| Undrain { leases: self, shard: parent, epoch: l.epoch, armed: true });
+        let _exclusive = match &held {
+            Some((gate, _)) => Some(gate.clone().write_owned().await),
+            None => None,
+        };
+        let sent = Instant::now();
+        let token = held.as_ref().map(|(_, l)| l.token());
+        let result = self.store.split_seed(parent, children, self.me, token.as_ref()).await;
+        if let Some(u) = undrain.as_mut() {
+            u.armed = false;
+        }
+        match result {
+            Ok(SplitSeed::Seeded(leases)) => {
+                self.forget(parent, None);
+                for lease in &leases {
+                    self.insert(lease.clone(), sent);
+                }
+                Ok(leases)
+            }
+            Ok(SplitSeed::AlreadyRetired) | Ok(SplitSeed::HeldElsewhere { .. }) => {
+                self.forget(parent, None);
+                Ok(Vec::new())
+            }
+            Err(e) => {
+                if let Some((_, l)) = &held {
+                    self.undrain(parent, l.epoch);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Releases every lease (a standalone node stopping; nobody to hand to).

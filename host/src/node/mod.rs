@@ -190,8 +190,8 @@ impl Node {
             ..StoreOptions::default()
         };
         let store = Store::connect_with(&url, options).await?;
-        store.migrate().await?;
         lease::checks::run(&store, !standalone).await?;
+        store.migrate().await?;
 
         let (config, map, address) = if standalone {
             let address = local_address(&settings.api.listen);
@@ -376,7 +376,7 @@ impl Node {
 
     /// The lease row of one shard.
     pub async fn lease_row(&self, shard: &str) -> Result<Option<lease::LeaseRow>, lease::LeaseError> {
-        Ok(self.store.holders().await?.into_iter().find(|r| r.shard == shard))
+        self.store.lease(shard).await
     }
 
     /// The registrations, every lease row and the database's clock, read

@@ -24,6 +24,7 @@ use chitin_policy_sdk as sdk;
 use uuid::Uuid;
 
 use crate::lease::{LeaseRow, NodeRecord, NodeState};
+use crate::topology::{ClusterConfig, ShardState};
 
 use super::Lifecycle;
 
@@ -92,6 +93,22 @@ pub fn node_state(id: &str, me: &str, mine: Lifecycle, registry: &[NodeRecord]) 
         Some(NodeState::Leaving) => sdk::NodeState::Leaving,
         Some(NodeState::Down) | None => sdk::NodeState::Down,
     }
+}
+
+/// The finished splits of `config`: each inactive shard with children, and
+/// its children in config order.
+pub fn finished_splits(config: &ClusterConfig) -> Vec<(String, Vec<String>)> {
+    config
+        .applications
+        .iter()
+        .flat_map(|app| {
+            app.shards.iter().filter(|s| s.state == ShardState::Inactive).filter_map(|parent| {
+                let children: Vec<String> =
+                    app.shards.iter().filter(|c| c.parent_id.as_deref() == Some(&parent.id)).map(|c| c.id.clone()).collect();
+                (!children.is_empty()).then(|| (parent.id.clone(), children))
+            })
+        })
+        .collect()
 }
 
 /// Shards whose live lease the database gives this node but which its lease
@@ -498,6 +515,16 @@ mod tests {
         for (id, mine, want) in cases {
             assert_eq!(node_state(id, "me", *mine, &registry), *want, "{id} with me {mine:?}");
         }
+    }
+
+    #[test]
+    fn finished_splits_are_the_inactive_shards_with_children() {
+        use crate::topology::testutil::*;
+        let mut c = base();
+        start_split(&mut c, "A_00_3f", 2);
+        start_split(&mut c, "A_40_7f", 2);
+        finish_split(&mut c, "A_40_7f");
+        assert_eq!(finished_splits(&c), vec![("A_40_7f".to_string(), vec!["A_40_7f_c0".to_string(), "A_40_7f_c1".to_string()])]);
     }
 
     #[test]

@@ -53,7 +53,15 @@ impl Node {
             .collect();
         let held: HashSet<String> = self.leases.held_ids();
         let lifecycle = self.lifecycle();
-        let (parents, retired, splits) = (HashMap::new(), HashSet::new(), Vec::new());
+        let parents: HashMap<String, String> =
+            topology.map.shards().iter().filter_map(|s| Some((s.id.clone(), s.parent.clone()?))).collect();
+        let splits = plan::finished_splits(&topology.config);
+        // Only a config with splits needs to know what is retired.
+        let retired: HashSet<String> = if parents.is_empty() && splits.is_empty() {
+            HashSet::new()
+        } else {
+            self.store.retirements().await?.into_iter().map(|r| r.shard).collect()
+        };
         let input = RoundInput {
             me: &self.name,
             my_uuid: self.uuid,
@@ -82,7 +90,7 @@ impl Node {
 
     async fn apply(&self, action: Action) {
         match action {
-            Action::Acquire { shard } => match self.leases.acquire(&shard).await {
+            Action::Acquire { shard } => match self.leases.acquire(&shard, self.parent_of(&shard).as_deref()).await {
                 Ok(Some(lease)) => self.announce(&shard, lease.epoch, self.uuid, &self.name),
                 Ok(None) => {}
                 Err(e) => tracing::warn!(%shard, error = %e, "cannot acquire lease"),
@@ -94,10 +102,21 @@ impl Node {
                 }
                 Err(e) => tracing::warn!(%shard, %to, error = %e, "handoff failed; keeping the shard"),
             },
-            Action::Seed { parent, children } => {
-                tracing::warn!(%parent, ?children, "split seeding is not available in this build");
-            }
+            Action::Seed { parent, children } => match self.leases.seed_split(&parent, &children).await {
+                Ok(leases) => {
+                    for lease in leases {
+                        tracing::info!(%parent, child = %lease.shard, epoch = lease.epoch, "split seeded");
+                        self.announce(&lease.shard, lease.epoch, self.uuid, &self.name);
+                    }
+                }
+                Err(e) => tracing::warn!(%parent, error = %e, "cannot seed the split"),
+            },
         }
+    }
+
+    /// The parent of a leased shard, in the served config.
+    fn parent_of(&self, shard: &str) -> Option<String> {
+        self.topology().map.shard(shard).and_then(|s| s.parent.clone())
     }
 
     /// The cluster marked this registration down (a long pause or cut): stop

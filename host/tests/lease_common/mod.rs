@@ -12,7 +12,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use chitin::lease::{Dialect, LeaseError, LostReason, Store, StoreOptions};
+use chitin::lease::{Dialect, LeaseError, LeaseToken, LostReason, SplitSeed, Store, StoreOptions};
 use sqlx::Connection;
 
 pub fn postgres_admin_url() -> String {
@@ -287,7 +287,7 @@ pub async fn acquire_renew_expire(url: String) -> Result<()> {
 
     let before = s.now().await?;
     let l1 = s
-        .try_acquire("shard-1", n1)
+        .try_acquire("shard-1", n1, None)
         .await?
         .context("a free shard is granted")?;
     let after = s.now().await?;
@@ -304,8 +304,8 @@ pub async fn acquire_renew_expire(url: String) -> Result<()> {
     );
 
     // Held: nobody else gets it, not even a second time by the holder.
-    ensure!(s.try_acquire("shard-1", n2).await?.is_none());
-    ensure!(s.try_acquire("shard-1", n1).await?.is_none());
+    ensure!(s.try_acquire("shard-1", n2, None).await?.is_none());
+    ensure!(s.try_acquire("shard-1", n1, None).await?.is_none());
 
     // Renewal extends the expiry and keeps the epoch.
     let r = s.renew(&l1).await?;
@@ -322,7 +322,7 @@ pub async fn acquire_renew_expire(url: String) -> Result<()> {
         LostReason::Expired { .. }
     ));
     let l2 = s
-        .try_acquire("shard-1", n2)
+        .try_acquire("shard-1", n2, None)
         .await?
         .context("an expired lease is granted")?;
     ensure!(l2.epoch == 2 && l2.holder == n2);
@@ -339,7 +339,7 @@ pub async fn acquire_renew_expire(url: String) -> Result<()> {
     let rows = s.holders().await?;
     ensure!(rows[0].holder.is_none() && !rows[0].live && rows[0].epoch == 2);
     let l3 = s
-        .try_acquire("shard-1", n1)
+        .try_acquire("shard-1", n1, None)
         .await?
         .context("a released lease is granted")?;
     ensure!(l3.epoch == 3);
@@ -347,7 +347,7 @@ pub async fn acquire_renew_expire(url: String) -> Result<()> {
     // A down node cannot acquire.
     s.deregister(n2).await?;
     ensure!(matches!(
-        s.try_acquire("shard-2", n2).await,
+        s.try_acquire("shard-2", n2, None).await,
         Err(LeaseError::NodeNotRegistered(_))
     ));
     s.close().await;
@@ -363,7 +363,7 @@ pub async fn epochs_increase(url: String) -> Result<()> {
     let n3 = s.register_node("n3", "a3").await?;
 
     let mut epochs = Vec::new();
-    let l = s.try_acquire("s", n1).await?.context("grant")?;
+    let l = s.try_acquire("s", n1, None).await?.context("grant")?;
     epochs.push(l.epoch);
     let l = s.handover(&l, n2).await?;
     ensure!(l.holder == n2 && l.holder_name == "n2");
@@ -371,7 +371,7 @@ pub async fn epochs_increase(url: String) -> Result<()> {
     let l = s.handover(&l, n3).await?;
     epochs.push(l.epoch);
     s.release(&l).await?;
-    let l = s.try_acquire("s", n3).await?.context("grant")?;
+    let l = s.try_acquire("s", n3, None).await?.context("grant")?;
     epochs.push(l.epoch);
     let l = s.handover(&l, n1).await?;
     epochs.push(l.epoch);
@@ -421,7 +421,7 @@ pub async fn epochs_increase(url: String) -> Result<()> {
     let mut tasks = Vec::new();
     for &n in racers.iter().chain(racers.iter()) {
         let s = s2.clone();
-        tasks.push(tokio::spawn(async move { s.try_acquire("s", n).await }));
+        tasks.push(tokio::spawn(async move { s.try_acquire("s", n, None).await }));
     }
     let mut granted = Vec::new();
     for t in tasks {
@@ -442,7 +442,7 @@ pub async fn stale_token_writes_nothing(url: String) -> Result<()> {
     let s = store(&url, 5_000, 30_000).await?;
     let n1 = s.register_node("n1", "a1").await?;
     let n2 = s.register_node("n2", "a2").await?;
-    let l1 = s.try_acquire("s1", n1).await?.context("grant")?;
+    let l1 = s.try_acquire("s1", n1, None).await?.context("grant")?;
     let t1 = l1.token();
     let a = s.append_fenced(&t1, "stream", "req-1", b"one").await?;
     ensure!(a.seq == 1 && a.epoch == 1 && a.fresh);
@@ -526,7 +526,7 @@ pub async fn stale_token_writes_nothing(url: String) -> Result<()> {
 pub async fn expired_token_writes_nothing(url: String) -> Result<()> {
     let s = store(&url, 1_000, 30_000).await?;
     let n1 = s.register_node("n1", "a1").await?;
-    let l = s.try_acquire("s1", n1).await?.context("grant")?;
+    let l = s.try_acquire("s1", n1, None).await?.context("grant")?;
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     ensure!(matches!(
         expect_lost(s.append_fenced(&l.token(), "st", "r", b"late").await)?,
@@ -542,7 +542,7 @@ pub async fn request_id_idempotent(url: String) -> Result<()> {
     let s = store(&url, 5_000, 30_000).await?;
     let n1 = s.register_node("n1", "a1").await?;
     let n2 = s.register_node("n2", "a2").await?;
-    let l1 = s.try_acquire("s1", n1).await?.context("grant")?;
+    let l1 = s.try_acquire("s1", n1, None).await?.context("grant")?;
     let first = s
         .append_fenced(&l1.token(), "st", "req-1", b"original")
         .await?;
@@ -599,7 +599,7 @@ pub async fn request_id_idempotent(url: String) -> Result<()> {
 pub async fn concurrent_appends(url: String) -> Result<()> {
     let s = store(&url, 30_000, 30_000).await?;
     let n1 = s.register_node("n1", "a1").await?;
-    let l = s.try_acquire("s1", n1).await?.context("grant")?;
+    let l = s.try_acquire("s1", n1, None).await?.context("grant")?;
     const TASKS: usize = 12;
     const EACH: usize = 10;
     let mut tasks = Vec::new();
@@ -714,9 +714,9 @@ pub async fn deregister_frees_leases(url: String) -> Result<()> {
     let s = store(&url, 30_000, 30_000).await?;
     let n1 = s.register_node("n1", "a1").await?;
     let n2 = s.register_node("n2", "a2").await?;
-    let a = s.try_acquire("a", n1).await?.context("grant")?;
-    let b = s.try_acquire("b", n1).await?.context("grant")?;
-    let c = s.try_acquire("c", n2).await?.context("grant")?;
+    let a = s.try_acquire("a", n1, None).await?.context("grant")?;
+    let b = s.try_acquire("b", n1, None).await?.context("grant")?;
+    let c = s.try_acquire("c", n2, None).await?.context("grant")?;
     s.deregister(n1).await?;
     s.deregister(n1).await?; // idempotent
     let rows = s.holders().await?;
@@ -728,7 +728,7 @@ pub async fn deregister_frees_leases(url: String) -> Result<()> {
     ensure!(
         expect_lost(s.append_fenced(&a.token(), "x", "r", b"x").await)? == LostReason::Released
     );
-    let a2 = s.try_acquire("a", n2).await?.context("grant")?;
+    let a2 = s.try_acquire("a", n2, None).await?.context("grant")?;
     ensure!(a2.epoch == a.epoch + 1);
     ensure!(b.epoch == 1 && c.epoch == 1);
     s.close().await;
@@ -742,7 +742,7 @@ pub async fn application_fence_sql(url: String) -> Result<()> {
     let s = store(&url, 30_000, 30_000).await?;
     let n1 = s.register_node("n1", "a1").await?;
     let n2 = s.register_node("n2", "a2").await?;
-    let l1 = s.try_acquire("s1", n1).await?.context("grant")?;
+    let l1 = s.try_acquire("s1", n1, None).await?.context("grant")?;
     let l2 = s.handover(&l1, n2).await?;
     let sql = s.dialect().fence_sql();
     // (shard, holder, epoch, expected to hold)
@@ -806,7 +806,7 @@ pub async fn handover_waits_for_fenced_transaction(url: String) -> Result<()> {
     let s = store(&url, 30_000, 30_000).await?;
     let n1 = s.register_node("n1", "a1").await?;
     let n2 = s.register_node("n2", "a2").await?;
-    let l1 = s.try_acquire("s1", n1).await?.context("grant")?;
+    let l1 = s.try_acquire("s1", n1, None).await?.context("grant")?;
     let sql = s.dialect().fence_sql();
 
     // Opens the application's transaction, passes the fence, then starts a
@@ -853,6 +853,234 @@ pub async fn handover_waits_for_fenced_transaction(url: String) -> Result<()> {
             );
         }
     }
+    s.close().await;
+    Ok(())
+}
+
+/// An application transaction (on its own connection) that passed the
+/// documented fence and is still open.
+pub enum FencedTx {
+    Pg(sqlx::Transaction<'static, sqlx::Postgres>),
+    My(sqlx::Transaction<'static, sqlx::MySql>),
+    Lite(sqlx::Transaction<'static, sqlx::Sqlite>),
+}
+
+impl FencedTx {
+    pub async fn commit(self) -> Result<()> {
+        match self {
+            FencedTx::Pg(t) => t.commit().await?,
+            FencedTx::My(t) => t.commit().await?,
+            FencedTx::Lite(t) => t.commit().await?,
+        }
+        Ok(())
+    }
+}
+
+/// Runs `Dialect::fence_sql` for `token` as the first statement of a new
+/// application transaction: `Some` (still open) when the token passes.
+pub async fn fence(url: &str, dialect: Dialect, token: &LeaseToken) -> Result<Option<FencedTx>> {
+    let sql = dialect.fence_sql();
+    Ok(match dialect {
+        Dialect::Postgres => {
+            let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(url).await?;
+            let mut tx = pool.begin().await?;
+            let row: Option<i32> = sqlx::query_scalar(sql)
+                .bind(&token.shard)
+                .bind(token.holder)
+                .bind(token.epoch)
+                .fetch_optional(&mut *tx)
+                .await?;
+            row.map(|_| FencedTx::Pg(tx))
+        }
+        Dialect::MySql => {
+            let pool = sqlx::mysql::MySqlPoolOptions::new().max_connections(1).connect(url).await?;
+            let mut tx = pool.begin().await?;
+            let row: Option<i64> = sqlx::query_scalar(sql)
+                .bind(&token.shard)
+                .bind(token.holder.to_string())
+                .bind(token.epoch)
+                .fetch_optional(&mut *tx)
+                .await?;
+            row.map(|_| FencedTx::My(tx))
+        }
+        Dialect::Sqlite => {
+            let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect(url).await?;
+            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+            let row: Option<i64> = sqlx::query_scalar(sql)
+                .bind(&token.shard)
+                .bind(token.holder.to_string())
+                .bind(token.epoch)
+                .fetch_optional(&mut *tx)
+                .await?;
+            row.map(|_| FencedTx::Lite(tx))
+        }
+    })
+}
+
+/// Whether `token` passes the documented fence right now.
+pub async fn passes_fence(url: &str, dialect: Dialect, token: &LeaseToken) -> Result<bool> {
+    Ok(match fence(url, dialect, token).await? {
+        Some(tx) => {
+            tx.commit().await?;
+            true
+        }
+        None => false,
+    })
+}
+
+fn names(ids: &[&str]) -> Vec<String> {
+    ids.iter().map(|s| s.to_string()).collect()
+}
+
+/// `lease(shard)` reads one row; `leases_of(node)` the node's live leases only.
+pub async fn targeted_queries(url: String) -> Result<()> {
+    let s = store(&url, 1_000, 30_000).await?;
+    let n1 = s.register_node("n1", "a1").await?;
+    let n2 = s.register_node("n2", "a2").await?;
+    ensure!(s.lease("a").await?.is_none() && s.leases_of(n1).await?.is_empty());
+    let a = s.try_acquire("a", n1, None).await?.context("grant")?;
+    let b = s.try_acquire("b", n1, None).await?.context("grant")?;
+    s.try_acquire("c", n2, None).await?.context("grant")?;
+    let row = s.lease("a").await?.context("row")?;
+    ensure!(row.holder == Some(n1) && row.epoch == a.epoch && row.live && row.holder_name.as_deref() == Some("n1"));
+    let mine: Vec<String> = s.leases_of(n1).await?.into_iter().map(|r| r.shard).collect();
+    ensure!(mine == names(&["a", "b"]), "{mine:?}");
+    s.release(&b).await?;
+    let mine: Vec<String> = s.leases_of(n1).await?.into_iter().map(|r| r.shard).collect();
+    ensure!(mine == names(&["a"]), "a released lease is not the node's: {mine:?}");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    ensure!(s.leases_of(n1).await?.is_empty(), "an expired lease is not live");
+    let row = s.lease("a").await?.context("row")?;
+    ensure!(row.holder == Some(n1) && !row.live);
+    s.close().await;
+    Ok(())
+}
+
+/// A split retires the parent (its token fails the fence at once, it is never
+/// granted again) and seeds the children on the seeding node; a child is not
+/// granted before its parent is retired; a parent held live by another token
+/// is left alone.
+pub async fn split_retires_parent(url: String) -> Result<()> {
+    let s = store(&url, 30_000, 30_000).await?;
+    let dialect = s.dialect();
+    let n1 = s.register_node("n1", "a1").await?;
+    let n2 = s.register_node("n2", "a2").await?;
+    let children = names(&["p.0", "p.1"]);
+
+    ensure!(s.try_acquire("p.0", n2, Some("p")).await?.is_none(), "a child before its parent's split");
+    let p = s.try_acquire("p", n1, None).await?.context("grant")?;
+    ensure!(passes_fence(&url, dialect, &p.token()).await?);
+
+    let got = s.split_seed("p", &children, n2, None).await?;
+    ensure!(got == SplitSeed::HeldElsewhere { holder: n1, epoch: p.epoch }, "{got:?}");
+    let stale = LeaseToken { epoch: p.epoch + 5, ..p.token() };
+    let got = s.split_seed("p", &children, n1, Some(&stale)).await?;
+    ensure!(matches!(got, SplitSeed::HeldElsewhere { .. }), "a stale token is not the holder: {got:?}");
+    ensure!(passes_fence(&url, dialect, &p.token()).await?, "a refused split changes nothing");
+    ensure!(s.try_acquire("p.0", n2, Some("p")).await?.is_none());
+
+    let SplitSeed::Seeded(leases) = s.split_seed("p", &children, n1, Some(&p.token())).await? else {
+        bail!("the holder's split must seed");
+    };
+    ensure!(!passes_fence(&url, dialect, &p.token()).await?, "the parent's token fails the fence after the split");
+    ensure!(expect_lost(s.append_fenced(&p.token(), "st", "r1", b"x").await).is_ok());
+    ensure!(expect_lost(s.renew(&p).await).is_ok());
+    let got: Vec<(String, uuid::Uuid, i64)> = leases.iter().map(|l| (l.shard.clone(), l.holder, l.epoch)).collect();
+    ensure!(got == vec![("p.0".into(), n1, 1), ("p.1".into(), n1, 1)], "{got:?}");
+    for l in &leases {
+        ensure!(passes_fence(&url, dialect, &l.token()).await?, "a child's token passes");
+        let h = s.history(Some(&l.shard)).await?;
+        ensure!(h.len() == 1 && h[0].holder == n1 && h[0].via == "handover", "{h:?}");
+    }
+    let parent = s.lease("p").await?.context("parent row")?;
+    ensure!(parent.holder.is_none() && !parent.live && parent.epoch == p.epoch + 1, "{parent:?}");
+    ensure!(s.is_retired("p").await? && !s.is_retired("p.0").await?);
+    let r = s.retirements().await?;
+    ensure!(r.len() == 1 && r[0].shard == "p" && r[0].epoch == p.epoch + 1 && r[0].holder == n1, "{r:?}");
+    ensure!(r[0].children == children && r[0].holder_name == "n1");
+
+    // Never granted again, to anyone; a second split finds it retired.
+    ensure!(s.try_acquire("p", n2, None).await?.is_none() && s.try_acquire("p", n1, None).await?.is_none());
+    ensure!(s.split_seed("p", &children, n2, None).await? == SplitSeed::AlreadyRetired);
+
+    // A child is granted to others once free, now that its parent is retired.
+    ensure!(s.try_acquire("p.0", n2, Some("p")).await?.is_none(), "held by the seeding node");
+    s.release(&leases[0]).await?;
+    let c = s.try_acquire("p.0", n2, Some("p")).await?.context("a free child of a retired parent")?;
+    ensure!(c.epoch == 2 && c.holder == n2);
+
+    // A free parent is seeded by anyone (grants via acquire); a live child is corrupt.
+    let SplitSeed::Seeded(q) = s.split_seed("q", &names(&["q.0"]), n2, None).await? else {
+        bail!("a free parent is seeded");
+    };
+    ensure!(q[0].holder == n2 && s.history(Some("q.0")).await?[0].via == "acquire");
+    match s.split_seed("r", &names(&["p.1"]), n2, None).await {
+        Err(LeaseError::Corrupt(m)) => ensure!(m.contains("p.1"), "{m}"),
+        other => bail!("expected Corrupt for a live child, got {other:?}"),
+    }
+    ensure!(!s.is_retired("r").await?, "a failed split changes nothing");
+    ensure!(matches!(s.split_seed("x", &names(&["x"]), n1, None).await, Err(LeaseError::InvalidArgument(_))));
+    s.close().await;
+    Ok(())
+}
+
+/// Racing splits of one parent: exactly one seeds, the others find it retired.
+pub async fn concurrent_split_seed(url: String) -> Result<()> {
+    let s = store(&url, 30_000, 30_000).await?;
+    let nodes = [s.register_node("n1", "a1").await?, s.register_node("n2", "a2").await?];
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let (s, node) = (s.clone(), nodes[i % 2]);
+        tasks.push(tokio::spawn(async move { s.split_seed("c", &names(&["c.0", "c.1"]), node, None).await }));
+    }
+    let (mut seeded, mut retired) = (0, 0);
+    for t in tasks {
+        match t.await?? {
+            SplitSeed::Seeded(_) => seeded += 1,
+            SplitSeed::AlreadyRetired => retired += 1,
+            other => bail!("unexpected {other:?}"),
+        }
+    }
+    ensure!(seeded == 1 && retired == 5, "seeded {seeded}, retired {retired}");
+    ensure!(s.history(Some("c.0")).await?.len() == 1 && s.retirements().await?.len() == 1);
+    s.close().await;
+    Ok(())
+}
+
+/// A split waits for a fenced transaction in flight on the parent: it
+/// commits before the seed; after the seed the parent's token fails.
+pub async fn split_waits_for_fenced_transaction(url: String) -> Result<()> {
+    let s = store(&url, 30_000, 30_000).await?;
+    let dialect = s.dialect();
+    let n1 = s.register_node("n1", "a1").await?;
+    let p = s.try_acquire("p", n1, None).await?.context("grant")?;
+    let tx = fence(&url, dialect, &p.token()).await?.context("the holder passes the fence")?;
+    let (s2, token) = (s.clone(), p.token());
+    let split = tokio::spawn(async move { s2.split_seed("p", &names(&["p.0", "p.1"]), n1, Some(&token)).await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    ensure!(!split.is_finished(), "the split must wait for the fenced transaction");
+    tx.commit().await?;
+    let got = tokio::time::timeout(Duration::from_secs(30), split).await???;
+    ensure!(matches!(got, SplitSeed::Seeded(ref l) if l.len() == 2), "{got:?}");
+    ensure!(!passes_fence(&url, dialect, &p.token()).await?);
+    ensure!(expect_lost(s.append_fenced(&p.token(), "st", "late", b"x").await).is_ok());
+    ensure!(s.read("st", 0, 10).await?.is_empty());
+    s.close().await;
+    Ok(())
+}
+
+/// No lease is handed to a node that is leaving.
+pub async fn handover_refuses_leaving(url: String) -> Result<()> {
+    let s = store(&url, 30_000, 30_000).await?;
+    let n1 = s.register_node("n1", "a1").await?;
+    let n2 = s.register_node("n2", "a2").await?;
+    let l = s.try_acquire("s", n1, None).await?.context("grant")?;
+    s.set_node_state(n2, chitin::lease::NodeState::Leaving).await?;
+    match s.handover(&l, n2).await {
+        Err(e @ LeaseError::NodeLeaving(id)) if id == n2 => ensure!(e.to_string().contains("leaving"), "{e}"),
+        other => bail!("expected NodeLeaving, got {other:?}"),
+    }
+    ensure!(s.lease("s").await?.context("row")?.holder == Some(n1), "the lease stays");
     s.close().await;
     Ok(())
 }
@@ -912,6 +1140,26 @@ macro_rules! lease_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn deregister_frees_leases() {
             lease_common::run($dialect, lease_common::deregister_frees_leases).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn targeted_queries() {
+            lease_common::run($dialect, lease_common::targeted_queries).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn split_retires_parent() {
+            lease_common::run($dialect, lease_common::split_retires_parent).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn concurrent_split_seed() {
+            lease_common::run($dialect, lease_common::concurrent_split_seed).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn split_waits_for_fenced_transaction() {
+            lease_common::run($dialect, lease_common::split_waits_for_fenced_transaction).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn handover_refuses_leaving() {
+            lease_common::run($dialect, lease_common::handover_refuses_leaving).await
         }
     };
 }

@@ -1,0 +1,735 @@
+//! The store's choreography, written once over a [`Backend`] that holds only
+//! a dialect's SQL text and how it spells three column types (UUIDs, times,
+//! truth values). Every statement takes its parameters in the order listed
+//! beside its [`Sql`] field, each once, so that MySQL's positional `?` and
+//! PostgreSQL's `$n` bind the same way.
+
+use std::future::Future;
+use std::marker::PhantomData;
+
+use chrono::{DateTime, Utc};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Transaction, Type};
+use uuid::Uuid;
+
+use super::{
+    Appended, HistoryEntry, JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken, LostReason, NodeRecord, NodeState,
+    Retirement, SplitSeed, StoreOptions, lost, lost_reason, micros, parse_uuid, unique_violation,
+};
+
+/// How often a transaction that hit contention is run before giving up.
+pub(crate) const ATTEMPTS: usize = 8;
+
+/// One dialect's statements; the comment of each names its parameters in
+/// binding order and, for queries, the columns read.
+pub struct Sql {
+    /// () → now
+    pub now: &'static str,
+    /// () → id (text): a UUID made by the database.
+    pub new_node_id: &'static str,
+    /// (name, liveness µs): earlier registrations of the name not seen within the timeout go `down`.
+    pub mark_stale_down: &'static str,
+    /// (id, name, address)
+    pub insert_node: &'static str,
+    /// (name) → id, address, last_seen of the registration that is not down.
+    pub name_holder: &'static str,
+    /// (node)
+    pub heartbeat: &'static str,
+    /// (state, node)
+    pub set_state: &'static str,
+    /// (node): frees every lease the node holds.
+    pub free_leases_of: &'static str,
+    /// (node)
+    pub mark_down: &'static str,
+    /// (liveness µs) → id, name, address, state, started_at, last_seen, live; newest first.
+    pub nodes: &'static str,
+    /// (liveness µs, node) → name, state, live.
+    pub node: &'static str,
+    /// (shard count, ttl ms, renew ms): first writer wins.
+    pub insert_meta: &'static str,
+    /// () → shard_count, lease_ttl_ms, renew_interval_ms
+    pub meta: &'static str,
+    /// (shard) → the lease columns (shard_id, holder, holder_name, epoch, expires_at, live).
+    pub lease: &'static str,
+    /// (shard) → the lease columns, row locked exclusively.
+    pub lease_for_update: &'static str,
+    /// (shard) → the lease columns, row locked shared: the fence.
+    pub lease_for_share: &'static str,
+    /// (shard): a free row at epoch 0 unless one exists.
+    pub ensure_lease: &'static str,
+    /// (holder, holder_name, ttl µs, shard): a grant, epoch + 1.
+    pub grant: &'static str,
+    /// (shard): holder and expiry cleared, epoch + 1.
+    pub retire: &'static str,
+    /// (ttl µs, shard, holder, epoch): extends an unexpired lease.
+    pub renew: &'static str,
+    /// (shard, holder, epoch)
+    pub release: &'static str,
+    /// () → the lease columns of every row, by shard.
+    pub holders: &'static str,
+    /// (node) → the lease columns of the node's live leases, by shard.
+    pub leases_of: &'static str,
+    /// (shard, epoch, holder, holder_name, via)
+    pub insert_history: &'static str,
+    /// () → shard_id, epoch, holder, holder_name, via, acquired_at; by shard and epoch.
+    pub history: &'static str,
+    /// (shard) → as `history`.
+    pub history_of: &'static str,
+    /// (shard, epoch, holder, holder_name, children)
+    pub insert_retirement: &'static str,
+    /// (shard) → shard_id, epoch, holder, holder_name, children, retired_at; a locking read, so
+    /// that MySQL's repeatable read sees the latest commit.
+    pub retirement_locked: &'static str,
+    /// (shard) → as `retirement_locked`, without a lock.
+    pub retirement: &'static str,
+    /// () → as `retirement_locked`, every row by shard.
+    pub retirements: &'static str,
+    /// (stream, seq, request_id, payload, shard, epoch)
+    pub insert_entry: &'static str,
+    /// (stream, request_id) → seq, epoch
+    pub entry_of_request: &'static str,
+    /// (stream, from, limit) → stream, seq, request_id, payload, shard_id, epoch, committed_at
+    pub read: &'static str,
+}
+
+/// What differs between dialects: SQL text, column decoding, which errors
+/// mean contention, and the one statement whose result each reads its own way.
+pub trait Backend: Clone + std::fmt::Debug + Send + Sync + 'static {
+    type Db: Database;
+    const SQL: Sql;
+    /// The statement that opens a write transaction (`None`: the driver's `BEGIN`).
+    const BEGIN_WRITE: Option<&'static str> = None;
+    /// A serialization failure, deadlock, lock-wait timeout or busy database:
+    /// the transaction was rolled back and may simply run again.
+    fn contention(e: &sqlx::Error) -> bool;
+    fn uuid(row: &<Self::Db as Database>::Row, col: &str) -> Result<Option<Uuid>, LeaseError>;
+    fn time(row: &<Self::Db as Database>::Row, col: &str) -> Result<Option<DateTime<Utc>>, LeaseError>;
+    fn flag(row: &<Self::Db as Database>::Row, col: &str) -> Result<bool, LeaseError>;
+    fn affected(done: &<Self::Db as Database>::QueryResult) -> u64;
+    /// The stream's next sequence number, its row locked until the transaction ends.
+    fn next_seq<'c>(
+        conn: &'c mut <Self::Db as Database>::Connection,
+        stream: &'c str,
+    ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'c;
+}
+
+/// A try of a retried transaction that did not finish.
+pub(crate) enum Attempt {
+    /// Lost a race (contention, or a duplicate key whose winner then rolled back): run again.
+    Again(sqlx::Error),
+    Fail(LeaseError),
+}
+
+impl From<sqlx::Error> for Attempt {
+    fn from(e: sqlx::Error) -> Self {
+        Attempt::Fail(LeaseError::Db(e))
+    }
+}
+
+impl From<LeaseError> for Attempt {
+    fn from(e: LeaseError) -> Self {
+        Attempt::Fail(e)
+    }
+}
+
+/// The store over one dialect.
+#[derive(Debug)]
+pub struct Engine<B: Backend> {
+    pub(crate) pool: Pool<B::Db>,
+    pub(crate) options: StoreOptions,
+    backend: PhantomData<B>,
+}
+
+// Not derived: the derive would ask the driver type to be `Clone`.
+impl<B: Backend> Clone for Engine<B> {
+    fn clone(&self) -> Self {
+        Engine {
+            pool: self.pool.clone(),
+            options: self.options.clone(),
+            backend: PhantomData,
+        }
+    }
+}
+
+type DbRow<B> = <<B as Backend>::Db as Database>::Row;
+
+fn not_found(shard: &str) -> LeaseError {
+    LeaseError::Corrupt(format!("the lease row of `{shard}` vanished inside its transaction"))
+}
+
+impl<B: Backend> Engine<B>
+where
+    for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'a> &'a str: Encode<'a, B::Db> + Type<B::Db> + ColumnIndex<DbRow<B>>,
+    for<'a> &'a [u8]: Encode<'a, B::Db> + Type<B::Db>,
+    for<'a> i64: Encode<'a, B::Db> + Decode<'a, B::Db> + Type<B::Db>,
+    for<'a> String: Encode<'a, B::Db> + Decode<'a, B::Db> + Type<B::Db>,
+    for<'a> Vec<u8>: Decode<'a, B::Db> + Type<B::Db>,
+{
+    pub(crate) fn new(pool: Pool<B::Db>, options: StoreOptions) -> Self {
+        Engine {
+            pool,
+            options,
+            backend: PhantomData,
+        }
+    }
+
+    fn ttl(&self) -> i64 {
+        micros(self.options.lease_ttl)
+    }
+
+    fn liveness(&self) -> i64 {
+        micros(self.options.liveness_timeout)
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, B::Db>, sqlx::Error> {
+        match B::BEGIN_WRITE {
+            Some(begin) => self.pool.begin_with(begin).await,
+            None => self.pool.begin().await,
+        }
+    }
+
+    /// Runs `attempt` until it finishes, again after contention (at most
+    /// [`ATTEMPTS`] times); then [`LeaseError::Contention`] with the last
+    /// driver error.
+    async fn with_retry<T, F, Fut>(&self, op: &'static str, mut attempt: F) -> Result<T, LeaseError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Attempt>>,
+    {
+        let mut last = None;
+        for _ in 0..ATTEMPTS {
+            match attempt().await {
+                Ok(v) => return Ok(v),
+                Err(Attempt::Again(e)) => last = Some(e),
+                Err(Attempt::Fail(LeaseError::Db(e))) if B::contention(&e) => last = Some(e),
+                Err(Attempt::Fail(e)) => return Err(e),
+            }
+        }
+        Err(LeaseError::Contention {
+            op,
+            attempts: ATTEMPTS,
+            source: last.unwrap_or(sqlx::Error::WorkerCrashed),
+        })
+    }
+
+    // ---- row mapping --------------------------------------------------------
+
+    fn lease_row(row: &DbRow<B>) -> Result<LeaseRow, LeaseError> {
+        Ok(LeaseRow {
+            shard: row.try_get("shard_id")?,
+            holder: B::uuid(row, "holder")?,
+            holder_name: row.try_get("holder_name")?,
+            epoch: row.try_get("epoch")?,
+            expires_at: B::time(row, "expires_at")?,
+            live: B::flag(row, "live")?,
+        })
+    }
+
+    fn retirement_row(row: &DbRow<B>) -> Result<Retirement, LeaseError> {
+        let children: String = row.try_get("children")?;
+        Ok(Retirement {
+            shard: row.try_get("shard_id")?,
+            epoch: row.try_get("epoch")?,
+            holder: B::uuid(row, "holder")?.ok_or_else(|| LeaseError::Corrupt("retirement without holder".into()))?,
+            holder_name: row.try_get("holder_name")?,
+            children: children.split(',').filter(|c| !c.is_empty()).map(str::to_owned).collect(),
+            retired_at: required_time::<B>(row, "retired_at")?,
+        })
+    }
+
+    async fn lease_in<'c>(
+        conn: &'c mut <B::Db as Database>::Connection,
+        sql: &'static str,
+        shard: &str,
+    ) -> Result<Option<LeaseRow>, LeaseError> {
+        let row = sqlx::query(sql).bind(shard).fetch_optional(conn).await?;
+        row.as_ref().map(Self::lease_row).transpose()
+    }
+
+    /// The name, state and liveness of a registration.
+    async fn node_in(
+        &self,
+        conn: &mut <B::Db as Database>::Connection,
+        node: Uuid,
+    ) -> Result<Option<(String, NodeState, bool)>, LeaseError> {
+        let row = sqlx::query(B::SQL.node)
+            .bind(self.liveness())
+            .bind(node.to_string().as_str())
+            .fetch_optional(conn)
+            .await?;
+        row.map(|r| Ok((r.try_get("name")?, r.try_get::<String, _>("state")?.parse()?, B::flag(&r, "live")?)))
+            .transpose()
+    }
+
+    /// The name of a registration that may take leases (not down).
+    async fn taker_name(&self, conn: &mut <B::Db as Database>::Connection, node: Uuid) -> Result<String, LeaseError> {
+        match self.node_in(conn, node).await? {
+            Some((name, state, _)) if state != NodeState::Down => Ok(name),
+            _ => Err(LeaseError::NodeNotRegistered(node)),
+        }
+    }
+
+    /// Grants the locked row `shard` to `node` (epoch + 1, full TTL) and records it.
+    async fn grant_in(
+        &self,
+        conn: &mut <B::Db as Database>::Connection,
+        shard: &str,
+        node: Uuid,
+        name: &str,
+        via: &str,
+    ) -> Result<Lease, LeaseError> {
+        let holder = node.to_string();
+        sqlx::query(B::SQL.grant)
+            .bind(holder.as_str())
+            .bind(name)
+            .bind(self.ttl())
+            .bind(shard)
+            .execute(&mut *conn)
+            .await?;
+        let row = Self::lease_in(&mut *conn, B::SQL.lease, shard).await?.ok_or_else(|| not_found(shard))?;
+        sqlx::query(B::SQL.insert_history)
+            .bind(shard)
+            .bind(row.epoch)
+            .bind(holder.as_str())
+            .bind(name)
+            .bind(via)
+            .execute(&mut *conn)
+            .await?;
+        Ok(Lease {
+            shard: shard.to_owned(),
+            holder: node,
+            holder_name: name.to_owned(),
+            epoch: row.epoch,
+            expires_at: row.expires_at.ok_or_else(|| not_found(shard))?,
+        })
+    }
+
+    async fn retired_in(conn: &mut <B::Db as Database>::Connection, shard: &str) -> Result<bool, LeaseError> {
+        Ok(sqlx::query(B::SQL.retirement_locked).bind(shard).fetch_optional(conn).await?.is_some())
+    }
+
+    /// Why `token` no longer holds its lease, read after the statement that needed it failed.
+    async fn lost_error(&self, token: &LeaseToken) -> LeaseError {
+        let row = match sqlx::query(B::SQL.lease).bind(token.shard.as_str()).fetch_optional(&self.pool).await {
+            Ok(row) => row,
+            Err(e) => return e.into(),
+        };
+        let cur = match row.as_ref().map(Self::lease_row).transpose() {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
+        // Held again by the time we looked (a racing renewal cannot make it so; say what we saw).
+        let reason = lost_reason(cur.as_ref(), token).unwrap_or(LostReason::Superseded {
+            holder: cur.as_ref().and_then(|c| c.holder),
+            epoch: cur.as_ref().map_or(0, |c| c.epoch),
+        });
+        lost(token, reason)
+    }
+
+    /// The versions in sqlx's migration table (the same SQL in every dialect).
+    pub(crate) async fn migration_versions(&self) -> Result<Vec<i64>, LeaseError> {
+        let rows = sqlx::query("SELECT version FROM _sqlx_migrations ORDER BY version").fetch_all(&self.pool).await?;
+        rows.iter().map(|r| Ok(r.try_get("version")?)).collect()
+    }
+
+    // ---- clock and nodes ----------------------------------------------------
+
+    pub(crate) async fn now(&self) -> Result<DateTime<Utc>, LeaseError> {
+        let row = sqlx::query(B::SQL.now).fetch_one(&self.pool).await?;
+        required_time::<B>(&row, "now")
+    }
+
+    pub(crate) async fn register_node(&self, name: &str, address: &str) -> Result<Uuid, LeaseError> {
+        self.with_retry("register", || async {
+            let mut tx = self.begin().await?;
+            sqlx::query(B::SQL.mark_stale_down).bind(name).bind(self.liveness()).execute(&mut *tx).await?;
+            let id: String = sqlx::query(B::SQL.new_node_id).fetch_one(&mut *tx).await?.try_get("id")?;
+            let inserted =
+                sqlx::query(B::SQL.insert_node).bind(id.as_str()).bind(name).bind(address).execute(&mut *tx).await;
+            match inserted {
+                Ok(_) => {
+                    tx.commit().await?;
+                    Ok(parse_uuid(&id)?)
+                }
+                Err(e) if unique_violation(&e).is_some() => {
+                    tx.rollback().await?;
+                    let Some(row) = sqlx::query(B::SQL.name_holder).bind(name).fetch_optional(&self.pool).await?
+                    else {
+                        // The holder went down meanwhile.
+                        return Err(Attempt::Again(e));
+                    };
+                    Err(Attempt::Fail(LeaseError::NameInUse {
+                        name: name.to_owned(),
+                        holder: B::uuid(&row, "id")?.ok_or_else(|| LeaseError::Corrupt("node without id".into()))?,
+                        address: row.try_get("address")?,
+                        last_seen: required_time::<B>(&row, "last_seen")?,
+                    }))
+                }
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await
+    }
+
+    /// Runs a one-statement update of registration `node` (bound last, after
+    /// `state` if any); nothing updated means it is down or unknown.
+    async fn touch_node(&self, op: &'static str, sql: &'static str, state: Option<NodeState>, node: Uuid) -> Result<(), LeaseError> {
+        let id = node.to_string();
+        let done = self
+            .with_retry(op, || async {
+                let mut q = sqlx::query(sql);
+                if let Some(state) = state {
+                    q = q.bind(state.as_str());
+                }
+                Ok(q.bind(id.as_str()).execute(&self.pool).await?)
+            })
+            .await?;
+        if B::affected(&done) == 0 {
+            return Err(LeaseError::NodeNotRegistered(node));
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn heartbeat(&self, node: Uuid) -> Result<(), LeaseError> {
+        self.touch_node("heartbeat", B::SQL.heartbeat, None, node).await
+    }
+
+    pub(crate) async fn set_node_state(&self, node: Uuid, state: NodeState) -> Result<(), LeaseError> {
+        self.touch_node("set node state", B::SQL.set_state, Some(state), node).await
+    }
+
+    pub(crate) async fn deregister(&self, node: Uuid) -> Result<(), LeaseError> {
+        let id = node.to_string();
+        self.with_retry("deregister", || async {
+            let mut tx = self.begin().await?;
+            sqlx::query(B::SQL.free_leases_of).bind(id.as_str()).execute(&mut *tx).await?;
+            sqlx::query(B::SQL.mark_down).bind(id.as_str()).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(crate) async fn nodes(&self) -> Result<Vec<NodeRecord>, LeaseError> {
+        let rows = sqlx::query(B::SQL.nodes).bind(self.liveness()).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(NodeRecord {
+                    id: B::uuid(r, "id")?.ok_or_else(|| LeaseError::Corrupt("node without id".into()))?,
+                    name: r.try_get("name")?,
+                    address: r.try_get("address")?,
+                    state: r.try_get::<String, _>("state")?.parse()?,
+                    started_at: required_time::<B>(r, "started_at")?,
+                    last_seen: required_time::<B>(r, "last_seen")?,
+                    live: B::flag(r, "live")?,
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn check_cluster_meta(
+        &self,
+        shard_count: i64,
+        ttl_ms: i64,
+        renew_ms: i64,
+    ) -> Result<(i64, i64, i64), LeaseError> {
+        sqlx::query(B::SQL.insert_meta).bind(shard_count).bind(ttl_ms).bind(renew_ms).execute(&self.pool).await?;
+        let r = sqlx::query(B::SQL.meta).fetch_one(&self.pool).await?;
+        Ok((r.try_get("shard_count")?, r.try_get("lease_ttl_ms")?, r.try_get("renew_interval_ms")?))
+    }
+
+    // ---- leases -------------------------------------------------------------
+
+    pub(crate) async fn try_acquire(
+        &self,
+        shard: &str,
+        node: Uuid,
+        parent: Option<&str>,
+    ) -> Result<Option<Lease>, LeaseError> {
+        self.with_retry("acquire", || async {
+            let mut tx = self.begin().await?;
+            let name = self.taker_name(&mut tx, node).await?;
+            // The parent's row first (split_seed locks parent, then children):
+            // its shared lock waits for a split in progress, after which the
+            // retirement it wrote is visible.
+            if let Some(parent) = parent {
+                Self::lease_in(&mut tx, B::SQL.lease_for_share, parent).await?;
+                if !Self::retired_in(&mut tx, parent).await? {
+                    tx.rollback().await?;
+                    return Ok(None);
+                }
+            }
+            sqlx::query(B::SQL.ensure_lease).bind(shard).execute(&mut *tx).await?;
+            let cur = Self::lease_in(&mut tx, B::SQL.lease_for_update, shard).await?.ok_or_else(|| not_found(shard))?;
+            if cur.live || Self::retired_in(&mut tx, shard).await? {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+            let lease = self.grant_in(&mut tx, shard, node, &name, "acquire").await?;
+            tx.commit().await?;
+            Ok(Some(lease))
+        })
+        .await
+    }
+
+    pub(crate) async fn renew(&self, lease: &Lease) -> Result<Lease, LeaseError> {
+        let holder = lease.holder.to_string();
+        let renewed = self
+            .with_retry("renew", || async {
+                let mut tx = self.begin().await?;
+                let done = sqlx::query(B::SQL.renew)
+                    .bind(self.ttl())
+                    .bind(lease.shard.as_str())
+                    .bind(holder.as_str())
+                    .bind(lease.epoch)
+                    .execute(&mut *tx)
+                    .await?;
+                if B::affected(&done) == 0 {
+                    tx.rollback().await?;
+                    return Ok(None);
+                }
+                let row = Self::lease_in(&mut tx, B::SQL.lease, &lease.shard).await?;
+                tx.commit().await?;
+                Ok(row.and_then(|r| r.expires_at))
+            })
+            .await?;
+        match renewed {
+            Some(expires_at) => Ok(Lease {
+                expires_at,
+                ..lease.clone()
+            }),
+            None => Err(self.lost_error(&lease.token()).await),
+        }
+    }
+
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<(), LeaseError> {
+        let holder = lease.holder.to_string();
+        let done = self
+            .with_retry("release", || async {
+                Ok(sqlx::query(B::SQL.release)
+                    .bind(lease.shard.as_str())
+                    .bind(holder.as_str())
+                    .bind(lease.epoch)
+                    .execute(&self.pool)
+                    .await?)
+            })
+            .await?;
+        if B::affected(&done) == 0 {
+            return Err(self.lost_error(&lease.token()).await);
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn handover(&self, lease: &Lease, to: Uuid) -> Result<Lease, LeaseError> {
+        if to == lease.holder {
+            return Err(LeaseError::InvalidArgument(format!("handover of `{}` to its own holder {to}", lease.shard)));
+        }
+        let token = lease.token();
+        self.with_retry("handover", || async {
+            let mut tx = self.begin().await?;
+            let name = match self.node_in(&mut tx, to).await? {
+                Some((name, NodeState::Joining | NodeState::Active, true)) => name,
+                Some((_, NodeState::Leaving, true)) => return Err(LeaseError::NodeLeaving(to).into()),
+                _ => return Err(LeaseError::NodeNotLive(to).into()),
+            };
+            let cur = Self::lease_in(&mut tx, B::SQL.lease_for_update, &lease.shard).await?;
+            if let Some(reason) = lost_reason(cur.as_ref(), &token) {
+                tx.rollback().await?;
+                return Err(lost(&token, reason).into());
+            }
+            let theirs = self.grant_in(&mut tx, &lease.shard, to, &name, "handover").await?;
+            tx.commit().await?;
+            Ok(theirs)
+        })
+        .await
+    }
+
+    /// See [`super::Store::split_seed`].
+    pub(crate) async fn split_seed(
+        &self,
+        parent: &str,
+        children: &[String],
+        node: Uuid,
+        held: Option<&LeaseToken>,
+    ) -> Result<SplitSeed, LeaseError> {
+        let id = node.to_string();
+        let joined = children.join(",");
+        self.with_retry("split seed", || async {
+            let mut tx = self.begin().await?;
+            let name = self.taker_name(&mut tx, node).await?;
+            sqlx::query(B::SQL.ensure_lease).bind(parent).execute(&mut *tx).await?;
+            // Waits for every fenced writer that holds the parent's row shared.
+            let cur = Self::lease_in(&mut tx, B::SQL.lease_for_update, parent).await?.ok_or_else(|| not_found(parent))?;
+            if Self::retired_in(&mut tx, parent).await? {
+                tx.rollback().await?;
+                return Ok(SplitSeed::AlreadyRetired);
+            }
+            let ours = held.is_some_and(|t| cur.holder == Some(t.holder) && cur.epoch == t.epoch);
+            if cur.live && !ours {
+                tx.rollback().await?;
+                return Ok(SplitSeed::HeldElsewhere {
+                    holder: cur.holder.unwrap_or_default(),
+                    epoch: cur.epoch,
+                });
+            }
+            sqlx::query(B::SQL.retire).bind(parent).execute(&mut *tx).await?;
+            let retired = Self::lease_in(&mut tx, B::SQL.lease, parent).await?.ok_or_else(|| not_found(parent))?;
+            sqlx::query(B::SQL.insert_retirement)
+                .bind(parent)
+                .bind(retired.epoch)
+                .bind(id.as_str())
+                .bind(name.as_str())
+                .bind(joined.as_str())
+                .execute(&mut *tx)
+                .await?;
+            let via = if cur.live && cur.holder == Some(node) { "handover" } else { "acquire" };
+            let mut seeded = Vec::with_capacity(children.len());
+            for child in children {
+                sqlx::query(B::SQL.ensure_lease).bind(child.as_str()).execute(&mut *tx).await?;
+                let row = Self::lease_in(&mut tx, B::SQL.lease_for_update, child).await?.ok_or_else(|| not_found(child))?;
+                if row.live || Self::retired_in(&mut tx, child).await? {
+                    return Err(LeaseError::Corrupt(format!(
+                        "child `{child}` of `{parent}` is live or retired before its parent is split: {row:?}"
+                    ))
+                    .into());
+                }
+                seeded.push(self.grant_in(&mut tx, child, node, &name, via).await?);
+            }
+            tx.commit().await?;
+            Ok(SplitSeed::Seeded(seeded))
+        })
+        .await
+    }
+
+    async fn lease_rows(&self, sql: &'static str, node: Option<Uuid>) -> Result<Vec<LeaseRow>, LeaseError> {
+        let id = node.map(|n| n.to_string());
+        let mut q = sqlx::query(sql);
+        if let Some(id) = &id {
+            q = q.bind(id.as_str());
+        }
+        q.fetch_all(&self.pool).await?.iter().map(Self::lease_row).collect()
+    }
+
+    pub(crate) async fn holders(&self) -> Result<Vec<LeaseRow>, LeaseError> {
+        self.lease_rows(B::SQL.holders, None).await
+    }
+
+    pub(crate) async fn leases_of(&self, node: Uuid) -> Result<Vec<LeaseRow>, LeaseError> {
+        self.lease_rows(B::SQL.leases_of, Some(node)).await
+    }
+
+    pub(crate) async fn lease(&self, shard: &str) -> Result<Option<LeaseRow>, LeaseError> {
+        let mut conn = self.pool.acquire().await?;
+        Self::lease_in(&mut conn, B::SQL.lease, shard).await
+    }
+
+    pub(crate) async fn history(&self, shard: Option<&str>) -> Result<Vec<HistoryEntry>, LeaseError> {
+        let rows = match shard {
+            Some(shard) => sqlx::query(B::SQL.history_of).bind(shard).fetch_all(&self.pool).await?,
+            None => sqlx::query(B::SQL.history).fetch_all(&self.pool).await?,
+        };
+        rows.iter()
+            .map(|r| {
+                Ok(HistoryEntry {
+                    shard: r.try_get("shard_id")?,
+                    epoch: r.try_get("epoch")?,
+                    holder: B::uuid(r, "holder")?.ok_or_else(|| LeaseError::Corrupt("history without holder".into()))?,
+                    holder_name: r.try_get("holder_name")?,
+                    via: r.try_get("via")?,
+                    acquired_at: required_time::<B>(r, "acquired_at")?,
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn retirements(&self) -> Result<Vec<Retirement>, LeaseError> {
+        sqlx::query(B::SQL.retirements).fetch_all(&self.pool).await?.iter().map(Self::retirement_row).collect()
+    }
+
+    pub(crate) async fn retirement(&self, shard: &str) -> Result<Option<Retirement>, LeaseError> {
+        let row = sqlx::query(B::SQL.retirement).bind(shard).fetch_optional(&self.pool).await?;
+        row.as_ref().map(Self::retirement_row).transpose()
+    }
+
+    // ---- journal ------------------------------------------------------------
+
+    pub(crate) async fn append(
+        &self,
+        fence: Option<&LeaseToken>,
+        shard: &str,
+        epoch: i64,
+        stream: &str,
+        request_id: &str,
+        payload: &[u8],
+    ) -> Result<Appended, LeaseError> {
+        self.with_retry("append", || async {
+            let mut tx = self.begin().await?;
+            if let Some(token) = fence {
+                // First statement: shared row lock on the lease, then the check.
+                let cur = Self::lease_in(&mut tx, B::SQL.lease_for_share, &token.shard).await?;
+                if let Some(reason) = lost_reason(cur.as_ref(), token) {
+                    tx.rollback().await?;
+                    return Err(lost(token, reason).into());
+                }
+            }
+            let seq = B::next_seq(&mut tx, stream).await?;
+            let inserted = sqlx::query(B::SQL.insert_entry)
+                .bind(stream)
+                .bind(seq)
+                .bind(request_id)
+                .bind(payload)
+                .bind(shard)
+                .bind(epoch)
+                .execute(&mut *tx)
+                .await;
+            match inserted {
+                Ok(_) => {
+                    tx.commit().await?;
+                    Ok(Appended { seq, epoch, fresh: true })
+                }
+                Err(e) if unique_violation(&e).is_some() => {
+                    // Applied before: answer with the original outcome.
+                    tx.rollback().await?;
+                    let row = sqlx::query(B::SQL.entry_of_request)
+                        .bind(stream)
+                        .bind(request_id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                    match row {
+                        Some(r) => Ok(Appended {
+                            seq: r.try_get("seq")?,
+                            epoch: r.try_get("epoch")?,
+                            fresh: false,
+                        }),
+                        // The racing insert rolled back after all.
+                        None => Err(Attempt::Again(e)),
+                    }
+                }
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await
+    }
+
+    pub(crate) async fn read(&self, stream: &str, from: i64, limit: i64) -> Result<Vec<JournalEntry>, LeaseError> {
+        let rows = sqlx::query(B::SQL.read).bind(stream).bind(from).bind(limit).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(JournalEntry {
+                    stream: r.try_get("stream")?,
+                    seq: r.try_get("seq")?,
+                    request_id: r.try_get("request_id")?,
+                    payload: r.try_get("payload")?,
+                    shard: r.try_get("shard_id")?,
+                    epoch: r.try_get("epoch")?,
+                    committed_at: required_time::<B>(r, "committed_at")?,
+                })
+            })
+            .collect()
+    }
+}
+
+fn required_time<B: Backend>(row: &DbRow<B>, col: &str) -> Result<DateTime<Utc>, LeaseError> {
+    B::time(row, col)?.ok_or_else(|| LeaseError::Corrupt(format!("`{col}` is NULL")))
+}
