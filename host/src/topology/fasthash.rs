@@ -17,14 +17,14 @@ pub struct FxHasher {
 }
 
 impl FxHasher {
-    #[inline]
+    #[inline(always)]
     fn add(&mut self, word: u64) {
         self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(SEED);
     }
 }
 
 impl Hasher for FxHasher {
-    #[inline]
+    #[inline(always)]
     fn write(&mut self, mut bytes: &[u8]) {
         while bytes.len() >= 8 {
             self.add(u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")));
@@ -39,27 +39,27 @@ impl Hasher for FxHasher {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn write_u8(&mut self, i: u8) {
         self.add(u64::from(i));
     }
 
-    #[inline]
+    #[inline(always)]
     fn write_u32(&mut self, i: u32) {
         self.add(u64::from(i));
     }
 
-    #[inline]
+    #[inline(always)]
     fn write_u64(&mut self, i: u64) {
         self.add(i);
     }
 
-    #[inline]
+    #[inline(always)]
     fn write_usize(&mut self, i: usize) {
         self.add(i as u64);
     }
 
-    #[inline]
+    #[inline(always)]
     fn finish(&self) -> u64 {
         // Spread the entropy of the multiply's high bits, which hashbrown's
         // control bytes (the top 7 bits) and bucket index (the low bits) use.
@@ -79,7 +79,7 @@ pub fn set<K>(capacity: usize) -> FastSet<K> {
 }
 
 /// Hashes a string once with [`FxHasher`].
-#[inline]
+#[inline(always)]
 pub fn hash_str(s: &str) -> u64 {
     let mut h = FxHasher::default();
     h.write(s.as_bytes());
@@ -89,24 +89,26 @@ pub fn hash_str(s: &str) -> u64 {
 /// Whether two ids are equal. Config ids are short and, within a shard,
 /// differ only in their last bytes: comparing a few overlapping 8-byte words
 /// from the end inline is several times cheaper than a call to `memcmp`,
-/// which was the largest single cost of validating 100,000 shards.
-#[inline]
+/// which was the largest single cost of validating 100,000 shards. Always
+/// inlined: our crate is built at opt-level 1 for tests and benches, where a
+/// plain `#[inline]` leaves a call per comparison.
+#[inline(always)]
 pub fn str_eq(a: &str, b: &str) -> bool {
     bytes_eq(a.as_bytes(), b.as_bytes())
 }
 
 /// [`str_eq`] on bytes.
-#[inline]
+#[inline(always)]
 pub fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {
         return false;
     }
-    #[inline]
+    #[inline(always)]
     fn w8(s: &[u8], i: usize) -> u64 {
         u64::from_le_bytes(s[i..i + 8].try_into().expect("8 bytes"))
     }
-    #[inline]
+    #[inline(always)]
     fn w4(s: &[u8], i: usize) -> u32 {
         u32::from_le_bytes(s[i..i + 4].try_into().expect("4 bytes"))
     }
