@@ -1,11 +1,15 @@
 //! Cluster config checks at scale: 100,000 shards × 3 replicas on 1,000 nodes.
 //!
-//! `cargo bench -p chitin --bench topology`. Target (issue 3): validating
-//! such a config, and a transition between two of them, each ≤ 200 ms.
+//! `cargo bench -p chitin --profile dev --bench topology`. Target (issues 3
+//! and 20): validating such a config, and a transition between two of them,
+//! each ≤ 200 ms. The transition's baselines in the same run: validating one
+//! config, and validating both one after the other (what a transition costs
+//! at least if each config is checked once on one thread).
 
 use std::hint::black_box;
 
 use chitin::topology::model::{Application, ClusterConfig, Node, Replica, Shard, ShardState};
+use chitin::topology::transition::transition_rules;
 use chitin::topology::{Router, validate, validate_transition};
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -95,8 +99,14 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("topology_100k_shards");
     g.sample_size(10);
     g.bench_function("validate", |b| b.iter(|| black_box(validate(black_box(&new)))));
+    g.bench_function("validate_old_then_new", |b| {
+        b.iter(|| (black_box(validate(black_box(&old))), black_box(validate(black_box(&new)))))
+    });
     g.bench_function("validate_transition", |b| {
         b.iter(|| black_box(validate_transition(black_box(&old), black_box(&new))))
+    });
+    g.bench_function("transition_rules_alone", |b| {
+        b.iter(|| black_box(transition_rules(black_box(&old), black_box(&new))))
     });
     g.bench_function("parse_json", |b| b.iter(|| black_box(ClusterConfig::from_json(black_box(&json)).unwrap())));
     g.bench_function("router_build", |b| b.iter(|| black_box(Router::new(black_box(&new)))));

@@ -6,16 +6,23 @@
 //! shard id) and replicas by (application, shard id, replica id); the work is
 //! linear in the number of shards and replicas (hash maps, no nested scans
 //! over the config).
+//!
+//! Each config is validated once. The transition rules look old shards up in
+//! the shard id index the old config's validation built, and match shards
+//! (and replicas) by position first: a new version mostly keeps the old
+//! entries where they were, so a lookup is only needed past the first
+//! difference.
 
+use std::cell::OnceCell;
 use std::collections::{HashMap, HashSet};
 
-use super::fasthash::{self, FastMap, SortedIds};
+use super::fasthash::{self, FastMap, SortedIds, str_eq};
 
 use serde::Serialize;
 
 use super::model::{Application, ClusterConfig, Replica, Shard, ShardState};
 use super::rules::{RuleCode, Violation};
-use super::validate::{list, validate};
+use super::validate::{list, shard_index, validate, validate_indexed};
 
 /// Which check found a violation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -72,17 +79,24 @@ impl TransitionReport {
 
 /// Checks `old` and `new` on their own and the change between them.
 ///
-/// Large configs (more than 10,000 shards between them) are checked on two
-/// threads: the old config on one, the new config and the transition on the other.
+/// The transition rules run after the old config's check, reusing its shard
+/// index. Large configs (more than 10,000 shards between them) are checked
+/// on two threads: the new config on one, the old config and then the
+/// transition on the other.
 pub fn validate_transition(old: &ClusterConfig, new: &ClusterConfig) -> TransitionReport {
+    let old_side = || {
+        let (violations, indexed) = validate_indexed(old);
+        let ids = OldIds { old, given: Some(&indexed.shard_ids), built: OnceCell::new() };
+        (violations, rules(old, new, &ids, indexed.replica_ids_unique))
+    };
     if old.shard_count() + new.shard_count() < 10_000 {
-        return TransitionReport { old: validate(old), new: validate(new), transition: transition_rules(old, new) };
+        let (old_check, transition) = old_side();
+        return TransitionReport { old: old_check, new: validate(new), transition };
     }
     std::thread::scope(|scope| {
-        let old_check = scope.spawn(|| validate(old));
-        let new_check = validate(new);
-        let transition = transition_rules(old, new);
-        let old_check = old_check.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let new_check = scope.spawn(|| validate(new));
+        let (old_check, transition) = old_side();
+        let new_check = new_check.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         TransitionReport { old: old_check, new: new_check, transition }
     })
 }
@@ -90,9 +104,30 @@ pub fn validate_transition(old: &ClusterConfig, new: &ClusterConfig) -> Transiti
 /// Only the rules about the change (both configs assumed checked separately).
 /// Robust against invalid configs: duplicates resolve to the first entry.
 pub fn transition_rules(old: &ClusterConfig, new: &ClusterConfig) -> Vec<Violation> {
-    let mut t = Transition::default();
-    t.run(old, new);
+    // Nothing is known about the old config's replica ids here, so replicas
+    // are always matched by lookup.
+    rules(old, new, &OldIds { old, given: None, built: OnceCell::new() }, false)
+}
+
+/// `old_replicas_unique`: no replica id of `old` is empty or repeated.
+fn rules(old: &ClusterConfig, new: &ClusterConfig, ids: &OldIds, old_replicas_unique: bool) -> Vec<Violation> {
+    let mut t = Transition { old_replicas_unique, ..Default::default() };
+    t.run(old, new, ids);
     t.finish()
+}
+
+/// The old config's shard id index ([`shard_index`]): handed over by its
+/// validation, or built on first use (most transitions never need it).
+struct OldIds<'a> {
+    old: &'a ClusterConfig,
+    given: Option<&'a SortedIds>,
+    built: OnceCell<SortedIds>,
+}
+
+impl OldIds<'_> {
+    fn get(&self) -> &SortedIds {
+        self.given.unwrap_or_else(|| self.built.get_or_init(|| shard_index(self.old)))
+    }
 }
 
 /// A replica seen as added or removed, for the message.
@@ -126,6 +161,8 @@ struct Transition<'a> {
     out: Vec<Violation>,
     added: Option<Seen<'a>>,
     removed: Option<Seen<'a>>,
+    /// Replicas whose ids line up may be matched by position (see `replicas`).
+    old_replicas_unique: bool,
 }
 
 fn allowed(from: ShardState, to: ShardState) -> bool {
@@ -146,7 +183,7 @@ impl<'a> Transition<'a> {
         self.removed.get_or_insert(Seen { count: 0, example: None })
     }
 
-    fn run(&mut self, old: &'a ClusterConfig, new: &'a ClusterConfig) {
+    fn run(&mut self, old: &'a ClusterConfig, new: &'a ClusterConfig, ids: &OldIds) {
         use RuleCode::*;
         if new.version <= old.version {
             self.push(
@@ -199,7 +236,10 @@ impl<'a> Transition<'a> {
             new_apps.entry(a.name.as_str()).or_insert(a);
         }
         let mut old_names: HashSet<&str> = HashSet::with_capacity(old.applications.len());
+        let mut start = 0u32; // the position of `a`'s first shard in the old config's index
         for a in &old.applications {
+            let first = start;
+            start += a.shards.len() as u32;
             if !old_names.insert(a.name.as_str()) {
                 continue; // a duplicate name: the old config's own violation
             }
@@ -217,7 +257,7 @@ impl<'a> Transition<'a> {
                         self.removed().note_all(s);
                     }
                 }
-                Some(b) => self.application(a, b),
+                Some(b) => self.application(a, b, first, ids),
             }
         }
         for a in &new.applications {
@@ -229,14 +269,21 @@ impl<'a> Transition<'a> {
         }
     }
 
-    fn application(&mut self, a: &'a Application, b: &'a Application) {
+    /// `first`: the position of `a`'s first shard in the old config's index.
+    fn application(&mut self, a: &'a Application, b: &'a Application, first: u32, ids: &OldIds) {
         use RuleCode::*;
-        // Old shards by id (the first of duplicates), and which of them are matched.
-        // Old shards by id, built only if the fast path (the same id at the
-        // same position, as when a version only appends) does not match.
-        let mut old_index: Option<SortedIds> = None;
-        let build = || SortedIds::new(a.shards.iter().enumerate().map(|(i, s)| (i as u32, s.id.as_str())));
-        let old_id = |p: u32| a.shards[p as usize].id.as_str();
+        // The position in `a` of the first old shard with `id`, asked only if
+        // the fast path (the same id at the same position, as when a version
+        // only appends) does not match. The index holds non-empty ids only.
+        let range = first..first + a.shards.len() as u32;
+        let find_old = |id: &str| -> Option<usize> {
+            if id.is_empty() {
+                return a.shards.iter().position(|s| s.id.is_empty());
+            }
+            let id_of = |p: u32| a.shards[(p - first) as usize].id.as_str();
+            ids.get().find_in(id, range.clone(), id_of).map(|p| (p - first) as usize)
+        };
+        // Which old shards are matched.
         let mut matched = vec![false; a.shards.len()];
         // Activating children naming each shard as parent, in the new config.
         let mut activating_kids: FastMap<&str, usize> = fasthash::map(0);
@@ -246,11 +293,7 @@ impl<'a> Transition<'a> {
             }
         }
         for (j, n) in b.shards.iter().enumerate() {
-            let at = if a.shards.get(j).is_some_and(|s| s.id == n.id) {
-                Some(j)
-            } else {
-                old_index.get_or_insert_with(build).find(&n.id, old_id).map(|i| i as usize)
-            };
+            let at = if a.shards.get(j).is_some_and(|s| str_eq(&s.id, &n.id)) { Some(j) } else { find_old(&n.id) };
             let Some(i) = at else {
                 if n.state == ShardState::Active {
                     self.push(
@@ -314,7 +357,7 @@ impl<'a> Transition<'a> {
             self.replicas(s, n);
         }
         for (i, s) in a.shards.iter().enumerate() {
-            if matched[i] || old_index.get_or_insert_with(build).find(&s.id, old_id) != Some(i as u32) {
+            if matched[i] || find_old(&s.id) != Some(i) {
                 continue; // present in new, or a duplicate id in old
             }
             self.push(
@@ -330,6 +373,20 @@ impl<'a> Transition<'a> {
 
     /// Replicas of one shard present in both versions.
     fn replicas(&mut self, s: &'a Shard, n: &'a Shard) {
+        // Ids that line up, when each old id names one replica, match by
+        // position: the lookups below would pair the same replicas and
+        // find none added or removed.
+        if self.old_replicas_unique
+            && s.replicas.len() == n.replicas.len()
+            && s.replicas.iter().zip(&n.replicas).all(|(o, r)| str_eq(&o.id, &r.id))
+        {
+            for (o, r) in s.replicas.iter().zip(&n.replicas) {
+                if !str_eq(&o.node_id, &r.node_id) {
+                    self.moved(s, o, r);
+                }
+            }
+            return;
+        }
         let small = s.replicas.len() <= 16 && n.replicas.len() <= 16;
         let index: HashMap<&str, &Replica> = if small {
             HashMap::new()
@@ -345,13 +402,7 @@ impl<'a> Transition<'a> {
         };
         for r in &n.replicas {
             match find_old(&r.id) {
-                Some(o) if o.node_id != r.node_id => self.push(
-                    RuleCode::ReplicaNodeChanged,
-                    format!(
-                        "replica `{}` of shard `{}` moves from node `{}` to node `{}`; replicas never move — add a new replica on `{}`, then remove `{}` in a later version",
-                        r.id, s.id, o.node_id, r.node_id, r.node_id, r.id
-                    ),
-                ),
+                Some(o) if o.node_id != r.node_id => self.moved(s, o, r),
                 Some(_) => {}
                 None => self.added().note(&n.id, r),
             }
@@ -364,6 +415,17 @@ impl<'a> Transition<'a> {
                 self.removed().note(&s.id, r);
             }
         }
+    }
+
+    /// Replica `r` of shard `s` was `o` on another node in the old config.
+    fn moved(&mut self, s: &Shard, o: &Replica, r: &Replica) {
+        self.push(
+            RuleCode::ReplicaNodeChanged,
+            format!(
+                "replica `{}` of shard `{}` moves from node `{}` to node `{}`; replicas never move — add a new replica on `{}`, then remove `{}` in a later version",
+                r.id, s.id, o.node_id, r.node_id, r.node_id, r.id
+            ),
+        );
     }
 
     fn finish(mut self) -> Vec<Violation> {
@@ -497,6 +559,19 @@ mod tests {
         }, &[ReplicasAddedAndRemoved]),
         ("move a replica", |_, n| shard_mut(n, "A_00_3f").replicas[2].node_id = "n4".into(), &[ReplicaNodeChanged]),
         ("old config invalid", |o, _| o.nodes[3].grpc_address.clear(), &[NodeAddressEmpty]),
+        // ---- invalid configs: old entries found as the lookups always found them ----
+        ("a repeated replica id pairs with its first replica", |o, n| {
+            // Matched by position, the second `A_00_3f_n1` would stay on n2.
+            for c in [&mut *o, &mut *n] { shard_mut(c, "A_00_3f").replicas[1].id = "A_00_3f_n1".into() }
+        }, &[ReplicaIdDuplicate, ReplicaNodeChanged]),
+        ("a shard id repeated in another application, reordered", |o, n| {
+            for c in [&mut *o, &mut *n] { second_app(c); c.applications[1].shards[1].id = "A_00_3f".into() }
+            n.applications[1].shards.reverse();
+        }, &[ShardIdDuplicate]),
+        ("an empty shard id, reordered", |o, n| {
+            for c in [&mut *o, &mut *n] { app(c, "A").shards[0].id.clear() }
+            app(n, "A").shards.reverse();
+        }, &[ShardIdEmpty]),
     ];
 
     #[test]
@@ -518,6 +593,21 @@ mod tests {
             }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    /// The rules given the old config's index and replica facts (and so
+    /// matching by position) report exactly what they report on their own,
+    /// looking every old entry up.
+    #[test]
+    fn reused_indexes_change_nothing() {
+        for (name, mutate, _) in CASES {
+            let mut old = base();
+            let mut new = base();
+            new.version = 2;
+            mutate(&mut old, &mut new);
+            assert_eq!(validate_transition(&old, &new).transition, transition_rules(&old, &new), "{name}");
+            assert_eq!(validate_transition(&new, &old).transition, transition_rules(&new, &old), "{name}, reversed");
+        }
     }
 
     #[test]

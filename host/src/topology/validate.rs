@@ -20,9 +20,31 @@ pub const MIN_REPLICATION_FACTOR: u32 = 3;
 
 /// Every violation of the single-config rules; empty when the config is valid.
 pub fn validate(config: &ClusterConfig) -> Vec<Violation> {
+    validate_indexed(config).0
+}
+
+/// What checking a config learns that the transition rules reuse rather
+/// than rebuild.
+pub(crate) struct Indexed {
+    /// Every non-empty shard id, by its position among all the config's
+    /// shards (applications in order); see [`shard_index`].
+    pub shard_ids: SortedIds,
+    /// No replica id is empty or repeated, so within a shard an id names
+    /// exactly one replica.
+    pub replica_ids_unique: bool,
+}
+
+/// [`validate`], and the indexes it built.
+pub(crate) fn validate_indexed(config: &ClusterConfig) -> (Vec<Violation>, Indexed) {
     let mut c = Checker::default();
-    c.run(config);
-    c.out
+    let indexed = c.run(config);
+    (c.out, indexed)
+}
+
+/// The shard id index of [`Indexed::shard_ids`], built on its own.
+pub(crate) fn shard_index(config: &ClusterConfig) -> SortedIds {
+    let shards = config.applications.iter().flat_map(|a| &a.shards);
+    SortedIds::new(shards.enumerate().filter(|(_, s)| !s.id.is_empty()).map(|(i, s)| (i as u32, s.id.as_str())))
 }
 
 /// [`validate`] as a `Result`.
@@ -122,7 +144,7 @@ impl Checker {
         }
     }
 
-    fn run(&mut self, cfg: &ClusterConfig) {
+    fn run(&mut self, cfg: &ClusterConfig) -> Indexed {
         use RuleCode::*;
         if cfg.version == 0 {
             self.push(VersionNotPositive, "version is 0; versions start at 1".into());
@@ -210,6 +232,7 @@ impl Checker {
         let mut shard_nodes: Vec<u32> = Vec::new();
         // Whether every replica id is `<its shard id>_<suffix without _>`.
         let mut all_conform = true;
+        let mut replica_id_empty = false;
         // Replicas on nodes that are not in the config, grouped by node.
         let mut unknown: Vec<(&str, Vec<&str>)> = Vec::new();
         let mut unknown_index: FastMap<&str, usize> = fasthash::map(0);
@@ -243,6 +266,7 @@ impl Checker {
                 }
                 for r in &s.replicas {
                     if r.id.is_empty() {
+                        replica_id_empty = true;
                         self.push(
                             ReplicaIdEmpty,
                             format!("a replica of shard `{}` has an empty id; give it a unique id", s.id),
@@ -288,9 +312,9 @@ impl Checker {
         }
 
         // ---- unique ids ----
-        let shard_ids = SortedIds::new(
-            entries.iter().enumerate().filter(|(_, e)| !e.shard.id.is_empty()).map(|(i, e)| (i as u32, e.shard.id.as_str())),
-        );
+        // `entries` lists the shards in config order, so its positions are
+        // those of `shard_index`.
+        let shard_ids = shard_index(cfg);
         let shard_id = |p: u32| entries[p as usize].shard.id.as_str();
         let shard_dups = shard_ids.duplicates(shard_id);
         let shard_ids_unique = shard_dups.is_empty();
@@ -300,7 +324,9 @@ impl Checker {
                 format!("shard id `{}` is used more than once; shard ids must be unique across the config", shard_id(later)),
             );
         }
-        for (first, later) in duplicate_replica_ids(&replicas, all_conform && shard_ids_unique) {
+        let replica_dups = duplicate_replica_ids(&replicas, all_conform && shard_ids_unique);
+        let replica_ids_unique = !replica_id_empty && replica_dups.is_empty();
+        for (first, later) in replica_dups {
             let (id, shard) = replicas[later as usize];
             let first_shard = shard_id(replicas[first as usize].1);
             self.push(
@@ -424,6 +450,7 @@ impl Checker {
                 );
             }
         }
+        Indexed { shard_ids, replica_ids_unique }
     }
 
     /// `nodes`: the number of each replica's node (see `run`); cleared here.
@@ -574,7 +601,7 @@ impl Checker {
 /// of this form on different shards can never be equal.
 fn conforms(replica: &str, shard: &str) -> bool {
     replica.len() > shard.len() + 1
-        && replica.starts_with(shard)
+        && fasthash::bytes_eq(&replica.as_bytes()[..shard.len()], shard.as_bytes())
         && replica.as_bytes()[shard.len()] == b'_'
         && !replica[shard.len() + 1..].contains('_')
 }
@@ -594,7 +621,7 @@ fn duplicate_replica_ids(replicas: &[(&str, u32)], all_conform: bool) -> Vec<(u3
     for run in replicas.chunk_by(|a, b| a.1 == b.1) {
         if run.len() <= 32 {
             for (j, r) in run.iter().enumerate().skip(1) {
-                if let Some(k) = run[..j].iter().position(|q| q.0 == r.0) {
+                if let Some(k) = run[..j].iter().position(|q| fasthash::str_eq(q.0, r.0)) {
                     out.push(((start + k) as u32, (start + j) as u32));
                 }
             }
@@ -845,6 +872,28 @@ mod tests {
         let v = validate(&c);
         assert_eq!(v.len(), 5, "{v:#?}");
         assert!(v.iter().any(|v| v.message.contains("`n8`") && v.message.contains("A_40_7f_n1")));
+    }
+
+    #[test]
+    fn replica_ids_unique_only_without_empty_or_repeated_ids() {
+        type Mutate = fn(&mut ClusterConfig);
+        let cases: &[(&str, Mutate, bool)] = &[
+            ("base", |_| {}, true),
+            ("mid-split", |c| start_split(c, "A_00_3f", 2), true),
+            ("an empty replica id", |c| c.applications[0].shards[0].replicas[0].id.clear(), false),
+            ("two empty replica ids", |c| {
+                for r in &mut c.applications[0].shards[0].replicas[..2] { r.id.clear() }
+            }, false),
+            ("a repeated id within a shard", |c| c.applications[0].shards[1].replicas[1].id = "A_40_7f_n1".into(), false),
+            ("a repeated id across shards", |c| c.applications[0].shards[1].replicas[0].id = "A_00_3f_n1".into(), false),
+        ];
+        for (name, mutate, want) in cases {
+            let mut c = base();
+            mutate(&mut c);
+            let (violations, indexed) = validate_indexed(&c);
+            assert_eq!(indexed.replica_ids_unique, *want, "{name}: {violations:?}");
+            assert_eq!(violations, validate(&c), "{name}");
+        }
     }
 
     #[test]
