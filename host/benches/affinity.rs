@@ -1,15 +1,20 @@
-//! Affinity claims per second from one node against `redis-benchmark`
-//! `SET key v NX` on the same server, in the same run, at the same pipeline
-//! depth and with one connection each (a node has one multiplexed
-//! connection). Prints a markdown table.
+//! Affinity claims per second from one node against `redis-benchmark` on the
+//! same server, in the same run, at the same pipeline depth and with one
+//! connection each (a node has one multiplexed connection). Two baselines per
+//! row: `SET key v NX` (the bare command), and the very claim script chitin
+//! sends, run by `redis-benchmark` as `EVALSHA` (what a C client with no
+//! overhead of its own gets from the same server work). A second table
+//! splits a pipeline-1 claim into server time (`INFO commandstats` deltas)
+//! and round trips. Prints markdown.
 //!
-//!     cargo bench -p chitin --bench affinity
+//!     cargo bench -p chitin --profile dev --bench affinity
 //!
 //! Environment: CHITIN_BENCH_REDIS_URL (redis://127.0.0.1:6379),
 //! CHITIN_BENCH_N (claims per measurement, 100000).
 //!
-//! A pipeline of P for chitin is one `claim_many` script call of P targets
-//! (P = 1: one `claim` per round trip); for redis-benchmark it is `-P P`.
+//! A pipeline of P for chitin is one `claim_many` call of P targets (P = 1:
+//! one `claim` per round trip); for redis-benchmark `SET NX` it is `-P P`, and
+//! for the script one `EVALSHA` of the batch script with P random targets.
 //! "in flight" rows keep several such calls outstanding at once on the one
 //! connection, against `redis-benchmark -c <same>`.
 
@@ -28,20 +33,104 @@ fn host_port(url: &str) -> (String, u16) {
     }
 }
 
-/// `redis-benchmark … --csv SET {ns}:rb:__rand_int__ v NX` → requests per second.
-fn redis_benchmark(url: &str, ns: &str, n: usize, pipeline: usize, clients: usize) -> f64 {
+/// `redis-benchmark … --csv <command>` → requests per second.
+fn redis_benchmark_cmd(url: &str, n: usize, pipeline: usize, clients: usize, command: &[String]) -> f64 {
     let (h, p) = host_port(url);
     let out = Command::new("redis-benchmark")
         .args(["-h", &h, "-p", &p.to_string(), "--csv", "-r", "100000000"])
         .args(["-n", &n.to_string(), "-P", &pipeline.to_string(), "-c", &clients.to_string()])
-        .args(["SET", &format!("{ns}:rb:__rand_int__"), "v", "NX"])
+        .args(command)
         .output()
         .expect("redis-benchmark must be installed");
     let text = String::from_utf8_lossy(&out.stdout);
     // "test","rps",...  then  "SET …","145772.59",...
-    let line = text.lines().find(|l| l.starts_with("\"SET")).unwrap_or_else(|| panic!("redis-benchmark said:\n{text}"));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with('"') && !l.starts_with("\"test\""))
+        .unwrap_or_else(|| panic!("redis-benchmark said:\n{text}\n{}", String::from_utf8_lossy(&out.stderr)));
     let fields: Vec<&str> = line.split("\",\"").collect();
     fields[1].trim_matches('"').parse().expect("rps")
+}
+
+/// `SET {ns}:rb:__rand_int__ v NX` → ops/s.
+fn redis_benchmark(url: &str, ns: &str, n: usize, pipeline: usize, clients: usize) -> f64 {
+    let cmd: Vec<String> = ["SET", &format!("{ns}:rb:__rand_int__"), "v", "NX"].iter().map(|s| s.to_string()).collect();
+    redis_benchmark_cmd(url, n, pipeline, clients, &cmd)
+}
+
+/// chitin's own claim script (batch script for P > 1) through
+/// `redis-benchmark` on fresh random targets → claims/s. `__rand_int__` is
+/// drawn afresh at each place, so keys and target ids differ; the work per
+/// target (a free key claimed, one set member added) is the same.
+fn redis_benchmark_script(url: &str, ns: &str, n: usize, pipeline: usize, clients: usize, value: &str, ttl: u64) -> f64 {
+    let set = format!("{ns}:rbs:affinity:by-instance:rb");
+    let key = format!("{ns}:rbs:affinity:__rand_int__");
+    let mut cmd = vec!["EVALSHA".to_string()];
+    if pipeline == 1 {
+        cmd.push(redis::Script::new(Affinity::claim_script()).get_hash().into());
+        cmd.extend(["2".into(), key, set, value.into(), ttl.to_string(), "__rand_int__".into()]);
+        redis_benchmark_cmd(url, n, 1, clients, &cmd)
+    } else {
+        cmd.push(redis::Script::new(Affinity::claim_many_script()).get_hash().into());
+        cmd.push((1 + pipeline).to_string());
+        cmd.push(set);
+        cmd.extend(std::iter::repeat_n(key, pipeline));
+        cmd.extend([value.into(), ttl.to_string(), "1".into()]);
+        cmd.extend(std::iter::repeat_n("__rand_int__".to_string(), pipeline));
+        pipeline as f64 * redis_benchmark_cmd(url, n / pipeline, 1, clients, &cmd)
+    }
+}
+
+/// (calls, µs) of one command in `INFO commandstats`.
+async fn commandstat(conn: &RedisConn, command: &str) -> (u64, u64) {
+    let mut c = conn.get().await.unwrap();
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut c).await.unwrap();
+    let prefix = format!("cmdstat_{command}:");
+    let Some(line) = info.lines().find(|l| l.starts_with(&prefix)) else { return (0, 0) };
+    let field = |name: &str| -> u64 {
+        line.split([':', ',']).find_map(|f| f.strip_prefix(name)).and_then(|v| v.parse().ok()).unwrap_or(0)
+    };
+    (field("calls="), field("usec="))
+}
+
+/// Server µs per call of `command` over what `run` does.
+async fn server_us<F: std::future::Future<Output = f64>>(conn: &RedisConn, command: &str, run: F) -> (f64, f64) {
+    let (c0, u0) = commandstat(conn, command).await;
+    let rate = run.await;
+    let (c1, u1) = commandstat(conn, command).await;
+    (rate, (u1 - u0) as f64 / (c1 - c0).max(1) as f64)
+}
+
+/// Bare `SET NX` at pipeline 1 through chitin's connection (the redis
+/// crate's `ConnectionManager` over its multiplexed connection): the
+/// client's own cost with no script.
+async fn client_set_nx(conn: &RedisConn, ns: &str, round: usize, n: usize) -> f64 {
+    let mut c = conn.get().await.unwrap();
+    let start = Instant::now();
+    for i in 0..n {
+        let _: Option<String> =
+            redis::cmd("SET").arg(format!("{ns}:cs{round}:{i}")).arg("v").arg("NX").query_async(&mut c).await.unwrap();
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The same `SET NX` written to a plain tokio socket and its reply read
+/// back, no multiplexer task in between: what the hop costs.
+async fn raw_set_nx(url: &str, ns: &str, round: usize, n: usize) -> f64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (h, p) = host_port(url);
+    let mut s = tokio::net::TcpStream::connect((h.as_str(), p)).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut buf = [0u8; 64];
+    let start = Instant::now();
+    for i in 0..n {
+        let cmd = redis::cmd("SET").arg(format!("{ns}:rs{round}:{i}")).arg("v").arg("NX").get_packed_command();
+        s.write_all(&cmd).await.unwrap();
+        // "+OK\r\n" or "$-1\r\n": one read suffices on loopback for a 5-byte reply.
+        let k = s.read(&mut buf).await.unwrap();
+        assert!(k > 0 && buf[k - 1] == b'\n', "short reply");
+    }
+    n as f64 / start.elapsed().as_secs_f64()
 }
 
 async fn claims(a: &Affinity, targets: &[String], pipeline: usize, in_flight: usize, want: Claim) -> f64 {
@@ -118,6 +207,10 @@ fn fmt(x: f64) -> String {
     out
 }
 
+fn us(rate: f64) -> String {
+    format!("{:.1} µs", 1e6 / rate)
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` passes nothing useful: run quickly then.
@@ -134,34 +227,86 @@ async fn main() {
         return;
     }
     let _guard = CleanOnDrop { url: url.clone(), ns: ns.clone() };
-    let a = Affinity::new(conn.clone(), Keys::new(&ns), "bench-node", Duration::from_secs(120)).unwrap();
+    let ttl = 120u64;
+    let a = Affinity::new(conn.clone(), Keys::new(&ns), "bench-node", Duration::from_secs(ttl)).unwrap();
+    // redis-benchmark only sends EVALSHA: load both scripts first.
+    {
+        let mut c = conn.get().await.unwrap();
+        for src in [Affinity::claim_script(), Affinity::claim_many_script()] {
+            let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(src).query_async(&mut c).await.unwrap();
+        }
+    }
+    let value = Keys::claim_value("rb");
 
     let reps: usize = if quick { 1 } else { 3 };
     println!(
-        "Affinity claims per second from one node vs `redis-benchmark SET key v NX`, {n} operations per measurement, \
-         same server, same run; best of {reps} interleaved repetitions (the machine is shared).\n"
+        "Affinity claims per second from one node vs `redis-benchmark` on the same server, {n} operations per measurement, \
+         same run; best of {reps} interleaved repetitions (the machine is shared).\n"
     );
-    println!("| pipeline | in flight | redis-benchmark SET NX (ops/s) | fresh claims/s | ratio | already-owned claims/s | ratio |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| pipeline | in flight | `SET NX` ops/s | same script via redis-benchmark, claims/s | fresh claims/s | vs `SET NX` | vs script | already-owned claims/s | vs `SET NX` |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut round = 0;
     for (pipeline, in_flight) in [(1, 1), (16, 1), (64, 1), (256, 1), (16, 4), (64, 4)] {
-        let (mut rb, mut fresh, mut owned) = (0f64, 0f64, 0f64);
+        let (mut rb, mut rbs, mut fresh, mut owned) = (0f64, 0f64, 0f64, 0f64);
         for _ in 0..reps {
             round += 1;
             let targets: Vec<String> = (0..n).map(|i| format!("r{round}-{i:08}")).collect();
             rb = rb.max(redis_benchmark(&url, &ns, n, pipeline, in_flight));
+            rbs = rbs.max(redis_benchmark_script(&url, &ns, n, pipeline, in_flight, &value, ttl));
             fresh = fresh.max(claims(&a, &targets, pipeline, in_flight, Claim::Claimed).await);
             owned = owned.max(claims(&a, &targets, pipeline, in_flight, Claim::AlreadyOurs).await);
             clean(&conn, &ns).await;
         }
         println!(
-            "| {pipeline} | {in_flight} | {} | {} | {:.2}× | {} | {:.2}× |",
+            "| {pipeline} | {in_flight} | {} | {} | {} | {:.2}× | {:.2}× | {} | {:.2}× |",
             fmt(rb),
+            fmt(rbs),
             fmt(fresh),
             fresh / rb,
+            fresh / rbs,
             fmt(owned),
             owned / rb
         );
     }
+
+    // Where a pipeline-1 claim's time goes. Server figures are Redis' own
+    // accounting (`INFO commandstats`), so client scheduling does not enter them.
+    let (mut rb, mut rbs, mut fresh, mut owned, mut cset, mut raw) = (0f64, 0f64, 0f64, 0f64, 0f64, 0f64);
+    let (mut set_us, mut script_us, mut owned_us) = (f64::MAX, f64::MAX, f64::MAX);
+    for _ in 0..reps {
+        round += 1;
+        let targets: Vec<String> = (0..n).map(|i| format!("p{round}-{i:08}")).collect();
+        let (r, u) = server_us(&conn, "set", async { redis_benchmark(&url, &ns, n, 1, 1) }).await;
+        rb = rb.max(r);
+        set_us = set_us.min(u);
+        rbs = rbs.max(redis_benchmark_script(&url, &ns, n, 1, 1, &value, ttl));
+        let (r, u) = server_us(&conn, "evalsha", claims(&a, &targets, 1, 1, Claim::Claimed)).await;
+        fresh = fresh.max(r);
+        script_us = script_us.min(u);
+        let (r, u) = server_us(&conn, "evalsha", claims(&a, &targets, 1, 1, Claim::AlreadyOurs)).await;
+        owned = owned.max(r);
+        owned_us = owned_us.min(u);
+        cset = cset.max(client_set_nx(&conn, &ns, round, n).await);
+        raw = raw.max(raw_set_nx(&url, &ns, round, n).await);
+        clean(&conn, &ns).await;
+    }
+    // With a client costing nothing, a claim takes the bare command's round
+    // trip plus what the script does on the server beyond a `SET NX`.
+    let bound = 1.0 / (1.0 / rb + (script_us - set_us) * 1e-6);
+    println!("\nOne claim at a time (pipeline 1, one connection), same run, best of {reps}:\n");
+    println!("| measurement | figure | per operation | vs `SET NX` |");
+    println!("|---|---:|---:|---:|");
+    println!("| server time of `SET k v NX` (commandstats) | — | {set_us:.2} µs | 1.00× |");
+    println!("| server time of the claim script, fresh target (commandstats) | — | {script_us:.2} µs | {:.2}× |", script_us / set_us);
+    println!("| server time of the claim script, already ours (commandstats) | — | {owned_us:.2} µs | {:.2}× |", owned_us / set_us);
+    println!("| `redis-benchmark SET NX` | {} ops/s | {} | 1.00× |", fmt(rb), us(rb));
+    println!("| bare `SET NX` on a plain tokio socket (no multiplexer) | {} ops/s | {} | {:.2}× |", fmt(raw), us(raw), raw / rb);
+    println!("| bare `SET NX` through chitin's connection | {} ops/s | {} | {:.2}× |", fmt(cset), us(cset), cset / rb);
+    println!("| claim script via `redis-benchmark` (EVALSHA) | {} claims/s | {} | {:.2}× |", fmt(rbs), us(rbs), rbs / rb);
+    println!("| bound: `SET NX` round trip + the script's extra server time | {} claims/s | {} | {:.2}× |", fmt(bound), us(bound), bound / rb);
+    println!("| chitin claim, fresh target | {} claims/s | {} | {:.2}× |", fmt(fresh), us(fresh), fresh / rb);
+    println!("| chitin claim, already ours | {} claims/s | {} | {:.2}× |", fmt(owned), us(owned), owned / rb);
     clean(&conn, &ns).await;
 }

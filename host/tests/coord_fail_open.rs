@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chitin::coord::{Dispatch, FAIL_OPEN_MESSAGE};
+use chitin::coord::{Claim, Dispatch, FAIL_OPEN_MESSAGE};
 use coord_support::{TestNs, eventually};
 
 struct Server {
@@ -177,6 +177,43 @@ async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
 
     tx.send(true).unwrap();
     tokio::time::timeout(Duration::from_secs(5), tasks.join()).await.unwrap();
+}
+
+/// Claims are sent as `EVALSHA` only: after `SCRIPT FLUSH` (or on a server
+/// that never saw the scripts) the first call must load them and still
+/// succeed, for the single claim and for a pipelined batch alike. A private
+/// server, because flushing the shared one's scripts would disturb others.
+#[tokio::test]
+async fn claims_survive_a_script_flush() {
+    let mut server = Server { port: Server::free_port(), child: None };
+    server.start();
+    let t = TestNs::with_url(server.url());
+    let a = t.affinity("sf-node", Duration::from_secs(30));
+    let flush = || {
+        let mut c = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c).unwrap();
+        let loaded: Vec<bool> = redis::cmd("SCRIPT")
+            .arg("EXISTS")
+            .arg(redis::Script::new(chitin::coord::Affinity::claim_script()).get_hash())
+            .arg(redis::Script::new(chitin::coord::Affinity::claim_many_script()).get_hash())
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(loaded, vec![false, false]);
+    };
+    flush();
+    assert_eq!(a.claim("s-1").await.unwrap(), Claim::Claimed);
+    flush();
+    assert_eq!(a.claim("s-1").await.unwrap(), Claim::AlreadyOurs);
+    flush();
+    let many: Vec<String> = (0..2500).map(|i| format!("m-{i}")).collect();
+    let r = a.claim_many(&many).await.unwrap();
+    assert!(r.iter().all(|x| matches!(x, Ok(Claim::Claimed))), "{:?}", r.iter().find(|x| !matches!(x, Ok(Claim::Claimed))));
+    flush();
+    assert_eq!(a.refresh_all().await.unwrap(), (2501, 0));
+    flush();
+    assert!(a.release("s-1").await.unwrap());
+    flush();
+    assert_eq!(a.release_all().await.unwrap().released, 2500);
 }
 
 fn is_registered(server: &Server, t: &TestNs) -> bool {

@@ -134,6 +134,117 @@ async fn claim_many_matches_single_claims() {
 }
 
 #[tokio::test]
+async fn claim_many_gives_each_target_its_own_outcome() {
+    let t = TestNs::new();
+    let a = t.affinity("node-a", Duration::from_secs(30));
+    let b = t.affinity("node-b", LONG);
+    assert_eq!(b.claim("y-taken").await.unwrap(), Claim::Claimed);
+    let batch = ["y-free", "bad target", "y-taken", "y-free", "", "y-other"];
+    let r = a.claim_many(&batch).await.unwrap();
+    assert_eq!(r.len(), batch.len());
+    assert!(matches!(r[0], Ok(Claim::Claimed)), "{:?}", r[0]);
+    // An invalid id fails its own entry only; the rest of the batch ran.
+    assert!(matches!(r[1], Err(AffinityError::InvalidTarget { .. })), "{:?}", r[1]);
+    assert_eq!(owned_by(r[2].as_ref().unwrap_err()), "node-b");
+    match &r[2] {
+        Err(AffinityError::TargetOwnedByOther { target, .. }) => assert_eq!(target, "y-taken"),
+        other => panic!("{other:?}"),
+    }
+    // Listed twice: the second sees the first's claim.
+    assert!(matches!(r[3], Ok(Claim::AlreadyOurs)), "{:?}", r[3]);
+    assert!(matches!(r[4], Err(AffinityError::InvalidTarget { .. })), "{:?}", r[4]);
+    assert!(matches!(r[5], Ok(Claim::Claimed)), "{:?}", r[5]);
+    // The layout a single claim writes: value, TTL, by-instance set and its TTL.
+    assert_eq!(t.get(&t.keys.affinity("y-free")).as_deref(), Some("node-a:"));
+    assert_eq!(t.get(&t.keys.affinity("y-taken")).as_deref(), Some("node-b:"));
+    assert!((28..=30).contains(&t.ttl(&t.keys.affinity("y-other"))));
+    let set = t.keys.affinity_by_instance("node-a");
+    assert_eq!(t.smembers(&set), vec!["y-free", "y-other"]);
+    assert!((28..=30).contains(&t.ttl(&set)));
+    assert_eq!(t.smembers(&t.keys.affinity_by_instance("node-b")), vec!["y-taken"]);
+    // A batch of nothing but invalid ids never reaches Redis and fails nothing else.
+    let r = a.claim_many(&["", " "]).await.unwrap();
+    assert!(r.iter().all(|x| matches!(x, Err(AffinityError::InvalidTarget { .. }))));
+}
+
+#[tokio::test]
+async fn claim_many_across_script_chunks_keeps_order_and_outcomes() {
+    let t = TestNs::new();
+    let a = t.affinity("node-a", LONG);
+    let b = t.affinity("node-b", LONG);
+    let n = chitin::coord::affinity::CLAIM_BATCH_CHUNK * 2 + 500;
+    let targets: Vec<String> = (0..n).map(|i| format!("c-{i:05}")).collect();
+    // Taken by node-b: one in each chunk, including the last target of a chunk.
+    let taken = [7, chitin::coord::affinity::CLAIM_BATCH_CHUNK - 1, chitin::coord::affinity::CLAIM_BATCH_CHUNK * 2 + 3];
+    for &i in &taken {
+        b.claim(&targets[i]).await.unwrap();
+    }
+    let r = a.claim_many(&targets).await.unwrap();
+    assert_eq!(r.len(), n);
+    for (i, x) in r.iter().enumerate() {
+        if taken.contains(&i) {
+            assert_eq!(owned_by(x.as_ref().unwrap_err()), "node-b", "target {i}");
+        } else {
+            assert!(matches!(x, Ok(Claim::Claimed)), "target {i}: {x:?}");
+        }
+    }
+    assert_eq!(a.owned_count().await.unwrap(), (n - taken.len()) as u64);
+    let again = a.claim_many(&targets).await.unwrap();
+    assert_eq!(again.iter().filter(|x| matches!(x, Ok(Claim::AlreadyOurs))).count(), n - taken.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_batches_exactly_one_owner_per_target() {
+    let t = TestNs::new();
+    let nodes: Vec<_> = (1..=4).map(|i| t.affinity(&format!("node-{i}"), LONG)).collect();
+    let targets: Vec<String> = (0..400).map(|i| format!("b-{i}")).collect();
+    for round in 0..20 {
+        // Each node asks for the same 400 targets in its own order.
+        let mut handles = Vec::new();
+        for (k, n) in nodes.iter().enumerate() {
+            let n = n.clone();
+            let mut mine: Vec<String> = targets.iter().map(|x| format!("{round}-{x}")).collect();
+            mine.rotate_left(k * 97);
+            handles.push(tokio::spawn(async move {
+                let r = n.claim_many(&mine).await.unwrap();
+                (mine, r)
+            }));
+        }
+        let mut winners: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
+        let mut seen_owner: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for (k, h) in handles.into_iter().enumerate() {
+            let (mine, r) = h.await.unwrap();
+            for (target, x) in mine.into_iter().zip(r) {
+                match x {
+                    Ok(Claim::Claimed) => winners.entry(target).or_default().push(k),
+                    Ok(Claim::AlreadyOurs) => panic!("round {round}: AlreadyOurs on a fresh target"),
+                    Err(e) => seen_owner.entry(target).or_default().push(owned_by(&e).to_string()),
+                }
+            }
+        }
+        assert_eq!(winners.len(), targets.len(), "round {round}: every target has a winner");
+        for (target, w) in &winners {
+            assert_eq!(w.len(), 1, "round {round}: {target} won by {w:?}");
+            let wid = format!("node-{}", w[0] + 1);
+            let losers = &seen_owner[target];
+            assert_eq!(losers.len(), nodes.len() - 1);
+            assert!(losers.iter().all(|o| *o == wid), "round {round}: {target} losers saw {losers:?}, winner {wid}");
+        }
+    }
+    // The by-instance sets partition the targets exactly.
+    let mut all = BTreeSet::new();
+    let mut total = 0;
+    for n in &nodes {
+        let mine = n.my_targets().await.unwrap();
+        assert_eq!(mine.len() as u64, n.owned_count().await.unwrap(), "no member that is not ours");
+        total += mine.len();
+        all.extend(mine);
+    }
+    assert_eq!(total, 20 * targets.len());
+    assert_eq!(all.len(), total);
+}
+
+#[tokio::test]
 async fn claims_carry_liveness_ttl_and_refresh_all_keeps_them() {
     let t = TestNs::new();
     let a = t.affinity("node-a", Duration::from_secs(30));

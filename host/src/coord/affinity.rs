@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
 
 use super::conn::RedisConn;
 use super::keys::{InvalidInstanceId, Keys, validate_instance_id};
@@ -51,35 +52,42 @@ pub struct ReleaseAllReport {
     pub released: u64,
 }
 
-/// Returns {1, ''} claimed, {2, ''} already ours, {0, value} owned by another.
+/// KEYS[1] claim key, KEYS[2] by-instance set; ARGV[1] value, ARGV[2] ttl,
+/// ARGV[3] target id. Returns 1 claimed, 2 already ours, or the other
+/// owner's claim value.
+///
+/// Kept to the fewest server calls the layout allows, because at pipeline 1
+/// this script's own run time is what separates a claim from a bare
+/// `SET NX`: one `SET k v NX EX ttl GET` both claims a free target and reads a
+/// taken one (Redis ≥ 7.0; an older Redis refuses NX with GET and gets GET
+/// then SET), and the set's `SADD` and `EXPIRE` run only once we own the
+/// target. An integer reply instead of a table spares both sides an array.
 const CLAIM: &str = r#"
-local v = redis.call('GET', KEYS[1])
+local val, ttl = ARGV[1], ARGV[2]
+local v = redis.pcall('SET', KEYS[1], val, 'NX', 'EX', ttl, 'GET')
+if type(v) == 'table' and v.err then
+  v = redis.call('GET', KEYS[1])
+  if not v then redis.call('SET', KEYS[1], val, 'EX', ttl) end
+end
 local code = 1
 if v then
-  if string.sub(v, 1, string.len(ARGV[1])) ~= ARGV[1] then
-    return {0, v}
-  end
-  redis.call('EXPIRE', KEYS[1], ARGV[2])
+  if string.sub(v, 1, #val) ~= val then return v end
+  redis.call('EXPIRE', KEYS[1], ttl)
   code = 2
-else
-  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 end
 redis.call('SADD', KEYS[2], ARGV[3])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-return {code, ''}
+redis.call('EXPIRE', KEYS[2], ttl)
+return code
 "#;
 
 /// KEYS[1] by-instance set, KEYS[2..] claim keys; ARGV[1] value, ARGV[2]
 /// ttl, ARGV[3] "1" to refresh the TTL of claims already ours, ARGV[4..]
 /// target ids. Returns one entry per target: 1 claimed, 2 already ours, or
-/// the other owner's claim value.
-///
-/// One command per target: `SET k v NX EX ttl GET` (Redis ≥ 7.0) claims a
-/// free target and returns the current value of a taken one; on an older
-/// Redis, which refuses NX with GET, it falls back to GET then SET.
+/// the other owner's claim value. Same commands per target as [`CLAIM`],
+/// with one `SADD` and one `EXPIRE` of the set for the whole batch.
 const CLAIM_MANY: &str = r#"
 local val, ttl, refresh = ARGV[1], ARGV[2], ARGV[3] == '1'
-local n = string.len(val)
+local n = #val
 local out, mine = {}, {}
 for i = 2, #KEYS do
   local k = KEYS[i]
@@ -153,12 +161,78 @@ if refreshed > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 return {refreshed, dropped}
 "#;
 
+/// Targets per script call in [`Affinity::claim_many`]. A script blocks the
+/// whole server while it runs (≈ 5–10 µs per target here), so a huge batch
+/// is cut into calls of this size, all sent in one pipeline: still one round
+/// trip, but other clients' commands (other nodes' heartbeats) interleave
+/// between the calls instead of timing out behind one long script.
+pub const CLAIM_BATCH_CHUNK: usize = 1000;
+
+/// A Lua script invoked by its SHA1 (`EVALSHA`), loaded on the first
+/// `NOSCRIPT`. The command is built straight from the caller's keys and
+/// arguments instead of through an intermediate invocation that copies them.
+struct Lua {
+    src: &'static str,
+    sha: String,
+}
+
+impl Lua {
+    fn new(src: &'static str) -> Self {
+        Lua { src, sha: redis::Script::new(src).get_hash().to_string() }
+    }
+
+    /// `EVALSHA {sha} {numkeys}`; keys and then arguments go after it.
+    fn call(&self, numkeys: usize) -> redis::Cmd {
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(&self.sha).arg(numkeys);
+        c
+    }
+
+    async fn load(&self, c: &mut ConnectionManager) -> redis::RedisResult<()> {
+        let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(self.src).query_async(c).await?;
+        Ok(())
+    }
+
+    /// Runs `cmd` (built by [`Lua::call`]); on `NOSCRIPT` (a fresh or
+    /// flushed server) loads the script and sends it once more.
+    async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, c: &mut ConnectionManager) -> redis::RedisResult<T> {
+        match cmd.query_async(c).await {
+            Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+                self.load(c).await?;
+                cmd.query_async(c).await
+            }
+            r => r,
+        }
+    }
+
+    /// [`Lua::run`] for a pipeline of calls to this one script.
+    async fn run_pipe<T: redis::FromRedisValue>(&self, p: &redis::Pipeline, c: &mut ConnectionManager) -> redis::RedisResult<T> {
+        match p.query_async(c).await {
+            Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+                self.load(c).await?;
+                p.query_async(c).await
+            }
+            r => r,
+        }
+    }
+}
+
 struct Scripts {
-    claim: redis::Script,
-    claim_many: redis::Script,
-    release: redis::Script,
-    release_all: redis::Script,
-    refresh_all: redis::Script,
+    claim: Lua,
+    claim_many: Lua,
+    release: Lua,
+    release_all: Lua,
+    refresh_all: Lua,
+}
+
+/// `{prefix}{target}` written straight into the command buffer, so a claim
+/// does not format its key into a `String` first.
+struct ClaimKey<'a>(&'a str, &'a str);
+
+impl redis::ToRedisArgs for ClaimKey<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(format_args!("{}{}", self.0, self.1));
+    }
 }
 
 /// One instance's view of target affinity.
@@ -168,7 +242,11 @@ pub struct Affinity {
     keys: Keys,
     instance_id: Arc<str>,
     value: Arc<str>,
-    liveness: Duration,
+    /// `{ns}:affinity:`, and this instance's by-instance set: fixed for its
+    /// life, so formatted once instead of on every claim.
+    claim_prefix: Arc<str>,
+    set_key: Arc<str>,
+    ttl: u64,
     refresh_owned: bool,
     scripts: Arc<Scripts>,
 }
@@ -186,7 +264,33 @@ fn validate_target(target: &str) -> Result<(), AffinityError> {
     Err(AffinityError::InvalidTarget { target: target.to_string(), reason })
 }
 
+/// What one claim script reply means for `target`: 1 claimed, 2 already
+/// ours, a string is the other owner's claim value. Anything else is a
+/// server that does not run our script; it counts as a Redis error, so
+/// dispatch fails open on it like on any other.
+fn claim_outcome(target: &str, reply: redis::Value) -> Result<Claim, AffinityError> {
+    match reply {
+        redis::Value::Int(1) => Ok(Claim::Claimed),
+        redis::Value::Int(2) => Ok(Claim::AlreadyOurs),
+        redis::Value::BulkString(v) => Err(AffinityError::TargetOwnedByOther {
+            target: target.to_string(),
+            owner: Keys::owner_of_claim(&String::from_utf8_lossy(&v)).to_string(),
+        }),
+        redis::Value::SimpleString(v) => Err(AffinityError::TargetOwnedByOther {
+            target: target.to_string(),
+            owner: Keys::owner_of_claim(&v).to_string(),
+        }),
+        other => Err(AffinityError::Redis(redis::RedisError::from((
+            redis::ErrorKind::TypeError,
+            "unexpected claim script reply",
+            format!("{other:?}"),
+        )))),
+    }
+}
+
 impl Affinity {
+    /// An instance's affinity handle. Does not touch Redis; fails only on
+    /// an instance id the claim value cannot carry.
     pub fn new(
         conn: RedisConn,
         keys: Keys,
@@ -196,21 +300,38 @@ impl Affinity {
         validate_instance_id(instance_id)?;
         Ok(Affinity {
             conn,
-            keys,
             instance_id: instance_id.into(),
             value: Keys::claim_value(instance_id).into(),
-            liveness,
+            claim_prefix: keys.affinity_prefix().into(),
+            set_key: keys.affinity_by_instance(instance_id).into(),
+            keys,
+            ttl: ttl_secs(liveness),
             refresh_owned: true,
             scripts: Arc::new(Scripts {
-                claim: redis::Script::new(CLAIM),
-                claim_many: redis::Script::new(CLAIM_MANY),
-                release: redis::Script::new(RELEASE),
-                release_all: redis::Script::new(RELEASE_ALL),
-                refresh_all: redis::Script::new(REFRESH_ALL),
+                claim: Lua::new(CLAIM),
+                claim_many: Lua::new(CLAIM_MANY),
+                release: Lua::new(RELEASE),
+                release_all: Lua::new(RELEASE_ALL),
+                refresh_all: Lua::new(REFRESH_ALL),
             }),
         })
     }
 
+    /// The source of the single-target claim script (KEYS: claim key,
+    /// by-instance set; ARGV: claim value, TTL seconds, target id), so that a
+    /// benchmark can run exactly this script from another client.
+    pub fn claim_script() -> &'static str {
+        CLAIM
+    }
+
+    /// The source of the batch claim script (KEYS: by-instance set, then one
+    /// claim key per target; ARGV: claim value, TTL seconds, "1" to refresh
+    /// claims already ours, then one target id per target).
+    pub fn claim_many_script() -> &'static str {
+        CLAIM_MANY
+    }
+
+    /// This instance's id.
     pub fn instance_id(&self) -> &str {
         &self.instance_id
     }
@@ -224,73 +345,79 @@ impl Affinity {
         self
     }
 
+    /// The key layout this handle writes.
     pub fn keys(&self) -> &Keys {
         &self.keys
     }
 
     /// Claims `target` if free, refreshes it if ours, or fails with
-    /// [`AffinityError::TargetOwnedByOther`].
+    /// [`AffinityError::TargetOwnedByOther`]. One `EVALSHA` round trip.
     pub async fn claim(&self, target: &str) -> Result<Claim, AffinityError> {
         validate_target(target)?;
-        let mut c = self.conn.get().await?;
-        let (code, other): (i64, String) = self
-            .scripts
-            .claim
-            .key(self.keys.affinity(target))
-            .key(self.keys.affinity_by_instance(&self.instance_id))
+        let mut cmd = self.scripts.claim.call(2);
+        cmd.arg(ClaimKey(&self.claim_prefix, target))
+            .arg(&*self.set_key)
             .arg(&*self.value)
-            .arg(ttl_secs(self.liveness))
-            .arg(target)
-            .invoke_async(&mut c)
-            .await?;
-        match code {
-            1 => Ok(Claim::Claimed),
-            2 => Ok(Claim::AlreadyOurs),
-            _ => Err(AffinityError::TargetOwnedByOther {
-                target: target.to_string(),
-                owner: Keys::owner_of_claim(&other).to_string(),
-            }),
-        }
+            .arg(self.ttl)
+            .arg(target);
+        let mut c = self.conn.get().await?;
+        let reply: redis::Value = self.scripts.claim.run(&cmd, &mut c).await?;
+        claim_outcome(target, reply)
     }
 
-    /// Claims many targets in one script call (one round trip, atomic as a
-    /// whole). Results are in the order of `targets`.
+    /// Claims many targets in one round trip, each with its own outcome, in
+    /// the order of `targets`: `Ok(Claimed)`, `Ok(AlreadyOurs)`,
+    /// `Err(TargetOwnedByOther)` or `Err(InvalidTarget)` (an invalid id fails
+    /// only its own entry). Each target's claim is atomic exactly like
+    /// [`Affinity::claim`]; the batch is cut into script calls of
+    /// [`CLAIM_BATCH_CHUNK`] targets, each atomic, all in one pipeline. A
+    /// target listed twice is `Claimed` (or `AlreadyOurs`) and then
+    /// `AlreadyOurs`. The outer error is Redis failing the whole batch.
     pub async fn claim_many<S: AsRef<str>>(
         &self,
         targets: &[S],
     ) -> Result<Vec<Result<Claim, AffinityError>>, AffinityError> {
-        if targets.is_empty() {
-            return Ok(Vec::new());
-        }
-        for t in targets {
-            validate_target(t.as_ref())?;
-        }
-        let mut inv = self.scripts.claim_many.prepare_invoke();
-        inv.key(self.keys.affinity_by_instance(&self.instance_id));
-        for t in targets {
-            inv.key(self.keys.affinity(t.as_ref()));
-        }
-        inv.arg(&*self.value).arg(ttl_secs(self.liveness)).arg(if self.refresh_owned { "1" } else { "0" });
-        for t in targets {
-            inv.arg(t.as_ref());
-        }
-        let mut c = self.conn.get().await?;
-        let values: Vec<redis::Value> = inv.invoke_async(&mut c).await?;
-        Ok(targets
-            .iter()
-            .zip(values)
-            .map(|(t, v)| match v {
-                redis::Value::Int(1) => Ok(Claim::Claimed),
-                redis::Value::Int(2) => Ok(Claim::AlreadyOurs),
-                other => {
-                    let owner: String = redis::from_redis_value(&other).unwrap_or_default();
-                    Err(AffinityError::TargetOwnedByOther {
-                        target: t.as_ref().to_string(),
-                        owner: Keys::owner_of_claim(&owner).to_string(),
-                    })
+        let mut out: Vec<Option<Result<Claim, AffinityError>>> = Vec::with_capacity(targets.len());
+        let mut valid = Vec::with_capacity(targets.len());
+        for (i, t) in targets.iter().enumerate() {
+            match validate_target(t.as_ref()) {
+                Ok(()) => {
+                    valid.push(i);
+                    out.push(None);
                 }
-            })
-            .collect())
+                Err(e) => out.push(Some(Err(e))),
+            }
+        }
+        if !valid.is_empty() {
+            let refresh = if self.refresh_owned { "1" } else { "0" };
+            let mut p = redis::pipe();
+            for chunk in valid.chunks(CLAIM_BATCH_CHUNK) {
+                let mut cmd = self.scripts.claim_many.call(1 + chunk.len());
+                cmd.arg(&*self.set_key);
+                for &i in chunk {
+                    cmd.arg(ClaimKey(&self.claim_prefix, targets[i].as_ref()));
+                }
+                cmd.arg(&*self.value).arg(self.ttl).arg(refresh);
+                for &i in chunk {
+                    cmd.arg(targets[i].as_ref());
+                }
+                p.add_command(cmd);
+            }
+            let mut c = self.conn.get().await?;
+            let replies: Vec<Vec<redis::Value>> = self.scripts.claim_many.run_pipe(&p, &mut c).await?;
+            let replies: Vec<redis::Value> = replies.into_iter().flatten().collect();
+            if replies.len() != valid.len() {
+                return Err(AffinityError::Redis(redis::RedisError::from((
+                    redis::ErrorKind::TypeError,
+                    "claim script returned the wrong number of outcomes",
+                    format!("{} for {} targets", replies.len(), valid.len()),
+                ))));
+            }
+            for (i, reply) in valid.into_iter().zip(replies) {
+                out[i] = Some(claim_outcome(targets[i].as_ref(), reply));
+            }
+        }
+        Ok(out.into_iter().map(|o| o.expect("every target has an outcome")).collect())
     }
 
     /// The instance owning `target`, if any.
@@ -312,54 +439,36 @@ impl Affinity {
     /// Releases `target` if (and only if) ours. Returns whether a claim was deleted.
     pub async fn release(&self, target: &str) -> Result<bool, AffinityError> {
         validate_target(target)?;
+        let mut cmd = self.scripts.release.call(2);
+        cmd.arg(ClaimKey(&self.claim_prefix, target)).arg(&*self.set_key).arg(&*self.value).arg(target);
         let mut c = self.conn.get().await?;
-        let n: i64 = self
-            .scripts
-            .release
-            .key(self.keys.affinity(target))
-            .key(self.keys.affinity_by_instance(&self.instance_id))
-            .arg(&*self.value)
-            .arg(target)
-            .invoke_async(&mut c)
-            .await?;
+        let n: i64 = self.scripts.release.run(&cmd, &mut c).await?;
         Ok(n == 1)
     }
 
     /// Graceful shutdown: releases every claim of this instance in one
     /// atomic step, and drops its by-instance set.
     pub async fn release_all(&self) -> Result<ReleaseAllReport, AffinityError> {
+        let mut cmd = self.scripts.release_all.call(1);
+        cmd.arg(&*self.set_key).arg(&*self.value).arg(&*self.claim_prefix);
         let mut c = self.conn.get().await?;
-        let n: u64 = self
-            .scripts
-            .release_all
-            .key(self.keys.affinity_by_instance(&self.instance_id))
-            .arg(&*self.value)
-            .arg(self.keys.affinity_prefix())
-            .invoke_async(&mut c)
-            .await?;
+        let n: u64 = self.scripts.release_all.run(&cmd, &mut c).await?;
         Ok(ReleaseAllReport { released: n })
     }
 
     /// Refreshes the TTL of every claim still ours (called on heartbeat) and
     /// drops lost ones from our set. Returns (refreshed, dropped).
     pub async fn refresh_all(&self) -> Result<(u64, u64), AffinityError> {
+        let mut cmd = self.scripts.refresh_all.call(1);
+        cmd.arg(&*self.set_key).arg(&*self.value).arg(self.ttl).arg(&*self.claim_prefix);
         let mut c = self.conn.get().await?;
-        let r: (u64, u64) = self
-            .scripts
-            .refresh_all
-            .key(self.keys.affinity_by_instance(&self.instance_id))
-            .arg(&*self.value)
-            .arg(ttl_secs(self.liveness))
-            .arg(self.keys.affinity_prefix())
-            .invoke_async(&mut c)
-            .await?;
-        Ok(r)
+        Ok(self.scripts.refresh_all.run(&cmd, &mut c).await?)
     }
 
     /// How many targets this instance's by-instance set holds.
     pub async fn owned_count(&self) -> Result<u64, AffinityError> {
         let mut c = self.conn.get().await?;
-        Ok(c.scard(self.keys.affinity_by_instance(&self.instance_id)).await?)
+        Ok(c.scard(&*self.set_key).await?)
     }
 
     /// Claims whose owner's instance key is gone.
@@ -443,4 +552,64 @@ pub async fn orphaned_claims(conn: &RedisConn, keys: &Keys) -> Result<Vec<(Strin
         dead.extend(chunk.iter().zip(alive).filter(|(_, a)| !a).map(|(o, _)| o.to_string()));
     }
     Ok(claims.into_iter().filter(|(_, o)| dead.contains(o)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(r: Result<Claim, AffinityError>) -> String {
+        match r {
+            Err(AffinityError::TargetOwnedByOther { target, owner }) => {
+                assert_eq!(target, "t");
+                owner
+            }
+            other => panic!("expected TargetOwnedByOther, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn claim_replies_map_to_outcomes() {
+        use redis::Value;
+        assert_eq!(claim_outcome("t", Value::Int(1)).unwrap(), Claim::Claimed);
+        assert_eq!(claim_outcome("t", Value::Int(2)).unwrap(), Claim::AlreadyOurs);
+        assert_eq!(owner(claim_outcome("t", Value::BulkString(b"n-10:".to_vec()))), "n-10");
+        assert_eq!(owner(claim_outcome("t", Value::SimpleString("n-2:".into()))), "n-2");
+        // A value written by hand without the delimiter still names someone.
+        assert_eq!(owner(claim_outcome("t", Value::BulkString(b"legacy".to_vec()))), "legacy");
+        for odd in [Value::Int(0), Value::Int(3), Value::Nil, Value::Array(vec![])] {
+            let e = claim_outcome("t", odd.clone()).unwrap_err();
+            assert!(e.is_redis(), "{odd:?} must count as a Redis error (fail open), got {e:?}");
+        }
+    }
+
+    #[test]
+    fn claim_key_is_written_as_one_argument() {
+        use redis::ToRedisArgs;
+        assert_eq!(ClaimKey("ns:affinity:", "t-1").to_redis_args(), vec![b"ns:affinity:t-1".to_vec()]);
+        assert_eq!(ClaimKey(&Keys::new("ns").affinity_prefix(), "t-1").to_redis_args(), vec![Keys::new("ns").affinity("t-1").into_bytes()]);
+    }
+
+    #[test]
+    fn evalsha_command_carries_the_scripts_sha() {
+        let lua = Lua::new(CLAIM);
+        assert_eq!(lua.sha, redis::Script::new(CLAIM).get_hash());
+        let mut cmd = lua.call(2);
+        cmd.arg("k1").arg("k2").arg("v");
+        let args: Vec<Vec<u8>> = cmd.args_iter().map(|a| match a {
+            redis::Arg::Simple(b) => b.to_vec(),
+            redis::Arg::Cursor => panic!("cursor"),
+        }).collect();
+        assert_eq!(args, vec![b"EVALSHA".to_vec(), lua.sha.as_bytes().to_vec(), b"2".to_vec(), b"k1".to_vec(), b"k2".to_vec(), b"v".to_vec()]);
+    }
+
+    #[test]
+    fn target_ids() {
+        for ok in ["t-1", "019b9450-0b91-8c10-86c3-5c2c3f6b9f04", "a:b"] {
+            assert!(validate_target(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "by-instance:n-1", "a b", "x\t"] {
+            assert!(matches!(validate_target(bad), Err(AffinityError::InvalidTarget { .. })), "{bad:?}");
+        }
+    }
 }
