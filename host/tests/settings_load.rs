@@ -1,7 +1,7 @@
 //! Settings: `chitin.toml` text plus an environment map, as pure functions
 //! (the real process environment is never read here).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chitin::settings::{Problem, Settings, SettingsError};
@@ -22,7 +22,7 @@ fn problems(text: &str, env: &[(&str, &str)]) -> Vec<Problem> {
 fn bad_value(text: &str, env: &[(&str, &str)], key: &str) -> (String, String, String) {
     let p = problems(text, env);
     for problem in &p {
-        if let Problem::BadValue {
+        if let Problem::Refused {
             key: k,
             value,
             rule,
@@ -33,7 +33,7 @@ fn bad_value(text: &str, env: &[(&str, &str)], key: &str) -> (String, String, St
             return (value.clone(), rule.clone(), origin.clone());
         }
     }
-    panic!("no BadValue for {key} in {p:?}");
+    panic!("no problem with {key} in {p:?}");
 }
 
 #[test]
@@ -169,47 +169,62 @@ fn environment_overrides() {
 }
 
 #[test]
-fn empty_environment_value_unsets_an_optional_key() {
+fn empty_environment_value_resets_a_key_to_its_default() {
     let s = load(
-        "[cluster]\ninstance_id = \"a\"\n",
-        &[("CHITIN__CLUSTER__INSTANCE_ID", "")],
+        "[cluster]\ninstance_id = \"a\"\nnamespace = \"prod\"\n[policies]\ninstance-id = \"x.wasm\"\n",
+        &[
+            ("CHITIN__CLUSTER__INSTANCE_ID", ""),
+            ("CHITIN__CLUSTER__NAMESPACE", ""),
+            ("CHITIN__POLICIES__INSTANCE_ID", ""),
+        ],
     )
     .unwrap();
     assert_eq!(s.cluster.instance_id, None);
-    // A required key cannot be emptied into a valid value.
-    let (_, rule, _) = bad_value(
+    assert_eq!(s.cluster.namespace, "chitin");
+    assert_eq!(s.policies.instance_id, "default");
+    // The section is still checked.
+    let p = problems("", &[("CHITIN__NOPE__X", "")]);
+    assert_eq!(p.iter().map(Problem::key).collect::<Vec<_>>(), ["nope.x"], "{p:?}");
+}
+
+#[test]
+fn environment_values_fall_back_to_strings() {
+    let s = load(
         "",
-        &[("CHITIN__CLUSTER__NAMESPACE", "")],
-        "cluster.namespace",
-    );
-    assert!(rule.contains("non-empty"), "{rule}");
+        &[
+            // TOML would read these as a number and a date: the keys take strings.
+            ("CHITIN__CLUSTER__INSTANCE_ID", "007"),
+            ("CHITIN__CLUSTER__NAMESPACE", "2026-01-01"),
+            ("CHITIN__API__ADMIN_TOKEN", "12345"),
+            // Quoted is a TOML string too.
+            ("CHITIN__METRICS__AUTH_TOKEN", "\"s3cret\""),
+        ],
+    )
+    .unwrap();
+    assert_eq!(s.cluster.instance_id.as_deref(), Some("007"));
+    assert_eq!(s.cluster.namespace, "2026-01-01");
+    assert_eq!(s.api.admin_token.as_deref(), Some("12345"));
+    assert_eq!(s.metrics.auth_token.as_deref(), Some("s3cret"));
 }
 
 #[test]
 fn unknown_keys_are_refused_by_name() {
-    let p = problems("[cluster]\nenabeld = true\n", &[]);
-    assert!(
-        matches!(&p[..], [Problem::UnknownKey { key, known, .. }] if key == "cluster.enabeld" && known.contains(&"enabled")),
-        "{p:?}"
-    );
-    let p = problems("[clutser]\nenabled = true\n", &[]);
-    assert!(
-        matches!(&p[..], [Problem::UnknownKey { key, .. }] if key == "clutser"),
-        "{p:?}"
-    );
-    let p = problems("top_level = 1\n", &[]);
-    assert!(
-        matches!(&p[..], [Problem::UnknownKey { key, .. }] if key == "top_level"),
-        "{p:?}"
-    );
-    let p = problems("[policies]\nsharding = \"default\"\n", &[]);
-    assert!(
-        matches!(&p[..], [Problem::UnknownKey { key, .. }] if key == "policies.sharding"),
-        "{p:?}"
-    );
+    for (text, key, known) in [
+        ("[cluster]\nenabeld = true\n", "cluster.enabeld", "`enabled`"),
+        ("[clutser]\nenabled = true\n", "clutser", "`cluster`"),
+        ("top_level = 1\n", "top_level", "`node`"),
+        ("[policies]\nsharding = \"default\"\n", "policies.sharding", "`placement`"),
+    ] {
+        let p = problems(text, &[]);
+        assert!(
+            matches!(&p[..], [Problem::Refused { key: k, rule, .. }]
+                if k == key && rule.starts_with("unknown field") && rule.contains(known)),
+            "{text}: {p:?}"
+        );
+    }
     let text = load("[leases]\nttl = 3\n", &[]).unwrap_err().to_string();
     assert!(
-        text.contains("unknown key `leases.ttl`") && text.contains("ttl_secs"),
+        text.contains("`leases.ttl` = 3") && text.contains("unknown field `ttl`") && text.contains("ttl_secs"),
         "{text}"
     );
 }
@@ -223,10 +238,7 @@ fn unknown_environment_variables_are_refused_by_name() {
         "CHITIN__A__B__C",
     ] {
         let p = problems("", &[(var, "2")]);
-        assert!(
-            matches!(&p[..], [Problem::UnknownEnvVar { var: v, .. }] if v == var),
-            "{var}: {p:?}"
-        );
+        assert_eq!(p.len(), 1, "{var}: {p:?}");
         let text = SettingsError::Invalid(p).to_string();
         assert!(text.contains(var), "{text}");
     }
@@ -383,9 +395,11 @@ fn every_problem_is_reported_at_once() {
     );
     let keys: Vec<&str> = p.iter().map(Problem::key).collect();
     assert!(
-        keys.contains(&"leases.bogus") && keys.contains(&"CHITIN__NOPE__X"),
+        keys.contains(&"leases.bogus") && keys.contains(&"nope.x"),
         "{keys:?}"
     );
+    let text = SettingsError::Invalid(p).to_string();
+    assert!(text.contains("environment variable CHITIN__NOPE__X"), "{text}");
     // Unknown keys stop before value rules, so fix those first; value rules all at once:
     let p = problems(
         "[leases]\nttl_secs = 0\n[api]\nlisten = \"x\"\n[metrics]\nlisten = \"y\"\n",
@@ -430,9 +444,70 @@ fn policies_accept_both_spellings_of_instance_id() {
     assert_eq!(s.policies.instance_id, "a.wasm");
     let s = load("[policies]\ninstance-id = \"b.wasm\"\n", &[]).unwrap();
     assert_eq!(s.policies.instance_id, "b.wasm");
-    bad_value(
+    let (_, rule, _) = bad_value(
         "[policies]\ninstance-id = \"a\"\ninstance_id = \"b\"\n",
         &[],
-        "policies.instance_id",
+        "policies",
+    );
+    assert!(rule.contains("duplicate field `instance_id`"), "{rule}");
+}
+
+/// Every `tests/fixtures/settings/NAME.toml` (with the `VAR=value` lines of
+/// `NAME.env`, when there is one) is refused with exactly the text of
+/// `NAME.err`. `CHITIN_BLESS=1` writes the `.err` files from the output.
+#[test]
+fn golden_rejections() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/settings");
+    let bless = std::env::var("CHITIN_BLESS").is_ok_and(|v| v == "1");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for path in &files {
+        let ext = path.extension().and_then(|e| e.to_str());
+        let has = |ext: &str| files.contains(&path.with_extension(ext));
+        match ext {
+            Some("toml") => {}
+            Some("err" | "env") if has("toml") => continue,
+            _ => {
+                failures.push(format!("{}: not a case (no .toml beside it)", path.display()));
+                continue;
+            }
+        }
+        cases += 1;
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let text = std::fs::read_to_string(path).unwrap();
+        let env_text = std::fs::read_to_string(path.with_extension("env")).unwrap_or_default();
+        let env: Vec<(&str, &str)> = env_text
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| l.split_once('=').expect("NAME.env lines are VAR=value"))
+            .collect();
+        let got = match Settings::from_toml(&text, name, env) {
+            Ok(_) => {
+                failures.push(format!("{name}: accepted"));
+                continue;
+            }
+            Err(e) => format!("{e}\n"),
+        };
+        let err_path = path.with_extension("err");
+        if bless {
+            std::fs::write(&err_path, &got).unwrap();
+            continue;
+        }
+        match std::fs::read_to_string(&err_path) {
+            Ok(want) if want == got => {}
+            Ok(want) => failures.push(format!("{name}:\n--- expected\n{want}--- got\n{got}")),
+            Err(_) => failures.push(format!("{name}: no .err file; got\n{got}")),
+        }
+    }
+    assert!(cases > 0, "no cases in {}", dir.display());
+    assert!(
+        failures.is_empty(),
+        "{}\n(CHITIN_BLESS=1 rewrites the .err files)",
+        failures.join("\n")
     );
 }

@@ -35,7 +35,7 @@ use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use crate::lease::{self, NodeRecord, Store, StoreOptions};
-use crate::policy::{Policies, PolicyCallError, PolicyLoadError, PolicySettings};
+use crate::policy::{Policies, PolicyCallError, PolicyLoadError};
 use crate::settings::Settings;
 use crate::topology::{self, ClusterConfig, policy_view};
 
@@ -163,7 +163,7 @@ impl Node {
             path: data_dir.display().to_string(),
             source,
         })?;
-        let policies = Arc::new(Policies::load(&policy_settings(&settings), Some(data_dir.join("policy-cache")))?);
+        let policies = Arc::new(Policies::load(&settings.policies, Some(data_dir.join("policy-cache")))?);
         let given = provisioned.as_ref().and_then(|p| p.node_id.clone());
         let name = match given.or_else(|| settings.cluster.instance_id.clone()) {
             Some(name) => name,
@@ -254,8 +254,7 @@ impl Node {
     /// disk). A reload that fails keeps the components in use and says why;
     /// calls in progress finish on the components they started with.
     pub fn reload_policies(&self) -> Result<Vec<String>, PolicyLoadError> {
-        let settings = policy_settings(&self.settings);
-        let fresh = Policies::load(&settings, Some(self.settings.node.data_dir.join("policy-cache")))?;
+        let fresh = Policies::load(&self.settings.policies, Some(self.settings.node.data_dir.join("policy-cache")))?;
         let loaded = crate::policy::Slot::ALL
             .iter()
             .map(|slot| format!("{slot}: {}", fresh.slot(*slot).plugin().name()))
@@ -436,20 +435,6 @@ fn coordinator(settings: &Settings, uuid: Uuid, address: &str) -> Result<crate::
         version: env!("CARGO_PKG_VERSION").to_string(),
     };
     Ok(crate::coord::Coordinator::new(config, info)?)
-}
-
-/// The `[policies]` settings as the policy host reads them.
-fn policy_settings(settings: &Settings) -> PolicySettings {
-    let p = &settings.policies;
-    PolicySettings {
-        instance_id: p.instance_id.clone(),
-        placement: p.placement.clone(),
-        split: p.split.clone(),
-        drain: p.drain.clone(),
-        deadline_ms: u64::from(p.deadline_ms),
-        memory_limit_mib: u64::from(p.memory_limit_mib),
-        cache_dir: p.cache_dir.clone(),
-    }
 }
 
 /// What a status answer reads: registrations, lease rows, the database clock.

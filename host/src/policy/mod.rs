@@ -9,8 +9,10 @@
 //! - [`engine`]: the one wasmtime engine, its epoch ticker and the per-call limits;
 //! - [`cache`]: precompiled components on disk, keyed by content and engine;
 //! - [`plugin`]: loading a component (file or embedded default), checking its exports;
-//! - [`since_v0_1_0`]: bindings of interface version 0.1.0 and their conversions
-//!   to the SDK's plain types (one module per supported interface version);
+//! - [`wit`]: the supported interface versions, an enum arm each, and the
+//!   `latest` alias; [`since_v0_1_0`]: the bindings of version 0.1.0 and its
+//!   calls in the SDK's plain types (one module per supported version; the
+//!   record conversions come from the SDK's `__policy_conversions!`);
 //! - [`slot`]: a loaded slot: a warm instance, deadlines and error mapping;
 //! - [`fixture`]: the fixture runner behind `chitin policy test`.
 //!
@@ -24,6 +26,7 @@ pub mod fixture;
 pub mod plugin;
 pub mod since_v0_1_0;
 pub mod slot;
+pub mod wit;
 
 use std::path::PathBuf;
 
@@ -75,32 +78,39 @@ impl std::fmt::Display for Slot {
 }
 
 /// `[policies]` of `chitin.toml`: each slot maps to `"default"` (the
-/// component embedded in the binary) or to the path of a component file.
+/// component embedded in the binary) or to the path of a component file,
+/// plus the limits of every call. The node's settings embed this type as is.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicySettings {
-    #[serde(rename = "instance-id", alias = "instance_id")]
+    /// The `instance-id` slot (the WIT spelling is accepted too).
+    #[serde(alias = "instance-id")]
     pub instance_id: String,
+    /// The `placement` slot.
     pub placement: String,
+    /// The `split` slot.
     pub split: String,
+    /// The `drain` slot.
     pub drain: String,
-    /// Deadline of one call, in milliseconds.
-    pub deadline_ms: u64,
-    /// Linear-memory limit of one instance, in MiB.
-    pub memory_limit_mib: u64,
+    /// Deadline of one call, in milliseconds (1 … 60000).
+    pub deadline_ms: u32,
+    /// Linear-memory limit of one instance, in MiB (1 … 4096). `u32`, so that
+    /// the conversion to bytes cannot overflow.
+    pub memory_limit_mib: u32,
     /// Where precompiled components are cached; default `<data dir>/policy-cache`.
     pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for PolicySettings {
     fn default() -> Self {
+        let limits = Limits::default();
         PolicySettings {
             instance_id: "default".into(),
             placement: "default".into(),
             split: "default".into(),
             drain: "default".into(),
-            deadline_ms: Limits::default().deadline.as_millis() as u64,
-            memory_limit_mib: (Limits::default().memory_bytes >> 20) as u64,
+            deadline_ms: limits.deadline.as_millis() as u32,
+            memory_limit_mib: (limits.memory_bytes >> 20) as u32,
             cache_dir: None,
         }
     }
@@ -121,8 +131,8 @@ impl PolicySettings {
     /// The per-call limits these settings ask for.
     pub fn limits(&self) -> Result<Limits, PolicyLoadError> {
         Limits::new(
-            std::time::Duration::from_millis(self.deadline_ms),
-            self.memory_limit_mib << 20,
+            std::time::Duration::from_millis(u64::from(self.deadline_ms)),
+            u64::from(self.memory_limit_mib) << 20,
         )
     }
 }

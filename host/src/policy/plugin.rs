@@ -6,16 +6,14 @@ use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
 use super::cache::Cache;
-use super::{PolicyLoadError, Slot, engine::engine, since_v0_1_0};
+pub use super::wit::SUPPORTED_VERSIONS;
+use super::{PolicyLoadError, Slot, engine::engine};
 
 /// The default policies, built from `policies/default` by `build.rs`.
 pub static EMBEDDED_DEFAULTS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/chitin_default_policies.wasm"));
 
 /// The WIT package policies are exported from.
 pub const PACKAGE: &str = "chitin:policy";
-
-/// Interface versions this host can call, newest first.
-pub const SUPPORTED_VERSIONS: &[&str] = &[since_v0_1_0::VERSION];
 
 /// Where a plugin comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,9 +1,15 @@
-//! Interface version 0.1.0 (`wit/since_v0.1.0`): the generated bindings and
-//! their conversions to and from the SDK's plain types. A later interface
-//! version gets a module of its own beside this one; the rest of the host
-//! only sees the SDK types.
+//! Interface version 0.1.0 (`wit/since_v0.1.0`): the generated bindings, the
+//! exports of each slot, and calls in the SDK's plain types. A later
+//! interface version gets a module of its own beside this one and an arm in
+//! [`super::wit`]; the rest of the host only sees the SDK types.
 
 use chitin_policy_sdk as sdk;
+use wasmtime::Store;
+use wasmtime::component::{Instance, InstancePre};
+
+use super::Slot;
+use super::slot::State;
+use super::wit::{Answer, wrong_slot};
 
 wasmtime::component::bindgen!({
     path: "../wit/since_v0.1.0",
@@ -13,109 +19,131 @@ wasmtime::component::bindgen!({
 /// The interface version these bindings speak.
 pub const VERSION: &str = "0.1.0";
 
-pub use exports::chitin::policy::{drain, instance_id, placement, split};
 use chitin::policy::types as wit;
+use exports::chitin::policy::{drain, instance_id, placement, split};
 
-/// A lossless conversion between an SDK type and its generated twin.
-pub trait Conv<T> {
-    fn conv(self) -> T;
+chitin_policy_sdk::__policy_conversions!(
+    types: wit,
+    instance_id: instance_id,
+    placement: placement,
+    split: split,
+    drain: drain,
+);
+
+/// Where one slot's exports are in a component, found once per component.
+pub enum Indices {
+    /// `instance-id`
+    InstanceId(instance_id::GuestIndices),
+    /// `placement`
+    Placement(placement::GuestIndices),
+    /// `split`
+    Split(split::GuestIndices),
+    /// `drain`
+    Drain(drain::GuestIndices),
 }
 
-macro_rules! same {
-    ($($t:ty),*) => { $(impl Conv<$t> for $t { fn conv(self) -> $t { self } })* };
+/// One slot's exports in one instance.
+pub enum Exports {
+    /// `instance-id`
+    InstanceId(instance_id::Guest),
+    /// `placement`
+    Placement(placement::Guest),
+    /// `split`
+    Split(split::Guest),
+    /// `drain`
+    Drain(drain::Guest),
 }
-same!(String, u32, u64, f64);
 
-impl<A: Conv<B>, B> Conv<Vec<B>> for Vec<A> {
-    fn conv(self) -> Vec<B> {
-        self.into_iter().map(Conv::conv).collect()
+impl Indices {
+    /// Finds the exports of `slot` in the component `pre` instantiates.
+    pub fn new(slot: Slot, pre: &InstancePre<State>) -> wasmtime::Result<Self> {
+        Ok(match slot {
+            Slot::InstanceId => Indices::InstanceId(instance_id::GuestIndices::new(pre)?),
+            Slot::Placement => Indices::Placement(placement::GuestIndices::new(pre)?),
+            Slot::Split => Indices::Split(split::GuestIndices::new(pre)?),
+            Slot::Drain => Indices::Drain(drain::GuestIndices::new(pre)?),
+        })
+    }
+
+    /// The exports in `instance`.
+    pub fn load(&self, store: &mut Store<State>, instance: &Instance) -> wasmtime::Result<Exports> {
+        Ok(match self {
+            Indices::InstanceId(i) => Exports::InstanceId(i.load(&mut *store, instance)?),
+            Indices::Placement(i) => Exports::Placement(i.load(&mut *store, instance)?),
+            Indices::Split(i) => Exports::Split(i.load(&mut *store, instance)?),
+            Indices::Drain(i) => Exports::Drain(i.load(&mut *store, instance)?),
+        })
     }
 }
 
-impl<A: Conv<B>, B> Conv<Option<B>> for Option<A> {
-    fn conv(self) -> Option<B> {
-        self.map(Conv::conv)
-    }
+/// A guest's answer in SDK types.
+fn answer<T: Conv<U>, U>(r: wasmtime::Result<Result<T, wit::PolicyError>>) -> Answer<U> {
+    r.map(|r| r.map(Conv::conv).map_err(Conv::conv))
 }
 
-impl<A: Conv<C>, B: Conv<D>, C, D> Conv<(C, D)> for (A, B) {
-    fn conv(self) -> (C, D) {
-        (self.0.conv(), self.1.conv())
-    }
-}
-
-/// Records with the same fields on both sides convert both ways.
-macro_rules! record {
-    ($sdk:path => $wit:path { $($f:ident),* }) => {
-        impl Conv<$wit> for $sdk {
-            fn conv(self) -> $wit {
-                use $sdk as S;
-                let S { $($f),* } = self;
-                $wit { $($f: $f.conv()),* }
-            }
-        }
-        impl Conv<$sdk> for $wit {
-            fn conv(self) -> $sdk {
-                use $wit as W;
-                let W { $($f),* } = self;
-                $sdk { $($f: $f.conv()),* }
-            }
-        }
-    };
-}
-
-/// Enums with the same cases on both sides convert both ways.
-macro_rules! cases {
-    ($sdk:ident => $wit:ident { $($c:ident),* }) => {
-        impl Conv<wit::$wit> for sdk::$sdk {
-            fn conv(self) -> wit::$wit {
-                match self { $(sdk::$sdk::$c => wit::$wit::$c),* }
-            }
-        }
-        impl Conv<sdk::$sdk> for wit::$wit {
-            fn conv(self) -> sdk::$sdk {
-                match self { $(wit::$wit::$c => sdk::$sdk::$c),* }
-            }
-        }
-    };
-}
-
-cases!(NodeState => NodeState { Joining, Active, Leaving, Down });
-cases!(ShardState => ShardState { Active, Splitting, Activating, Inactive });
-record!(sdk::Label => wit::Label { key, value });
-record!(sdk::Node => wit::Node { id, address, zone, labels, state });
-record!(sdk::Shard => wit::Shard { id, application, lower, upper, state, parent });
-record!(sdk::Replica => wit::Replica { id, shard, node });
-record!(sdk::ShardLoad => wit::ShardLoad { shard, keys, bytes, ops_per_sec });
-record!(sdk::RangeLoad => wit::RangeLoad { lower, upper, keys, bytes, ops_per_sec });
-record!(sdk::Holder => wit::Holder { shard, node });
-record!(sdk::HolderRanking => wit::HolderRanking { shard, nodes });
-record!(sdk::ShardPlacement => wit::ShardPlacement { shard, nodes });
-record!(sdk::ReplicaMove => wit::ReplicaMove { shard, replica, source, target });
-record!(sdk::Handoff => wit::Handoff { shard, source, target });
-record!(sdk::NodeShortage => wit::NodeShortage { needed, eligible });
-record!(sdk::InstanceContext => instance_id::InstanceContext { env, hostname });
-record!(sdk::PlacementRequest => placement::PlacementRequest { nodes, shards, replicas, new_shards, replication_factor });
-record!(sdk::RebalanceRequest => placement::RebalanceRequest { nodes, shards, replicas, holders, load });
-record!(sdk::RankingRequest => placement::RankingRequest { nodes, shards, replicas });
-record!(sdk::SplitRequest => split::SplitRequest { shard, children, at, load, samples });
-record!(sdk::DrainRequest => drain::DrainRequest { leaving, nodes, shards, replicas, holders, load, max_per_round });
-
-impl Conv<sdk::PolicyError> for wit::PolicyError {
-    fn conv(self) -> sdk::PolicyError {
-        use sdk::PolicyError as E;
+impl Exports {
+    fn slot(&self) -> Slot {
         match self {
-            wit::PolicyError::InsufficientNodes(s) => E::InsufficientNodes(s.conv()),
-            wit::PolicyError::UnknownShard(s) => E::UnknownShard(s),
-            wit::PolicyError::UnknownNode(s) => E::UnknownNode(s),
-            wit::PolicyError::InvalidSplit(s) => E::InvalidSplit(s),
-            wit::PolicyError::InvalidInput(s) => E::InvalidInput(s),
-            wit::PolicyError::Unsupported(s) => E::Unsupported(s),
+            Exports::InstanceId(_) => Slot::InstanceId,
+            Exports::Placement(_) => Slot::Placement,
+            Exports::Split(_) => Slot::Split,
+            Exports::Drain(_) => Slot::Drain,
         }
     }
-}
 
-/// A guest's `result<T, policy-error>` as SDK types.
-pub fn outcome<T: Conv<U>, U>(r: Result<T, wit::PolicyError>) -> Result<U, sdk::PolicyError> {
-    r.map(Conv::conv).map_err(Conv::conv)
+    /// `instance-id.resolve`.
+    pub fn resolve(&self, store: &mut Store<State>, ctx: sdk::InstanceContext) -> Answer<String> {
+        match self {
+            Exports::InstanceId(g) => answer(g.call_resolve(store, &ctx.conv())),
+            _ => wrong_slot(self.slot(), Slot::InstanceId),
+        }
+    }
+
+    /// `placement.place-replicas`.
+    pub fn place_replicas(
+        &self,
+        store: &mut Store<State>,
+        req: sdk::PlacementRequest,
+    ) -> Answer<Vec<sdk::ShardPlacement>> {
+        match self {
+            Exports::Placement(g) => answer(g.call_place_replicas(store, &req.conv())),
+            _ => wrong_slot(self.slot(), Slot::Placement),
+        }
+    }
+
+    /// `placement.rebalance`.
+    pub fn rebalance(&self, store: &mut Store<State>, req: sdk::RebalanceRequest) -> Answer<Vec<sdk::ReplicaMove>> {
+        match self {
+            Exports::Placement(g) => answer(g.call_rebalance(store, &req.conv())),
+            _ => wrong_slot(self.slot(), Slot::Placement),
+        }
+    }
+
+    /// `placement.preferred-holders`.
+    pub fn preferred_holders(
+        &self,
+        store: &mut Store<State>,
+        req: sdk::RankingRequest,
+    ) -> Answer<Vec<sdk::HolderRanking>> {
+        match self {
+            Exports::Placement(g) => answer(g.call_preferred_holders(store, &req.conv())),
+            _ => wrong_slot(self.slot(), Slot::Placement),
+        }
+    }
+
+    /// `split.split-points`.
+    pub fn split_points(&self, store: &mut Store<State>, req: sdk::SplitRequest) -> Answer<Vec<u32>> {
+        match self {
+            Exports::Split(g) => answer(g.call_split_points(store, &req.conv())),
+            _ => wrong_slot(self.slot(), Slot::Split),
+        }
+    }
+
+    /// `drain.plan-drain`.
+    pub fn plan_drain(&self, store: &mut Store<State>, req: sdk::DrainRequest) -> Answer<Vec<Vec<sdk::Handoff>>> {
+        match self {
+            Exports::Drain(g) => answer(g.call_plan_drain(store, &req.conv())),
+            _ => wrong_slot(self.slot(), Slot::Drain),
+        }
+    }
 }

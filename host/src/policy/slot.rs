@@ -18,7 +18,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::engine::{Limits, engine};
-use super::since_v0_1_0::{self as v0_1_0, Conv, drain, instance_id, placement, split};
+use super::wit::{Answer, Exports, Indices};
 use super::{Plugin, PolicyCallError, PolicyLoadError, Slot, invalid_name_reason};
 
 /// Bytes of guest stdout/stderr kept for error messages.
@@ -88,24 +88,9 @@ fn linker() -> &'static Linker<State> {
     })
 }
 
-/// The typed exports of one slot at one interface version.
-enum Guest {
-    InstanceId(instance_id::Guest),
-    Placement(placement::Guest),
-    Split(split::Guest),
-    Drain(drain::Guest),
-}
-
-enum Indices {
-    InstanceId(instance_id::GuestIndices),
-    Placement(placement::GuestIndices),
-    Split(split::GuestIndices),
-    Drain(drain::GuestIndices),
-}
-
 struct Warm {
     store: Store<State>,
-    guest: Guest,
+    exports: Exports,
 }
 
 /// A slot served by a plugin. Calls are serialised per slot.
@@ -123,20 +108,13 @@ impl SlotRunner {
     /// prepares its instantiation.
     pub fn new(plugin: Arc<Plugin>, slot: Slot, limits: Limits) -> Result<Self, PolicyLoadError> {
         let version = plugin.slot_version(slot)?;
-        debug_assert_eq!(version, v0_1_0::VERSION);
         let instantiate_error = |e: wasmtime::Error| PolicyLoadError::Instantiate {
             plugin: plugin.name().to_string(),
             slot,
             reason: format!("{e:#}"),
         };
         let pre = linker().instantiate_pre(plugin.component()).map_err(instantiate_error)?;
-        let indices = match slot {
-            Slot::InstanceId => instance_id::GuestIndices::new(&pre).map(Indices::InstanceId),
-            Slot::Placement => placement::GuestIndices::new(&pre).map(Indices::Placement),
-            Slot::Split => split::GuestIndices::new(&pre).map(Indices::Split),
-            Slot::Drain => drain::GuestIndices::new(&pre).map(Indices::Drain),
-        }
-        .map_err(instantiate_error)?;
+        let indices = Indices::new(version, slot, &pre).map_err(instantiate_error)?;
         Ok(SlotRunner {
             plugin,
             slot,
@@ -186,33 +164,22 @@ impl SlotRunner {
         store.limiter(|s| s);
         store.set_epoch_deadline(self.limits.deadline_ticks());
         let instance = self.pre.instantiate(&mut store)?;
-        let guest = match &self.indices {
-            Indices::InstanceId(i) => Guest::InstanceId(i.load(&mut store, &instance)?),
-            Indices::Placement(i) => Guest::Placement(i.load(&mut store, &instance)?),
-            Indices::Split(i) => Guest::Split(i.load(&mut store, &instance)?),
-            Indices::Drain(i) => Guest::Drain(i.load(&mut store, &instance)?),
-        };
-        Ok(Warm { store, guest })
+        let exports = self.indices.load(&mut store, &instance)?;
+        Ok(Warm { store, exports })
     }
 
     /// Runs `f` on the warm instance (made when missing) under the limits.
-    fn call<T, U>(
-        &self,
-        f: impl FnOnce(&mut Store<State>, &Guest) -> wasmtime::Result<Result<T, v0_1_0::chitin::policy::types::PolicyError>>,
-    ) -> Result<U, PolicyCallError>
-    where
-        T: Conv<U>,
-    {
+    fn call<T>(&self, f: impl FnOnce(&mut Store<State>, &Exports) -> Answer<T>) -> Result<T, PolicyCallError> {
         let mut slot = self.warm.lock().unwrap_or_else(|p| p.into_inner());
         let mut warm = match slot.take() {
             Some(warm) => warm,
             None => self.instantiate().map_err(|e| self.failure(e, None))?,
         };
         warm.store.set_epoch_deadline(self.limits.deadline_ticks());
-        match f(&mut warm.store, &warm.guest) {
+        match f(&mut warm.store, &warm.exports) {
             Ok(answer) => {
                 *slot = Some(warm);
-                v0_1_0::outcome(answer).map_err(|error| PolicyCallError::Refused {
+                answer.map_err(|error| PolicyCallError::Refused {
                     plugin: self.plugin.name().to_string(),
                     slot: self.slot,
                     error,
@@ -248,17 +215,9 @@ impl SlotRunner {
         PolicyCallError::Trap { plugin, slot, reason }
     }
 
-    fn wrong_slot(&self, wanted: Slot) -> ! {
-        panic!("the runner of slot `{}` was called as `{wanted}`", self.slot)
-    }
-
     /// `instance-id.resolve`, with the host's name check.
     pub fn resolve(&self, ctx: sdk::InstanceContext) -> Result<String, PolicyCallError> {
-        let ctx: instance_id::InstanceContext = ctx.conv();
-        let name: String = self.call(|store, guest| match guest {
-            Guest::InstanceId(g) => g.call_resolve(store, &ctx),
-            _ => self.wrong_slot(Slot::InstanceId),
-        })?;
+        let name = self.call(|store, exports| exports.resolve(store, ctx))?;
         match invalid_name_reason(&name) {
             None => Ok(name),
             Some(why) => Err(PolicyCallError::InvalidName {
@@ -271,46 +230,26 @@ impl SlotRunner {
 
     /// `placement.place-replicas`.
     pub fn place_replicas(&self, req: sdk::PlacementRequest) -> Result<Vec<sdk::ShardPlacement>, PolicyCallError> {
-        let req: placement::PlacementRequest = req.conv();
-        self.call(|store, guest| match guest {
-            Guest::Placement(g) => g.call_place_replicas(store, &req),
-            _ => self.wrong_slot(Slot::Placement),
-        })
+        self.call(|store, exports| exports.place_replicas(store, req))
     }
 
     /// `placement.rebalance`.
     pub fn rebalance(&self, req: sdk::RebalanceRequest) -> Result<Vec<sdk::ReplicaMove>, PolicyCallError> {
-        let req: placement::RebalanceRequest = req.conv();
-        self.call(|store, guest| match guest {
-            Guest::Placement(g) => g.call_rebalance(store, &req),
-            _ => self.wrong_slot(Slot::Placement),
-        })
+        self.call(|store, exports| exports.rebalance(store, req))
     }
 
     /// `placement.preferred-holders`.
     pub fn preferred_holders(&self, req: sdk::RankingRequest) -> Result<Vec<sdk::HolderRanking>, PolicyCallError> {
-        let req: placement::RankingRequest = req.conv();
-        self.call(|store, guest| match guest {
-            Guest::Placement(g) => g.call_preferred_holders(store, &req),
-            _ => self.wrong_slot(Slot::Placement),
-        })
+        self.call(|store, exports| exports.preferred_holders(store, req))
     }
 
     /// `split.split-points`.
     pub fn split_points(&self, req: sdk::SplitRequest) -> Result<Vec<u32>, PolicyCallError> {
-        let req: split::SplitRequest = req.conv();
-        self.call(|store, guest| match guest {
-            Guest::Split(g) => g.call_split_points(store, &req),
-            _ => self.wrong_slot(Slot::Split),
-        })
+        self.call(|store, exports| exports.split_points(store, req))
     }
 
     /// `drain.plan-drain`.
     pub fn plan_drain(&self, req: sdk::DrainRequest) -> Result<Vec<Vec<sdk::Handoff>>, PolicyCallError> {
-        let req: drain::DrainRequest = req.conv();
-        self.call(|store, guest| match guest {
-            Guest::Drain(g) => g.call_plan_drain(store, &req),
-            _ => self.wrong_slot(Slot::Drain),
-        })
+        self.call(|store, exports| exports.plan_drain(store, req))
     }
 }

@@ -1,6 +1,7 @@
 //! The component glue behind [`export_policies!`](crate::export_policies):
 //! wit-bindgen bindings of the four single-slot worlds of `chitin:policy@0.1.0`
-//! and their conversions to and from the SDK's plain types. Private: plugin
+//! and their conversions to and from the SDK's plain types (the field lists
+//! are in [`conv`](crate::conv), shared with the host). Private: plugin
 //! authors only see the traits and the macro.
 //!
 //! Each slot world is generated on its own with `pub_export_macro`, so its
@@ -69,96 +70,8 @@ use instance_id::exports::chitin::policy::instance_id as i;
 use placement::exports::chitin::policy::placement as p;
 use split::exports::chitin::policy::split as s;
 
-/// A lossless conversion between a generated type and its SDK twin.
-trait Conv<T> {
-    fn conv(self) -> T;
-}
-
-macro_rules! same {
-    ($($t:ty),*) => { $(impl Conv<$t> for $t { fn conv(self) -> $t { self } })* };
-}
-same!(String, u32, u64, f64);
-
-impl<A: Conv<B>, B> Conv<Vec<B>> for Vec<A> {
-    fn conv(self) -> Vec<B> {
-        self.into_iter().map(Conv::conv).collect()
-    }
-}
-
-impl<A: Conv<B>, B> Conv<Option<B>> for Option<A> {
-    fn conv(self) -> Option<B> {
-        self.map(Conv::conv)
-    }
-}
-
-impl<A: Conv<C>, B: Conv<D>, C, D> Conv<(C, D)> for (A, B) {
-    fn conv(self) -> (C, D) {
-        (self.0.conv(), self.1.conv())
-    }
-}
-
-/// Records with the same fields on both sides convert one way.
-macro_rules! record {
-    ($from:path => $to:path { $($f:ident),* }) => {
-        impl Conv<$to> for $from {
-            fn conv(self) -> $to {
-                use $from as F;
-                let F { $($f),* } = self;
-                $to { $($f: $f.conv()),* }
-            }
-        }
-    };
-}
-
-macro_rules! cases {
-    ($from:path => $to:path { $($c:ident),* }) => {
-        impl Conv<$to> for $from {
-            fn conv(self) -> $to {
-                use $from as F;
-                use $to as T;
-                match self { $(F::$c => T::$c),* }
-            }
-        }
-    };
-}
-
-// Inputs: generated -> SDK.
-cases!(wit::NodeState => sdk::NodeState { Joining, Active, Leaving, Down });
-cases!(wit::ShardState => sdk::ShardState { Active, Splitting, Activating, Inactive });
-record!(wit::Label => sdk::Label { key, value });
-record!(wit::Node => sdk::Node { id, address, zone, labels, state });
-record!(wit::Shard => sdk::Shard { id, application, lower, upper, state, parent });
-record!(wit::Replica => sdk::Replica { id, shard, node });
-record!(wit::ShardLoad => sdk::ShardLoad { shard, keys, bytes, ops_per_sec });
-record!(wit::RangeLoad => sdk::RangeLoad { lower, upper, keys, bytes, ops_per_sec });
-record!(wit::Holder => sdk::Holder { shard, node });
-record!(i::InstanceContext => sdk::InstanceContext { env, hostname });
-record!(p::PlacementRequest => sdk::PlacementRequest { nodes, shards, replicas, new_shards, replication_factor });
-record!(p::RebalanceRequest => sdk::RebalanceRequest { nodes, shards, replicas, holders, load });
-record!(p::RankingRequest => sdk::RankingRequest { nodes, shards, replicas });
-record!(s::SplitRequest => sdk::SplitRequest { shard, children, at, load, samples });
-record!(d::DrainRequest => sdk::DrainRequest { leaving, nodes, shards, replicas, holders, load, max_per_round });
-
-// Outputs: SDK -> generated.
-record!(sdk::HolderRanking => wit::HolderRanking { shard, nodes });
-record!(sdk::ShardPlacement => wit::ShardPlacement { shard, nodes });
-record!(sdk::ReplicaMove => wit::ReplicaMove { shard, replica, source, target });
-record!(sdk::Handoff => wit::Handoff { shard, source, target });
-record!(sdk::NodeShortage => wit::NodeShortage { needed, eligible });
-
-impl Conv<wit::PolicyError> for sdk::PolicyError {
-    fn conv(self) -> wit::PolicyError {
-        use wit::PolicyError as W;
-        match self {
-            sdk::PolicyError::InsufficientNodes(s) => W::InsufficientNodes(s.conv()),
-            sdk::PolicyError::UnknownShard(s) => W::UnknownShard(s),
-            sdk::PolicyError::UnknownNode(s) => W::UnknownNode(s),
-            sdk::PolicyError::InvalidSplit(s) => W::InvalidSplit(s),
-            sdk::PolicyError::InvalidInput(s) => W::InvalidInput(s),
-            sdk::PolicyError::Unsupported(s) => W::Unsupported(s),
-        }
-    }
-}
+// Inputs convert generated -> SDK, outputs and errors SDK -> generated.
+crate::__policy_conversions!(types: wit, instance_id: i, placement: p, split: s, drain: d);
 
 fn out<T: Conv<U>, U>(r: Result<T, sdk::PolicyError>) -> Result<U, wit::PolicyError> {
     r.map(Conv::conv).map_err(Conv::conv)

@@ -87,6 +87,7 @@
 //! (always zero) and no files, network or environment beyond the request, and
 //! a warm instance serves many calls, so keep no state between calls.
 
+mod conv;
 pub mod range;
 pub mod rank;
 pub mod types;

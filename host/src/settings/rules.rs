@@ -1,0 +1,320 @@
+//! The rules values must keep beyond their types. Each refusal names the
+//! key, the value and the rule; every refusal is reported at once.
+
+use std::net::SocketAddr;
+
+use super::load::Origins;
+use super::{Problem, Settings};
+
+/// The longest duration accepted, in seconds. Longer timings are typos (a
+/// lease that takes a day to fail over), and far longer ones would overflow
+/// `Duration`.
+pub const MAX_SECS: f64 = 86_400.0;
+
+/// The database URL schemes a node can use, with whether cluster mode may.
+const DATABASE_SCHEMES: &[(&str, bool)] = &[
+    ("postgres", true),
+    ("postgresql", true),
+    ("mysql", true),
+    ("mariadb", true),
+    ("sqlite", false),
+];
+
+/// Every rule `settings` breaks, in key order of the file.
+pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let mut bad = |key: &str, value: String, rule: String| {
+        out.push(Problem::Refused {
+            key: key.to_owned(),
+            value,
+            rule,
+            origin: origins.of(key),
+        })
+    };
+    let q = |s: &str| format!("{s:?}");
+
+    if settings.node.data_dir.as_os_str().is_empty() {
+        bad("node.data_dir", q(""), "must not be empty".into());
+    }
+
+    let c = &settings.cluster;
+    if c.namespace.is_empty()
+        || !c
+            .namespace
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.'))
+    {
+        bad(
+            "cluster.namespace",
+            q(&c.namespace),
+            "must be non-empty and use only letters, digits, `_`, `-` and `.`".into(),
+        );
+    }
+    let hb = c.heartbeat_interval_secs;
+    let hb_rule = seconds(hb, 0.1, "must be at least 0.1 seconds");
+    let live = c.liveness_timeout_secs;
+    let live_rule = seconds(live, f64::MIN_POSITIVE, "must be a positive number of seconds").or_else(|| {
+        (hb_rule.is_none() && live <= 2.0 * hb).then(|| {
+            format!(
+                "must exceed 2 × cluster.heartbeat_interval_secs ({hb}), i.e. be more than {}",
+                2.0 * hb
+            )
+        })
+    });
+    if let Some(rule) = hb_rule {
+        bad("cluster.heartbeat_interval_secs", hb.to_string(), rule);
+    }
+    if let Some(rule) = live_rule {
+        bad("cluster.liveness_timeout_secs", live.to_string(), rule);
+    }
+    if let Some(id) = &c.instance_id
+        && (id.is_empty() || id.contains(':') || id.chars().any(char::is_whitespace) || id.len() > 255)
+    {
+        bad(
+            "cluster.instance_id",
+            q(id),
+            "must be non-empty, at most 255 bytes, without `:` or whitespace".into(),
+        );
+    }
+    if c.listen.parse::<SocketAddr>().is_err() {
+        bad(
+            "cluster.listen",
+            q(&c.listen),
+            "must be an IP:port socket address, e.g. 0.0.0.0:7946".into(),
+        );
+    }
+    if let Some(a) = &c.advertise
+        && !host_port(a)
+    {
+        bad("cluster.advertise", q(a), "must be host:port, e.g. 10.0.0.11:7946".into());
+    }
+    match &c.redis_url {
+        Some(u)
+            if !["redis://", "rediss://", "unix://", "redis+unix://"]
+                .iter()
+                .any(|p| u.starts_with(p)) =>
+        {
+            bad(
+                "cluster.redis_url",
+                q(&redact(u)),
+                "must start with redis://, rediss:// or unix://".into(),
+            )
+        }
+        None if c.enabled => bad(
+            "cluster.redis_url",
+            "(unset)".into(),
+            "is required when cluster.enabled = true".into(),
+        ),
+        _ => {}
+    }
+    if let Some(p) = &c.config_file
+        && p.as_os_str().is_empty()
+    {
+        bad("cluster.config_file", q(""), "must not be empty when set".into());
+    }
+
+    match &settings.database.url {
+        Some(u) => match database_scheme(u) {
+            None => bad(
+                "database.url",
+                q(&redact(u)),
+                "must be a postgres://, mysql://, mariadb:// or sqlite: URL".into(),
+            ),
+            Some(false) if c.enabled => bad(
+                "database.url",
+                q(&redact(u)),
+                "must be a PostgreSQL or MySQL/MariaDB URL when cluster.enabled = true: every node \
+                 shares the database, and SQLite is for standalone mode"
+                    .into(),
+            ),
+            Some(_) => {}
+        },
+        None if c.enabled => bad(
+            "database.url",
+            "(unset)".into(),
+            "is required when cluster.enabled = true (a PostgreSQL or MySQL database shared by every node)".into(),
+        ),
+        None => {}
+    }
+
+    let l = &settings.leases;
+    let ttl_rule = seconds(l.ttl_secs, 1.0, "must be at least 1 second");
+    let r = l.renew_interval_secs;
+    let renew_rule = seconds(r, 0.05, "must be at least 0.05 seconds").or_else(|| {
+        (ttl_rule.is_none() && r >= l.ttl_secs / 2.0).then(|| {
+            format!(
+                "must be less than half of leases.ttl_secs ({}), i.e. below {}, so that two renewals fit \
+                 in a lease's lifetime",
+                l.ttl_secs,
+                l.ttl_secs / 2.0
+            )
+        })
+    });
+    if let Some(rule) = ttl_rule {
+        bad("leases.ttl_secs", l.ttl_secs.to_string(), rule);
+    }
+    if let Some(rule) = renew_rule {
+        bad("leases.renew_interval_secs", r.to_string(), rule);
+    }
+    if l.max_handoffs_per_round == 0 {
+        bad("leases.max_handoffs_per_round", "0".into(), "must be at least 1".into());
+    }
+
+    for (key, listen, example) in [
+        ("api.listen", &settings.api.listen, "0.0.0.0:50051"),
+        ("metrics.listen", &settings.metrics.listen, "0.0.0.0:9090"),
+    ] {
+        if listen.parse::<SocketAddr>().is_err() {
+            bad(key, q(listen), format!("must be an IP:port socket address, e.g. {example}"));
+        }
+    }
+    for (key, token) in [
+        ("metrics.auth_token", &settings.metrics.auth_token),
+        ("api.admin_token", &settings.api.admin_token),
+    ] {
+        if let Some(t) = token
+            && (t.trim().is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            bad(
+                key,
+                q(t),
+                "must be printable ASCII without spaces when set (unset it to disable auth)".into(),
+            );
+        }
+    }
+
+    let p = &settings.policies;
+    for (key, v) in [
+        ("policies.instance_id", &p.instance_id),
+        ("policies.placement", &p.placement),
+        ("policies.split", &p.split),
+        ("policies.drain", &p.drain),
+    ] {
+        if v.trim().is_empty() {
+            bad(key, q(v), "must be \"default\" or the path of a policy component".into());
+        }
+    }
+    out
+}
+
+/// The rule a duration of `secs` seconds breaks, if any: at least `min`
+/// (NaN never is; `too_small` says so), at most [`MAX_SECS`].
+fn seconds(secs: f64, min: f64, too_small: &str) -> Option<String> {
+    if !(secs >= min) {
+        Some(too_small.to_owned())
+    } else if secs > MAX_SECS {
+        Some(format!("must be at most {MAX_SECS} seconds (one day)"))
+    } else {
+        None
+    }
+}
+
+/// Whether cluster mode may use the database at `url`; `None` when the
+/// scheme is not one chitin speaks.
+fn database_scheme(url: &str) -> Option<bool> {
+    let (scheme, _) = url.split_once(':')?;
+    let scheme = scheme.to_ascii_lowercase();
+    DATABASE_SCHEMES.iter().find(|(s, _)| *s == scheme).map(|&(_, cluster)| cluster)
+}
+
+/// `host:port` with a non-empty host and a numeric port (`[v6]:port` allowed).
+fn host_port(s: &str) -> bool {
+    if s.parse::<SocketAddr>().is_ok() {
+        return true;
+    }
+    match s.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty()
+                && !host.contains(':')
+                && !host.contains(char::is_whitespace)
+                && port.parse::<u16>().is_ok()
+        }
+        None => false,
+    }
+}
+
+/// A URL with any password replaced by `***`; other text unchanged.
+pub(super) fn redact(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((auth, host)) = rest.split_once('@')
+        && let Some((user, _)) = auth.split_once(':')
+    {
+        return format!("{scheme}://{user}:***@{host}");
+    }
+    url.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_between_the_minimum_and_a_day() {
+        const SMALL: &str = "too small";
+        const LONG: &str = "must be at most 86400 seconds (one day)";
+        let cases: &[(f64, f64, Option<&str>)] = &[
+            (1.0, 1.0, None),
+            (0.5, 1.0, Some(SMALL)),
+            (0.05, 0.05, None),
+            (0.04, 0.05, Some(SMALL)),
+            (-3.0, 0.05, Some(SMALL)),
+            (f64::NAN, 0.1, Some(SMALL)),
+            (0.0, f64::MIN_POSITIVE, Some(SMALL)),
+            (MAX_SECS, 1.0, None),
+            (MAX_SECS + 1.0, 1.0, Some(LONG)),
+            (1e20, 1.0, Some(LONG)),
+            (f64::INFINITY, 1.0, Some(LONG)),
+        ];
+        for &(secs, min, want) in cases {
+            assert_eq!(seconds(secs, min, SMALL).as_deref(), want, "{secs} (min {min})");
+        }
+    }
+
+    #[test]
+    fn database_schemes() {
+        let cases = [
+            ("postgres://u@h/db", Some(true)),
+            ("PostgreSQL://u@h/db", Some(true)),
+            ("mysql://root@h/db", Some(true)),
+            ("mariadb://root@h/db", Some(true)),
+            ("sqlite:///tmp/x.db", Some(false)),
+            ("sqlite:x.db", Some(false)),
+            ("oracle://u@h/db", None),
+            ("postgres", None),
+            ("", None),
+        ];
+        for (url, want) in cases {
+            assert_eq!(database_scheme(url), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn host_and_port() {
+        let cases = [
+            ("10.0.0.11:7946", true),
+            ("[::1]:7946", true),
+            ("node-01.internal:7946", true),
+            ("no-port", false),
+            (":7946", false),
+            ("host:port", false),
+            ("a b:1", false),
+            ("::1:7946", false),
+        ];
+        for (s, want) in cases {
+            assert_eq!(host_port(s), want, "{s}");
+        }
+    }
+
+    #[test]
+    fn passwords_are_masked() {
+        let cases = [
+            ("postgres://u:pw@h/db", "postgres://u:***@h/db"),
+            ("redis://h:6379", "redis://h:6379"),
+            ("redis://u@h", "redis://u@h"),
+            ("plain text", "plain text"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact(url), want, "{url}");
+        }
+    }
+}
