@@ -10,7 +10,9 @@
 //! - [`node`]: a node's lifecycle, lease rounds, drain and journal;
 //! - [`api`]: gRPC and HTTP;
 //! - [`server`]: running a node until it is told to stop;
-//! - [`chaos`]: the fault-injection run and its checker.
+//! - [`chaos`]: the fault-injection run and its checker;
+//! - [`testkit`]: node processes, private servers and fresh databases for
+//!   `chitin chaos` and the test suite.
 
 pub mod api;
 pub mod chaos;
@@ -21,4 +23,5 @@ pub mod policy;
 pub mod rollout;
 pub mod server;
 pub mod settings;
+pub mod testkit;
 pub mod topology;

@@ -6,12 +6,11 @@
 #[macro_use]
 mod lease_common;
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use chitin::chaos::servers::PrivatePostgres;
+use chitin::testkit::{PrivatePostgres, free_port};
 use chitin::lease::Store;
 use chitin::lease::checks::{self, Check, ServerFacts, ServerKind, StartCheckError};
 
@@ -526,14 +525,6 @@ async fn shared_mariadb_facts() {
 
 // ---- private servers ---------------------------------------------------------------
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A private PostgreSQL cluster under a temporary directory.
 fn private_pg(extra_conf: &str) -> Result<(PrivatePostgres, tempfile::TempDir)> {
     let dir = tempfile::Builder::new().prefix("chitin-pg-").tempdir()?;
@@ -658,7 +649,7 @@ impl PrivateMariaDb {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let port = free_port();
+        let port = free_port()?;
         let child = Command::new("mariadbd")
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
