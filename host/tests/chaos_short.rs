@@ -90,6 +90,7 @@ fn assert_clean(r: &Value, min_acked: u64, stdout: &str) {
         assert!(f["ineffective"].is_null(), "a fault did not take effect: {f}\n{stdout}");
     }
     let acked = r["acknowledged"].as_u64().unwrap();
+    eprintln!("{acked} acknowledged in {} ms (floor {}, at least {min_acked} asserted)", r["duration_ms"], r["ack_floor"]);
     assert!(acked >= r["ack_floor"].as_u64().unwrap(), "{stdout}");
     assert!(acked >= min_acked, "{acked} acknowledged, expected at least {min_acked}:\n{stdout}");
     assert!(r["stored"].as_u64().unwrap() >= acked, "{stdout}");
