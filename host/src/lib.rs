@@ -16,7 +16,9 @@
 //! - [`proto`]: the generated gRPC messages, clients and servers;
 //! - [`api`]: gRPC and HTTP;
 //! - [`server`]: running a node until it is told to stop;
-//! - [`chaos`]: the fault-injection run and its checker.
+//! - [`chaos`]: the fault-injection run and its checker;
+//! - [`testkit`]: node processes, private servers and fresh databases for
+//!   `chitin chaos` and the test suite.
 
 pub mod api;
 pub mod chaos;
@@ -28,4 +30,5 @@ pub mod proto;
 pub mod rollout;
 pub mod server;
 pub mod settings;
+pub mod testkit;
 pub mod topology;

@@ -467,31 +467,6 @@ impl Nodes {
     }
 }
 
-/// Rewrites `key = …` lines of a settings file.
-fn set_keys(path: &std::path::Path, keys: &[(&str, &str)], drop: &[&str]) -> Result<()> {
-    let text = std::fs::read_to_string(path)?;
-    let lines: Vec<String> = text
-        .lines()
-        .filter(|l| !drop.iter().any(|k| l.trim_start().starts_with(&format!("{k} "))))
-        .map(|l| match keys.iter().find(|(k, _)| l.trim_start().starts_with(&format!("{k} "))) {
-            Some((k, v)) => format!("{k} = {v}"),
-            None => l.to_string(),
-        })
-        .collect();
-    std::fs::write(path, lines.join("\n") + "\n")?;
-    Ok(())
-}
-
-/// Adds `key = value` as the first line of `[section]` of a settings file
-/// (`Cluster::new` appends its `extra` to `[metrics]`).
-fn add_key(path: &std::path::Path, section: &str, key: &str, value: &str) -> Result<()> {
-    let text = std::fs::read_to_string(path)?;
-    let header = format!("[{section}]\n");
-    anyhow::ensure!(text.contains(&header), "no [{section}] in {}", path.display());
-    std::fs::write(path, text.replacen(&header, &format!("{header}{key} = {value}\n"), 1))?;
-    Ok(())
-}
-
 /// A channel to `addr` once its admin plane answers (with `admin_token`).
 async fn channel(addr: &str, admin_token: Option<&str>, within: Duration) -> Result<Channel> {
     let deadline = Instant::now() + within;
@@ -609,32 +584,28 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
     // A cluster node (node-01, seeded) and an unprovisioned one (node-02).
     // Lease and liveness timings are relaxed from the cluster tests' so a
     // slow machine never moves a lease or expires an instance mid-sweep.
-    let mut cluster = Cluster::new(Dialect::Postgres, 2, 4, 0, &format!("auth_token = {TOKEN:?}")).await.unwrap();
+    let mut cluster = Cluster::new(Dialect::Postgres, 2, 4, 0, |name, s| {
+        s.metrics.auth_token = Some(TOKEN.into());
+        s.leases.ttl_secs = 15.0;
+        s.leases.renew_interval_secs = 1.0;
+        s.cluster.liveness_timeout_secs = 60.0;
+        s.cluster.heartbeat_interval_secs = 2.0;
+        if name == "node-01" {
+            s.api.admin_token = Some(ADMIN_TOKEN.into());
+        } else {
+            s.cluster.config_file = None;
+        }
+    })
+    .await
+    .unwrap();
     let ns = TestNs { keys: Keys::new(&cluster.namespace), ns: cluster.namespace.clone(), url: "redis://127.0.0.1:6379".into() };
-    add_key(&cluster.nodes[0].settings, "api", "admin_token", &format!("{ADMIN_TOKEN:?}")).unwrap();
-    for node in &cluster.nodes {
-        set_keys(
-            &node.settings,
-            &[("ttl_secs", "15"), ("renew_interval_secs", "1"), ("liveness_timeout_secs", "60"), ("heartbeat_interval_secs", "2")],
-            if node.name == "node-02" { &["config_file"] } else { &[] },
-        )
-        .unwrap();
-    }
     for node in &mut cluster.nodes {
         node.start().unwrap();
     }
 
     // A standalone node.
     let dir = tempfile::tempdir().unwrap();
-    let ports = free_ports(2);
-    let (api, metrics) = (format!("127.0.0.1:{}", ports[0]), format!("127.0.0.1:{}", ports[1]));
-    let settings = dir.path().join("chitin.toml");
-    std::fs::write(
-        &settings,
-        format!("[node]\ndata_dir = {:?}\n\n[api]\nlisten = {api:?}\n\n[metrics]\nlisten = {metrics:?}\n", dir.path().join("data")),
-    )
-    .unwrap();
-    let mut standalone = NodeProc::spawn("standalone", settings, api, metrics, dir.path().join("node.log")).unwrap();
+    let mut standalone = standalone_node(dir.path(), "standalone", |_| {}).unwrap();
 
     cluster.nodes[0].wait_ready(Duration::from_secs(60)).await.unwrap();
     standalone.wait_ready(Duration::from_secs(60)).await.unwrap();

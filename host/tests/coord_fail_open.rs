@@ -6,66 +6,13 @@
 mod coord_support;
 
 use std::io::Write;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chitin::coord::{Claim, Dispatch, FAIL_OPEN_MESSAGE};
+use chitin::testkit::PrivateRedis;
 use coord_support::{TestNs, eventually};
-
-struct Server {
-    port: u16,
-    child: Option<Child>,
-}
-
-impl Server {
-    fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-    }
-
-    fn start(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed");
-        self.child = Some(child);
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if self.ping() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("private redis-server on port {} did not come up", self.port);
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill(); // SIGKILL
-            let _ = c.wait();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn ping(&self) -> bool {
-        redis::Client::open(self.url())
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            .is_ok()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 /// Collects formatted log output.
 #[derive(Clone, Default)]
@@ -97,8 +44,9 @@ async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
         .with_max_level(tracing::Level::INFO)
         .init();
 
-    let mut server = Server { port: Server::free_port(), child: None };
-    let t = TestNs::with_url(server.url());
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = PrivateRedis::stopped(dir.path(), None).unwrap();
+    let t = TestNs::with_url(server.url("127.0.0.1"));
     let node = t.node("fo-node", Duration::from_secs(3));
     let fail_open = || node.metrics.fail_open_total.load(std::sync::atomic::Ordering::Relaxed);
 
@@ -111,7 +59,7 @@ async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
     assert_eq!(fail_open(), 1);
 
     // 2. Redis comes up: the heartbeat registers, dispatch claims.
-    server.start();
+    server.up().expect("redis-server must be installed");
     assert!(
         eventually(Duration::from_secs(10), || async { is_registered(&server, &t) }).await,
         "the node never registered once Redis came up"
@@ -121,7 +69,7 @@ async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
 
     // 2b. Redis hangs (SIGSTOP: connections stay open, nothing answers):
     // the response timeout bounds each attempt, so dispatch still returns.
-    let pid = server.child.as_ref().unwrap().id().to_string();
+    let pid = server.pid().unwrap().to_string();
     assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
     let t2 = Instant::now();
     let d = node.dispatcher.dispatch("t-1").await.unwrap();
@@ -140,7 +88,7 @@ async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
     );
 
     // 3. Redis dies: every dispatch still returns, failing open, and is counted.
-    server.kill();
+    server.down();
     let mut n = 0;
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(2) || n < 5 {
@@ -153,7 +101,7 @@ async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
     eprintln!("{n} dispatches failed open in {:?}", started.elapsed());
 
     // 4. Redis restarts empty on the same port: the registration and claims come back.
-    server.start();
+    server.up().expect("redis-server must be installed");
     assert!(!is_registered(&server, &t), "a fresh server starts empty");
     assert!(
         eventually(Duration::from_secs(10), || async { is_registered(&server, &t) }).await,
@@ -185,12 +133,13 @@ async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
 /// server, because flushing the shared one's scripts would disturb others.
 #[tokio::test]
 async fn claims_survive_a_script_flush() {
-    let mut server = Server { port: Server::free_port(), child: None };
-    server.start();
-    let t = TestNs::with_url(server.url());
+    let dir = tempfile::tempdir().unwrap();
+    let server = PrivateRedis::start(dir.path(), None).unwrap();
+    let url = server.url("127.0.0.1");
+    let t = TestNs::with_url(url.clone());
     let a = t.affinity("sf-node", Duration::from_secs(30));
     let flush = || {
-        let mut c = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
+        let mut c = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c).unwrap();
         let loaded: Vec<bool> = redis::cmd("SCRIPT")
             .arg("EXISTS")
@@ -216,8 +165,8 @@ async fn claims_survive_a_script_flush() {
     assert_eq!(a.release_all().await.unwrap().released, 2500);
 }
 
-fn is_registered(server: &Server, t: &TestNs) -> bool {
-    let Ok(client) = redis::Client::open(server.url()) else { return false };
+fn is_registered(server: &PrivateRedis, t: &TestNs) -> bool {
+    let Ok(client) = redis::Client::open(server.url("127.0.0.1")) else { return false };
     let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) else { return false };
     let exists: bool = redis::cmd("EXISTS").arg(t.keys.instance("fo-node")).query(&mut c).unwrap_or(false);
     let member: bool =

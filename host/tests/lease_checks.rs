@@ -6,13 +6,12 @@
 #[macro_use]
 mod lease_common;
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use chitin::chaos::servers::PrivatePostgres;
 use chitin::lease::{Dialect, Store};
+use chitin::testkit::{PrivatePostgres, free_port};
 use chitin::lease::checks::{self, Check, ServerFacts, ServerKind, StartCheckError};
 
 // ---- the decision ---------------------------------------------------------------
@@ -555,14 +554,6 @@ async fn checks_run_on_an_empty_database() {
 
 // ---- private servers ---------------------------------------------------------------
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A private PostgreSQL cluster under a temporary directory.
 fn private_pg(extra_conf: &str) -> Result<(PrivatePostgres, tempfile::TempDir)> {
     let dir = tempfile::Builder::new().prefix("chitin-pg-").tempdir()?;
@@ -687,7 +678,7 @@ impl PrivateMariaDb {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let port = free_port();
+        let port = free_port()?;
         let child = Command::new("mariadbd")
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))

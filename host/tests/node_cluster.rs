@@ -75,7 +75,7 @@ async fn append(node: &NodeProc, stream: &str, request_id: &str) -> Result<proto
 
 async fn takeover_after_kill(dialect: Dialect) -> Result<()> {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::new(dialect, 3, 8, 3, "").await?;
+    let mut c = Cluster::new(dialect, 3, 8, 3, |_, _| {}).await?;
     let status = c.wait_settled(Duration::from_secs(30)).await?;
     let v = c.busiest(&status);
     let victim = c.nodes[v].name.clone();
@@ -84,7 +84,7 @@ async fn takeover_after_kill(dialect: Dialect) -> Result<()> {
     let store = store(&c).await;
 
     let killed_at = store.now().await?;
-    c.nodes[v].kill9();
+    c.nodes[v].kill9().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let s = c.status().await?;
@@ -127,7 +127,7 @@ async fn a_killed_holder_is_replaced_within_ttl_plus_renew_mariadb() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_holder_commits_nothing_under_its_stale_epoch() {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, _| {}).await.unwrap();
     let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
     let p = c.busiest(&status);
     let paused = c.nodes[p].name.clone();
@@ -137,13 +137,13 @@ async fn a_paused_holder_commits_nothing_under_its_stale_epoch() {
     let first = append(&c.nodes[p], &stream, "before").await.unwrap();
     assert_eq!(first.epoch, lease.epoch);
 
-    c.nodes[p].pause();
+    c.nodes[p].pause().unwrap();
     tokio::time::sleep(TTL + RENEW * 2).await;
     // Meanwhile the shard moved on: a write through another node lands under a new epoch.
     let during = append(&c.nodes[other], &stream, "during").await.unwrap();
     assert!(during.epoch > lease.epoch, "{during:?}");
     assert_ne!(during.holder, paused);
-    c.nodes[p].resume();
+    c.nodes[p].resume().unwrap();
 
     // The resumed node must not commit under its old epoch: whatever it
     // answers, it is through the current holder.
@@ -206,7 +206,7 @@ async fn client(
 #[tokio::test(flavor = "multi_thread")]
 async fn drain_and_graceful_stop_lose_no_acknowledged_append() {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, _| {}).await.unwrap();
     let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
     // The busiest node drains; the client talks to the other two, one of
     // which then stops gracefully.
@@ -225,7 +225,7 @@ async fn drain_and_graceful_stop_lose_no_acknowledged_append() {
     assert!(drained.handed_over > 0, "{drained:?}");
     let s = c.status().await.unwrap();
     assert!(s.leases.iter().all(|l| l.holder != drained_name), "{drained_name} still holds shards after its drain: {:?}", s.leases);
-    let (code, _) = http_get(&c.nodes[d].metrics, "/readyz").await.unwrap();
+    let (code, _) = http_get(&c.nodes[d].metrics, "/readyz", None).await.unwrap();
     assert_eq!(code, 503, "a drained node is not ready");
     tokio::time::sleep(Duration::from_secs(1)).await;
 
@@ -258,7 +258,7 @@ async fn drain_and_graceful_stop_lose_no_acknowledged_append() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_joining_node_receives_at_most_four_shards_per_round_from_each_holder() {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::new(Dialect::Postgres, 3, 32, 2, "").await.unwrap();
+    let mut c = Cluster::new(Dialect::Postgres, 3, 32, 2, |_, _| {}).await.unwrap();
     c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
     let store = store(&c).await;
     let joined_at = store.now().await.unwrap();
@@ -306,7 +306,7 @@ async fn a_joining_node_receives_at_most_four_shards_per_round_from_each_holder(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_watcher_sees_draining_then_lost_for_every_shard_handed_away() {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, _| {}).await.unwrap();
     let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
     let w = c.busiest(&status);
     let mut ownership = proto::ownership_client::OwnershipClient::connect(format!("http://{}", c.nodes[w].api)).await.unwrap();
@@ -398,7 +398,7 @@ impl Drop for RedisNs {
 #[tokio::test(flavor = "multi_thread")]
 async fn stale_instances_script_names_exactly_the_killed_node() {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, "").await.unwrap();
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, _| {}).await.unwrap();
     let mut redis = RedisNs::new(&c.namespace);
     let ns = c.namespace.clone();
     let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
@@ -432,7 +432,7 @@ async fn stale_instances_script_names_exactly_the_killed_node() {
     let victim = uuids[v].clone();
     let survivors: Vec<usize> = (0..3).filter(|&i| i != v).collect();
     let key = |id: &str| format!("{ns}:instances:{id}");
-    c.nodes[v].kill9();
+    c.nodes[v].kill9().unwrap();
 
     // Wait for the victim's key to be about to expire with the survivors'
     // keys fresh, then pause the survivors.
@@ -447,7 +447,7 @@ async fn stale_instances_script_names_exactly_the_killed_node() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for &i in &survivors {
-        c.nodes[i].pause();
+        c.nodes[i].pause().unwrap();
     }
     // Poll the script until it reports something (the victim's key expires
     // within 0.5 s; the bound is wide).
@@ -463,7 +463,7 @@ async fn stale_instances_script_names_exactly_the_killed_node() {
     let after = run_example("stale-instances.sh", &ns);
     let left: Vec<i64> = survivors.iter().map(|&i| redis.pttl(&key(&uuids[i]))).collect();
     for &i in &survivors {
-        c.nodes[i].resume();
+        c.nodes[i].resume().unwrap();
     }
     assert_eq!(stale, format!("Stale: {victim}\n"), "survivors {:?}", survivors.iter().map(|&i| &uuids[i]).collect::<Vec<_>>());
     assert!(left.iter().all(|&l| l > 0), "a survivor's key lapsed while paused: {left:?}");

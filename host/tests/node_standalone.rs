@@ -27,18 +27,12 @@ fn chitin_with_token(args: &[&str], token: Option<&str>) -> (bool, String) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_standalone_node_appends_reads_and_stops_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let ports = free_ports(2);
-    let (api, metrics) = (format!("127.0.0.1:{}", ports[0]), format!("127.0.0.1:{}", ports[1]));
-    let settings = dir.path().join("chitin.toml");
-    std::fs::write(
-        &settings,
-        format!(
-            "[node]\ndata_dir = {:?}\n\n[api]\nlisten = {api:?}\nadmin_token = {ADMIN_TOKEN:?}\n\n[metrics]\nlisten = {metrics:?}\nauth_token = \"s3cret\"\n",
-            dir.path().join("data")
-        ),
-    )
+    let mut node = standalone_node(dir.path(), "standalone", |s| {
+        s.api.admin_token = Some(ADMIN_TOKEN.into());
+        s.metrics.auth_token = Some("s3cret".into());
+    })
     .unwrap();
-    let mut node = NodeProc::spawn("standalone", settings, api.clone(), metrics.clone(), dir.path().join("node.log")).unwrap();
+    let (api, metrics) = (node.api.clone(), node.metrics.clone());
     node.wait_ready(Duration::from_secs(60)).await.unwrap();
 
     for payload in ["one", "two", "three"] {
@@ -79,12 +73,12 @@ async fn a_standalone_node_appends_reads_and_stops_cleanly() {
     assert_eq!(after["state"], status["state"]);
 
     // The token guards /health and /metrics, not /readyz.
-    assert_eq!(http_request(&metrics, "/health", None).await.unwrap().0, 401);
-    assert_eq!(http_request(&metrics, "/health", Some("wrong")).await.unwrap().0, 401);
-    let (code, body) = http_request(&metrics, "/health", Some("s3cret")).await.unwrap();
+    assert_eq!(http_get(&metrics, "/health", None).await.unwrap().0, 401);
+    assert_eq!(http_get(&metrics, "/health", Some("wrong")).await.unwrap().0, 401);
+    let (code, body) = http_get(&metrics, "/health", Some("s3cret")).await.unwrap();
     assert_eq!(code, 200);
     assert!(body.contains("\"status\":\"ok\""), "{body}");
-    let (code, body) = http_request(&metrics, "/metrics", Some("s3cret")).await.unwrap();
+    let (code, body) = http_get(&metrics, "/metrics", Some("s3cret")).await.unwrap();
     assert_eq!(code, 200);
     assert!(body.contains("chitin_leases_held 16"), "{body}");
     assert!(body.contains("chitin_fenced_commits_total 3"), "{body}");
@@ -122,20 +116,10 @@ fn bad_settings_are_refused_with_the_key_and_the_rule() {
 #[tokio::test(flavor = "multi_thread")]
 async fn policies_reload_on_request_and_a_failed_reload_keeps_the_previous_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let ports = free_ports(2);
-    let (api, metrics) = (format!("127.0.0.1:{}", ports[0]), format!("127.0.0.1:{}", ports[1]));
     let plugin = dir.path().join("placement.wasm");
     std::fs::write(&plugin, chitin::policy::plugin::EMBEDDED_DEFAULTS).unwrap();
-    let settings = dir.path().join("chitin.toml");
-    std::fs::write(
-        &settings,
-        format!(
-            "[node]\ndata_dir = {:?}\n\n[api]\nlisten = {api:?}\n\n[metrics]\nlisten = {metrics:?}\n\n[policies]\nplacement = {plugin:?}\n",
-            dir.path().join("data")
-        ),
-    )
-    .unwrap();
-    let mut node = NodeProc::spawn("reload", settings, api.clone(), metrics, dir.path().join("node.log")).unwrap();
+    let mut node = standalone_node(dir.path(), "reload", |s| s.policies.placement = plugin.display().to_string()).unwrap();
+    let api = node.api.clone();
     node.wait_ready(Duration::from_secs(60)).await.unwrap();
 
     let (ok, out) = chitin(&["policy", "reload", "--node", &api]);
@@ -148,7 +132,7 @@ async fn policies_reload_on_request_and_a_failed_reload_keeps_the_previous_ones(
     assert!(!ok);
     assert!(out.contains("previous policies stay in use") && out.contains("placement.wasm"), "{out}");
     // SIGHUP does the same and the node keeps serving with the old policies.
-    Command::new("kill").args(["-HUP", &node.pid().to_string()]).status().unwrap();
+    Command::new("kill").args(["-HUP", &node.pid().unwrap().to_string()]).status().unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(node.is_running());
     let (ok, out) = chitin(&["journal", "append", "--node", &api, "--stream", "s", "--payload", "p"]);

@@ -50,13 +50,6 @@ fn load(path: &Path) -> ClusterConfig {
     ClusterConfig::from_json(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// Settings of a node that starts with no seed config (UNPROVISIONED).
-fn unseed(settings: &Path) {
-    let text = std::fs::read_to_string(settings).unwrap();
-    let kept: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("config_file")).collect();
-    std::fs::write(settings, kept.join("\n") + "\n").unwrap();
-}
-
 /// Three nodes bootstrapped from their config file, all ready; and that file.
 async fn bootstrapped_cluster(shards: u32) -> (Cluster, String) {
     let mut c = unprovisioned_cluster(shards).await.unwrap();
@@ -75,20 +68,11 @@ async fn started_extra_node(c: &Cluster, name: &str) -> NodeProc {
     n
 }
 
-/// A cluster of three unprovisioned node processes (not bootstrapped yet).
+/// A cluster of three unprovisioned node processes (not bootstrapped yet:
+/// their settings name no seed config).
 async fn unprovisioned_cluster(shards: u32) -> Result<Cluster> {
-    // `free_port` can hand the same port out twice; such a cluster cannot start.
-    let c = loop {
-        let c = Cluster::new(Dialect::Postgres, 3, shards, 0, "").await?;
-        let ports: HashSet<&str> = c.nodes.iter().flat_map(|n| [n.api.as_str(), n.metrics.as_str()]).collect();
-        if ports.len() == 2 * c.nodes.len() {
-            break c;
-        }
-        c.teardown().await?;
-    };
-    let mut c = c;
+    let mut c = Cluster::new(Dialect::Postgres, 3, shards, 0, |_, s| s.cluster.config_file = None).await?;
     for n in &mut c.nodes {
-        unseed(&n.settings);
         n.start()?;
     }
     for n in &c.nodes {
@@ -100,7 +84,7 @@ async fn unprovisioned_cluster(shards: u32) -> Result<Cluster> {
 /// A port no node of `c` uses.
 fn unused_port(c: &Cluster, also: &[u16]) -> u16 {
     loop {
-        let p = free_port();
+        let p = free_port().expect("a free port");
         let taken = c.nodes.iter().any(|n| n.api.ends_with(&format!(":{p}")) || n.metrics.ends_with(&format!(":{p}")));
         if !taken && !also.contains(&p) {
             return p;
@@ -125,19 +109,20 @@ async fn wait_admin(api: &str, within: Duration) -> Result<proto::GetConfigRespo
     }
 }
 
-/// A fourth node process (`name`), not in the config, unprovisioned.
+/// A fourth node process (`name`), not in the config, unprovisioned: the
+/// first node's settings with its own name, addresses and data dir.
 fn extra_node(c: &Cluster, name: &str) -> Result<NodeProc> {
-    let template = std::fs::read_to_string(&c.nodes[0].settings)?;
     let api_port = unused_port(c, &[]);
     let (api, metrics) = (format!("127.0.0.1:{api_port}"), format!("127.0.0.1:{}", unused_port(c, &[api_port])));
-    let text = template
-        .replace(&c.nodes[0].api, &api)
-        .replace(&c.nodes[0].metrics, &metrics)
-        .replace(&c.nodes[0].name, name);
+    let mut s = node_settings::read(&c.nodes[0].settings)?;
+    s.cluster.instance_id = Some(name.to_string());
+    s.cluster.config_file = None;
+    s.node.data_dir = c.dir.path().join(name);
+    s.api.listen = api.clone();
+    s.metrics.listen = metrics.clone();
     let settings = c.dir.path().join(format!("{name}.toml"));
-    std::fs::write(&settings, text)?;
-    unseed(&settings);
-    NodeProc::spawn(name, settings, api, metrics, c.dir.path().join(format!("{name}.log")))
+    node_settings::write(&settings, &s)?;
+    spawn_node(name, settings, api, metrics, c.dir.path().join(format!("{name}.log")))
 }
 
 async fn versions(c: &Cluster, extra: &[&NodeProc]) -> Vec<(String, u64, String)> {

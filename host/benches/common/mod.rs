@@ -1,7 +1,7 @@
 //! What the database benchmarks share: a fresh database per run on the
 //! server of `CHITIN_BENCH_POSTGRES_URL` (default: the local PostgreSQL).
 
-use chitin::chaos::servers::{create_database, drop_database, with_database};
+use chitin::testkit::{create_database, drop_database, with_database};
 
 pub fn admin_url() -> String {
     std::env::var("CHITIN_BENCH_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())

@@ -2,21 +2,18 @@
 //! the questions the nemesis asks of them (who holds what, has the cluster
 //! recovered).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
 use tonic::transport::Endpoint;
 
 use crate::proto::{self, admin_client::AdminClient};
+use crate::testkit::{NodeProc, PrivatePostgres, PrivateRedis, http_status};
 
-use super::procs::{Network, NodeProc, http_status};
-use super::servers::{PrivatePostgres, PrivateRedis};
+use super::ChaosError;
+use super::network::Network;
 
 /// The servers, network and nodes of a run.
 pub struct Lab {
-    pub exe: PathBuf,
-    pub dir: PathBuf,
     pub nodes: Vec<NodeProc>,
     pub redis: PrivateRedis,
     pub redis_url: String,
@@ -67,29 +64,9 @@ pub fn cluster_config(nodes: &[(String, String)], shards: u32, replication_facto
 }
 
 impl Lab {
-    pub fn node_index(&self, name: &str) -> usize {
-        self.nodes.iter().position(|n| n.name == name).expect("a node of the run")
-    }
-
     /// This process's now on the database clock, in microseconds.
     pub fn db_now_us(&self) -> i64 {
         chrono::Utc::now().timestamp_micros() + self.clock_offset_us
-    }
-
-    pub async fn wait_ready(&mut self, k: usize, within: Duration) -> Result<()> {
-        let deadline = Instant::now() + within;
-        loop {
-            if !self.nodes[k].is_running() {
-                bail!("{} exited while starting; log tail:\n{}", self.nodes[k].name, self.nodes[k].log_tail(30));
-            }
-            if http_status(&self.nodes[k].http, "/readyz").await == 200 {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("{} not ready within {within:?}; log tail:\n{}", self.nodes[k].name, self.nodes[k].log_tail(30));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
     }
 
     /// Status as the first reachable node reports it.
@@ -130,7 +107,7 @@ impl Lab {
     /// Waits until every node is ready, every shard has a live holder and
     /// every node is in the Redis registry. A node that exited on its own is
     /// started again, as its supervisor would, and noted.
-    pub async fn wait_recovered(&mut self, within: Duration) -> Result<Duration> {
+    pub async fn wait_recovered(&mut self, within: Duration) -> Result<Duration, ChaosError> {
         let start = Instant::now();
         loop {
             for k in 0..self.nodes.len() {
@@ -138,13 +115,12 @@ impl Lab {
                     let name = self.nodes[k].name.clone();
                     tracing::warn!(node = %name, "node exited on its own; starting it again");
                     self.supervisor_restarts.push(format!("{name}: {}", self.nodes[k].log_tail(5)));
-                    let exe = self.exe.clone();
-                    self.nodes[k].start(&exe)?;
+                    self.nodes[k].start()?;
                 }
             }
             let mut ready = true;
             for n in &self.nodes {
-                ready &= http_status(&n.http, "/readyz").await == 200;
+                ready &= http_status(&n.metrics, "/readyz").await == 200;
             }
             if ready {
                 let owned = self.status().await.is_some_and(|s| s.unowned.is_empty() && !s.leases.is_empty());
@@ -155,23 +131,25 @@ impl Lab {
             if start.elapsed() > within {
                 let tails: String =
                     self.nodes.iter().map(|n| format!("---- {}\n{}\n", n.name, n.log_tail(15))).collect();
-                bail!("the cluster did not recover within {within:?} (status: {:?})\n{tails}", self.status().await.map(|s| s.unowned));
+                let unowned = self.status().await.map(|s| s.unowned);
+                return Err(ChaosError::NotRecovered { within, unowned, tails });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
     /// Hands every shard of node `k` over (Admin.Drain).
-    pub async fn drain(&self, k: usize) -> Result<proto::DrainResponse> {
-        let ep = Endpoint::from_shared(format!("http://{}", self.nodes[k].api))?
+    /// Its error is the fault's outcome, not the run's: a drain that fails
+    /// is a fault that did not take effect.
+    pub async fn drain(&self, k: usize) -> Result<proto::DrainResponse, String> {
+        let ep = Endpoint::from_shared(format!("http://{}", self.nodes[k].api))
+            .map_err(|e| e.to_string())?
             .connect_timeout(Duration::from_secs(2))
             .timeout(Duration::from_secs(60));
-        let ch = ep.connect().await.with_context(|| format!("connect to {}", self.nodes[k].name))?;
-        Ok(AdminClient::new(ch).drain(proto::DrainRequest {}).await?.into_inner())
-    }
-
-    pub fn start_node(&mut self, k: usize) -> Result<()> {
-        let exe = self.exe.clone();
-        self.nodes[k].start(&exe)
+        let ch = ep.connect().await.map_err(|e| format!("connect to {}: {e}", self.nodes[k].name))?;
+        match AdminClient::new(ch).drain(proto::DrainRequest {}).await {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
+        }
     }
 }

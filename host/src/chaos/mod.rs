@@ -3,41 +3,91 @@
 //!
 //! A run starts N `chitin node` processes against a private `redis-server`
 //! and a database (a fresh database in the configured server, or a private
-//! PostgreSQL cluster), runs journal clients that append continuously, and
-//! injects one bounded fault at a time, chosen from `--seed`. Afterwards the
-//! [`checker`] judges the database, the lease history and the clients' logs.
+//! PostgreSQL cluster that records commit times), runs journal clients that
+//! append continuously, and injects one bounded fault at a time, chosen from
+//! `--seed`. Afterwards the [`checker`] judges the database, the lease
+//! history and the clients' logs, and the [`verdict`] whether the run proved
+//! anything at all.
 //!
 //! - [`rng`]: the seeded generator behind every choice;
-//! - [`servers`]: the private Redis and PostgreSQL, fresh databases;
-//! - [`procs`]: node processes and network namespaces;
-//! - [`lab`]: the run's servers and nodes, and recovery checks;
+//! - [`network`]: network namespaces, for network cuts;
+//! - [`lab`]: the run's servers and nodes (from [`crate::testkit`]), and
+//!   recovery checks;
 //! - [`clients`]: journal clients and their acknowledgement logs;
 //! - [`nemesis`]: the faults;
+//! - [`evidence`]: the stored rows and grants, by commit time where the
+//!   database records it;
 //! - [`checker`]: the pure rules a run is judged by;
+//! - [`verdict`]: the pure rules a run passes by;
 //! - [`report`]: the summary table and JSON.
 
 pub mod checker;
 pub mod clients;
+pub mod evidence;
 pub mod lab;
 pub mod nemesis;
-pub mod procs;
+pub mod network;
 pub mod report;
 pub mod rng;
-pub mod servers;
+pub mod verdict;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
 use tokio::sync::watch;
 
-use crate::lease::Store;
-use checker::{Grant, Row};
+use crate::lease::{LeaseError, Store};
+use crate::testkit::{self, FreshDb, KitError, NodeProc, PrivatePostgres, PrivateRedis, settings};
 pub use nemesis::FaultKind;
-use procs::{Network, NodeProc, NodeSettings};
+use network::Network;
 pub use report::Report;
-use servers::{PrivatePostgres, PrivateRedis};
+
+/// Why a run could not be carried out (violations are in the report).
+#[derive(Debug, thiserror::Error)]
+pub enum ChaosError {
+    /// The options asked for something the run cannot do.
+    #[error("{0}")]
+    Options(String),
+    #[error("none of the fault kinds asked for can be injected here: {0:?}")]
+    NoKinds(BTreeMap<String, String>),
+    #[error(transparent)]
+    Kit(#[from] KitError),
+    #[error("the run's database: {0}")]
+    Store(#[from] LeaseError),
+    #[error("{what}: {source}")]
+    Sql {
+        what: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("ip {args}: {stderr}")]
+    Ip { args: String, stderr: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the cluster did not recover within {within:?} (unowned shards: {unowned:?})\n{tails}")]
+    NotRecovered { within: Duration, unowned: Option<Vec<String>>, tails: String },
+    #[error("{0}")]
+    Unavailable(&'static str),
+    #[error("a journal client failed: {0}")]
+    Client(#[from] tokio::task::JoinError),
+    #[error("fault {index} ({kind}): {source}")]
+    Fault {
+        index: usize,
+        kind: &'static str,
+        #[source]
+        source: Box<ChaosError>,
+    },
+}
+
+fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ChaosError {
+    let what = what.into();
+    move |source| ChaosError::Io { what, source }
+}
 
 /// Where the run's database lives.
 #[derive(Clone, Debug)]
@@ -72,45 +122,51 @@ pub struct ChaosOptions {
 }
 
 impl ChaosOptions {
-    fn validate(&self) -> Result<()> {
+    fn validate(&self) -> Result<(), ChaosError> {
+        let refuse = |why: String| Err(ChaosError::Options(why));
         if !(3..=5).contains(&self.nodes) {
-            bail!("--nodes must be 3, 4 or 5 (got {})", self.nodes);
+            return refuse(format!("--nodes must be 3, 4 or 5 (got {})", self.nodes));
         }
         if !self.shards.is_power_of_two() || !(2..=256).contains(&self.shards) {
-            bail!("--shards must be a power of two from 2 to 256 (got {})", self.shards);
+            return refuse(format!("--shards must be a power of two from 2 to 256 (got {})", self.shards));
         }
         if self.clients == 0 {
-            bail!("--clients must be at least 1");
+            return refuse("--clients must be at least 1".into());
         }
         if self.kinds.is_empty() {
-            bail!("--kinds names no fault kind");
+            return refuse("--kinds names no fault kind".into());
         }
         if self.renew_interval >= self.lease_ttl {
-            bail!("the renew interval must be shorter than the lease TTL");
+            return refuse("the renew interval must be shorter than the lease TTL".into());
         }
         Ok(())
     }
 }
 
-/// Why a kind cannot be injected in this run, if it cannot.
-fn unavailable(kind: FaultKind, private_pg: bool, network: &Result<Network>) -> Option<String> {
+/// Why a kind cannot be injected in this run, if it cannot; `network` is
+/// the run's namespaces or why there are none.
+fn unavailable(kind: FaultKind, private_pg: bool, network: &Result<Network, String>) -> Option<String> {
     match kind {
         FaultKind::Database if !private_pg => {
             Some("the configured database is not the run's to restart (use --private-postgres)".into())
         }
         FaultKind::Partition => match network {
             Ok(_) => None,
-            Err(e) => Some(format!("no network namespaces: {e:#}")),
+            Err(e) => Some(format!("no network namespaces: {e}")),
         },
         _ => None,
     }
 }
 
+/// postgresql.conf of the private PostgreSQL: commit times are the
+/// checker's evidence (see [`evidence`]).
+const PRIVATE_POSTGRES_CONF: &str = "track_commit_timestamp = on";
+
 /// Runs the whole thing and judges it. An error means the run could not be
 /// carried out (a server would not start); violations are in the report.
-pub async fn run(opts: ChaosOptions) -> Result<Report> {
+pub async fn run(opts: ChaosOptions) -> Result<Report, ChaosError> {
     opts.validate()?;
-    std::fs::create_dir_all(&opts.dir).with_context(|| format!("create {}", opts.dir.display()))?;
+    std::fs::create_dir_all(&opts.dir).map_err(io_error(format!("create {}", opts.dir.display())))?;
     // Names the run's bridge and namespaces; distinct for concurrent runs.
     let salt = (opts.seed ^ u64::from(std::process::id())).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
     let run_id = format!("{salt:06x}");
@@ -119,11 +175,11 @@ pub async fn run(opts: ChaosOptions) -> Result<Report> {
     // Network namespaces need the servers on the bridge, so only with a
     // private PostgreSQL.
     let network = if !opts.kinds.contains(&FaultKind::Partition) {
-        Err(anyhow::anyhow!("not asked for"))
+        Err("not asked for".to_string())
     } else if !private_pg {
-        Err(anyhow::anyhow!("the nodes reach the configured database only on loopback (use --private-postgres)"))
+        Err("the nodes reach the configured database only on loopback (use --private-postgres)".to_string())
     } else {
-        Network::create(&run_id, opts.nodes, salt)
+        Network::create(&run_id, opts.nodes, salt).map_err(|e| e.to_string())
     };
     let mut skipped = BTreeMap::new();
     let kinds: Vec<FaultKind> = opts
@@ -139,11 +195,11 @@ pub async fn run(opts: ChaosOptions) -> Result<Report> {
         })
         .collect();
     if kinds.is_empty() {
-        bail!("none of the fault kinds asked for can be injected here: {skipped:?}");
+        return Err(ChaosError::NoKinds(skipped));
     }
     let network_note = match &network {
         Ok(n) => format!("network namespaces on {}", n.subnet()),
-        Err(e) => format!("skipped ({e:#})"),
+        Err(e) => format!("skipped ({e})"),
     };
     let network = network.ok();
     let server_host = network.as_ref().map_or("127.0.0.1".to_string(), |n| n.host());
@@ -152,24 +208,26 @@ pub async fn run(opts: ChaosOptions) -> Result<Report> {
     let (postgres, node_db_url, local_db_url, created, database_note) = match &opts.database {
         Database::PrivatePostgres => {
             let extra = network.as_ref().map(|n| (n.host(), n.subnet()));
-            let pg = PrivatePostgres::start(&opts.dir, extra.as_ref().map(|(a, b)| (a.as_str(), b.as_str())), "")?;
+            let pg = PrivatePostgres::start(
+                &opts.dir,
+                extra.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
+                PRIVATE_POSTGRES_CONF,
+            )?;
             let (node, local) = (pg.url(&server_host), pg.url("127.0.0.1"));
             let note = format!("private PostgreSQL on port {}", pg.port);
             (Some(pg), node, local, None, note)
         }
         Database::Configured(url) => {
-            let db = format!("chitin_chaos_{run_id}_{}", opts.seed % 1_000_000);
-            servers::create_database(url, &db).await?;
-            let u = servers::with_database(url, &db);
-            let note = format!("fresh database {db} in {}", url.split('@').next_back().unwrap_or(url));
-            (None, u.clone(), u, Some((url.clone(), db)), note)
+            let db = FreshDb::create_named(url, &format!("chitin_chaos_{run_id}_{}", opts.seed % 1_000_000)).await?;
+            let note = format!("fresh database {} in {}", db.name, url.split('@').next_back().unwrap_or(url));
+            (None, db.url.clone(), db.url.clone(), Some(db), note)
         }
     };
 
     let outcome = run_in(&opts, kinds, redis, postgres, network, node_db_url, local_db_url.clone(), server_host).await;
-    if let Some((admin, db)) = created {
-        if let Err(e) = servers::drop_database(&admin, &db).await {
-            tracing::warn!(error = %e, "could not drop the run's database {db}");
+    if let Some(db) = created {
+        if let Err(e) = db.drop_db().await {
+            tracing::warn!(error = %e, "could not drop the run's database {}", db.name);
         }
     }
     let (facts, verdict) = outcome?;
@@ -189,41 +247,42 @@ async fn run_in(
     node_db_url: String,
     local_db_url: String,
     server_host: String,
-) -> Result<(report::RunFacts, checker::Verdict)> {
-    let exe = std::env::current_exe().context("cannot locate the running chitin binary, which the run starts as its nodes; run `chitin chaos` from an installed binary")?;
+) -> Result<(report::RunFacts, checker::Verdict), ChaosError> {
+    let exe = std::env::current_exe().map_err(io_error(
+        "cannot locate the running chitin binary, which the run starts as its nodes; run `chitin chaos` from an installed binary",
+    ))?;
     let namespace = format!("chitin-chaos-{}", uuid::Uuid::new_v4().simple());
     let node_redis_url = redis.url(&server_host);
-    let mut nodes = Vec::new();
-    let ports = (0..opts.nodes * 2).map(|_| servers::free_port()).collect::<Result<Vec<u16>>>()?;
-    for k in 0..opts.nodes {
-        let name = format!("node-{:02}", k + 1);
-        let (host, ns) = match &network {
-            Some(n) => (n.node_ip(k), Some(n.namespace(k).to_string())),
-            None => ("127.0.0.1".to_string(), None),
-        };
-        let api = format!("{host}:{}", ports[2 * k]);
-        let http = format!("{host}:{}", ports[2 * k + 1]);
-        nodes.push(NodeProc::new(name, api, http, &opts.dir, ns));
-    }
+    let ports = testkit::free_ports(opts.nodes * 2)?;
+    let names: Vec<String> = (0..opts.nodes).map(|k| format!("node-{:02}", k + 1)).collect();
+    let hosts: Vec<String> = (0..opts.nodes)
+        .map(|k| network.as_ref().map_or("127.0.0.1".to_string(), |n| n.node_ip(k)))
+        .collect();
+    let apis: Vec<String> = (0..opts.nodes).map(|k| format!("{}:{}", hosts[k], ports[2 * k])).collect();
     let config = opts.dir.join("cluster_config.json");
-    let pairs: Vec<(String, String)> = nodes.iter().map(|n| (n.name.clone(), n.api.clone())).collect();
-    std::fs::write(&config, lab::cluster_config(&pairs, opts.shards, opts.nodes))?;
-    let settings = NodeSettings {
-        data_dir: &opts.dir,
-        config_file: &config,
+    let pairs: Vec<(String, String)> = names.iter().cloned().zip(apis.iter().cloned()).collect();
+    std::fs::write(&config, lab::cluster_config(&pairs, opts.shards, opts.nodes))
+        .map_err(io_error(format!("write {}", config.display())))?;
+    let shared = settings::ClusterShared {
         redis_url: &node_redis_url,
         namespace: &namespace,
         database_url: &node_db_url,
         ttl: opts.lease_ttl,
         renew: opts.renew_interval,
     };
-    for n in &nodes {
-        settings.write(n)?;
+    let mut nodes = Vec::new();
+    for k in 0..opts.nodes {
+        let (name, api) = (&names[k], &apis[k]);
+        let metrics = format!("{}:{}", hosts[k], ports[2 * k + 1]);
+        let settings_path = opts.dir.join(format!("{name}.toml"));
+        let node = settings::ClusterNode { name, api, metrics: &metrics, data_dir: opts.dir.join(name), config_file: Some(&config) };
+        settings::write(&settings_path, &settings::cluster_node(&node, &shared))?;
+        let ns = network.as_ref().map(|n| n.namespace(k).to_string());
+        let log = opts.dir.join(format!("{name}.log"));
+        nodes.push(NodeProc::new(&exe, name.clone(), api.clone(), metrics, settings_path, log).in_namespace(ns));
     }
-    let store = Store::connect(&local_db_url).await.context("connect to the run's database")?;
+    let store = Store::connect(&local_db_url).await?;
     let mut lab = lab::Lab {
-        exe,
-        dir: opts.dir.clone(),
         nodes,
         redis_url: redis.url("127.0.0.1"),
         redis,
@@ -237,13 +296,13 @@ async fn run_in(
         supervisor_restarts: Vec::new(),
     };
     // The first node creates the schema; the others follow.
-    lab.start_node(0)?;
-    lab.wait_ready(0, Duration::from_secs(120)).await?;
-    for k in 1..lab.nodes.len() {
-        lab.start_node(k)?;
+    lab.nodes[0].start()?;
+    lab.nodes[0].wait_ready(Duration::from_secs(120)).await?;
+    for n in &mut lab.nodes[1..] {
+        n.start()?;
     }
-    for k in 1..lab.nodes.len() {
-        lab.wait_ready(k, Duration::from_secs(120)).await?;
+    for n in &mut lab.nodes[1..] {
+        n.wait_ready(Duration::from_secs(120)).await?;
     }
     lab.wait_recovered(Duration::from_secs(120)).await?;
     lab.clock_offset_us = clock_offset(&store).await?;
@@ -292,7 +351,7 @@ async fn run_in(
                 deaths.extend(death);
             }
             Err(e) => {
-                failure = Some(e.context(format!("fault {index} ({})", kind.name())));
+                failure = Some(ChaosError::Fault { index, kind: kind.name(), source: Box::new(e) });
                 break;
             }
         }
@@ -302,7 +361,7 @@ async fn run_in(
     let _ = stop_tx.send(true);
     let mut logs = Vec::new();
     while let Some(log) = tasks.join_next().await {
-        logs.push(log.context("client task")?);
+        logs.push(log?);
     }
     let log = clients::merge(logs);
     let duration_ms = start.elapsed().as_millis() as u64;
@@ -311,16 +370,10 @@ async fn run_in(
     }
 
     let all_streams: Vec<String> = streams.iter().flatten().cloned().collect();
-    let rows = read_rows(&store, &all_streams).await?;
-    let grants: Vec<Grant> = store
-        .history(None)
-        .await?
-        .into_iter()
-        .map(|h| Grant { shard: h.shard, epoch: h.epoch, holder: h.holder_name, acquired_us: h.acquired_at.timestamp_micros() })
-        .collect();
+    let evidence = evidence::read(&store, &lab.database_url, &all_streams).await?;
     store.close().await;
     let bound = opts.lease_ttl + opts.renew_interval + opts.takeover_slack;
-    let verdict = checker::check(&log.acks, &rows, &grants, &deaths, bound.as_millis() as u64);
+    let verdict = checker::check(&log.acks, &evidence.rows, &evidence.grants, &deaths, bound.as_millis() as u64);
     let facts = report::RunFacts {
         run: report::RunInfo {
             seed: opts.seed,
@@ -334,7 +387,9 @@ async fn run_in(
         faults,
         skipped: BTreeMap::new(),
         log,
-        stored: rows.len(),
+        stored: evidence.rows.len(),
+        evidence: evidence.basis,
+        ack_floor: verdict::ack_floor(opts.clients, Duration::from_millis(duration_ms), opts.append_interval),
         takeover_bound_ms: bound.as_millis() as u64,
         supervisor_restarts: std::mem::take(&mut lab.supervisor_restarts),
     };
@@ -342,30 +397,9 @@ async fn run_in(
 }
 
 /// Database clock minus ours (µs), from the midpoint of a query.
-async fn clock_offset(store: &Store) -> Result<i64> {
+async fn clock_offset(store: &Store) -> Result<i64, ChaosError> {
     let before = chrono::Utc::now().timestamp_micros();
     let db = store.now().await?.timestamp_micros();
     let after = chrono::Utc::now().timestamp_micros();
     Ok(db - (before + after) / 2)
-}
-
-async fn read_rows(store: &Store, streams: &[String]) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    for s in streams {
-        let mut from = 0;
-        loop {
-            let page = store.read(s, from, 5000).await?;
-            let Some(last) = page.last() else { break };
-            from = last.seq + 1;
-            rows.extend(page.into_iter().map(|e| Row {
-                stream: e.stream,
-                seq: e.seq,
-                request_id: e.request_id,
-                shard: e.shard,
-                epoch: e.epoch,
-                committed_us: e.committed_at.timestamp_micros(),
-            }));
-        }
-    }
-    Ok(rows)
 }

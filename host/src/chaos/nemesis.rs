@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::testkit::KitError;
+
+use super::ChaosError;
 use super::checker::Death;
 use super::lab::Lab;
 use super::rng::Rng;
@@ -42,6 +44,7 @@ impl FaultKind {
         FaultKind::Partition,
     ];
 
+    /// The kind's name on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -55,13 +58,20 @@ impl FaultKind {
     }
 
     /// Whether the fault takes a node's leases away without a handoff (the
-    /// takeover bound applies).
-    fn is_death(self) -> bool {
+    /// takeover bound applies, and a takeover must be measured).
+    pub fn is_death(self) -> bool {
         matches!(self, FaultKind::Kill | FaultKind::Pause | FaultKind::Partition)
     }
 
     fn needs_node(self) -> bool {
         !matches!(self, FaultKind::Redis | FaultKind::Database)
+    }
+
+    /// Whether the fault proves something only against a node that holds
+    /// shards: a drain of an empty node hands nothing over, a kill of one
+    /// has no takeover to measure.
+    fn wants_holder(self) -> bool {
+        self.is_death() || self == FaultKind::Drain
     }
 }
 
@@ -77,7 +87,31 @@ pub struct FaultRecord {
     pub ended_ms: u64,
     /// How long the cluster took to recover after it was undone.
     pub recovered_ms: u64,
+    /// Shards the node held by the cluster's status just before the fault.
+    #[serde(default)]
+    pub held: usize,
+    /// Why the fault did not do what it is for (a drain that handed nothing
+    /// over, a SIGTERM that hung), when it did not: the run then fails.
+    #[serde(default)]
+    pub ineffective: Option<String>,
     pub detail: String,
+}
+
+/// The node of a node fault: drawn from the seed, then, for faults that
+/// need one, moved on to the next node holding shards (so that every draw
+/// of the seed stays the same whatever the cluster looks like).
+fn choose(drawn: usize, held: &[usize]) -> usize {
+    (0..held.len()).map(|i| (drawn + i) % held.len()).find(|&k| held[k] > 0).unwrap_or(drawn)
+}
+
+/// Why a graceful stop was not one.
+fn stop_outcome(stop: Result<std::process::ExitStatus, KitError>) -> Result<Option<String>, ChaosError> {
+    match stop {
+        Ok(status) if status.success() => Ok(None),
+        Ok(status) => Ok(Some(format!("the node exited with {status} after SIGTERM"))),
+        Err(KitError::StopTimedOut { within, .. }) => Ok(Some(format!("SIGTERM hung; the node was killed after {within:?}"))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Injects fault `index` of `kind`; returns its record and, for a fault that
@@ -88,23 +122,32 @@ pub async fn inject(
     index: usize,
     kind: FaultKind,
     since: std::time::Instant,
-) -> Result<(FaultRecord, Option<Death>)> {
+) -> Result<(FaultRecord, Option<Death>), ChaosError> {
     let ms = || since.elapsed().as_millis() as u64;
-    let k = if kind.needs_node() { Some(rng.below(lab.nodes.len())) } else { None };
-    let node = k.map(|k| lab.nodes[k].name.clone());
-    let held = match &node {
-        Some(n) if kind.is_death() => lab.held_by(n).await,
-        _ => Vec::new(),
+    let drawn = if kind.needs_node() { Some(rng.below(lab.nodes.len())) } else { None };
+    let (k, held) = match drawn {
+        Some(drawn) if kind.wants_holder() => {
+            let mut by_node = Vec::new();
+            for n in &lab.nodes {
+                by_node.push(lab.held_by(&n.name).await);
+            }
+            let k = choose(drawn, &by_node.iter().map(Vec::len).collect::<Vec<_>>());
+            (Some(k), std::mem::take(&mut by_node[k]))
+        }
+        other => (other, Vec::new()),
     };
+    let node = k.map(|k| lab.nodes[k].name.clone());
     let past_ttl = lab.ttl + lab.renew;
     let started_ms = ms();
     let died_at = lab.db_now_us();
+    let stop_within = Duration::from_secs(60);
+    let mut ineffective = None;
     let detail = match (kind, k) {
         (FaultKind::Kill, Some(k)) => {
             lab.nodes[k].kill9()?;
             let down = rng.between(lab.ttl, lab.ttl * 2);
             tokio::time::sleep(down).await;
-            lab.start_node(k)?;
+            lab.nodes[k].start()?;
             format!("killed, restarted after {down:?}")
         }
         (FaultKind::Pause, Some(k)) => {
@@ -115,20 +158,26 @@ pub async fn inject(
             format!("paused for {down:?}")
         }
         (FaultKind::Restart, Some(k)) => {
-            let graceful = tokio::task::block_in_place(|| lab.nodes[k].terminate(Duration::from_secs(60)))?;
+            ineffective = stop_outcome(tokio::task::block_in_place(|| lab.nodes[k].terminate(stop_within)))?;
             let down = rng.between(Duration::from_millis(200), Duration::from_millis(1500));
             tokio::time::sleep(down).await;
-            lab.start_node(k)?;
-            format!("SIGTERM ({}), restarted after {down:?}", if graceful { "exited" } else { "killed after 60 s" })
+            lab.nodes[k].start()?;
+            format!("SIGTERM ({}), restarted after {down:?}", ineffective.as_deref().unwrap_or("exited"))
         }
         (FaultKind::Drain, Some(k)) => {
-            let drained = lab.drain(k).await.with_context(|| format!("drain {}", lab.nodes[k].name));
-            let graceful = tokio::task::block_in_place(|| lab.nodes[k].terminate(Duration::from_secs(60)))?;
-            lab.start_node(k)?;
-            match drained {
-                Ok(d) => format!("drained ({} shards in {} rounds), restarted (exit {graceful})", d.handed_over, d.rounds),
-                Err(e) => format!("drain failed ({e:#}), restarted (exit {graceful})"),
-            }
+            let drained = lab.drain(k).await;
+            let stopped = stop_outcome(tokio::task::block_in_place(|| lab.nodes[k].terminate(stop_within)))?;
+            lab.nodes[k].start()?;
+            let detail = match &drained {
+                Ok(d) => format!("drained ({} shards in {} rounds)", d.handed_over, d.rounds),
+                Err(e) => format!("drain failed ({e})"),
+            };
+            ineffective = match drained {
+                Err(e) => Some(format!("Admin.Drain failed: {e}")),
+                Ok(d) if d.handed_over == 0 => Some(format!("Admin.Drain handed nothing over (the node held {})", held.len())),
+                Ok(_) => stopped.clone(),
+            };
+            format!("{detail}, restarted ({})", stopped.as_deref().unwrap_or("exited"))
         }
         (FaultKind::Redis, None) => {
             lab.redis.down();
@@ -138,7 +187,7 @@ pub async fn inject(
             format!("Redis down for {down:?}")
         }
         (FaultKind::Database, None) => {
-            let pg = lab.postgres.as_mut().context("no private PostgreSQL to restart")?;
+            let pg = lab.postgres.as_mut().ok_or(ChaosError::Unavailable("no private PostgreSQL to restart"))?;
             tokio::task::block_in_place(|| pg.down())?;
             let down = rng.between(Duration::from_secs(1), Duration::from_secs(3));
             tokio::time::sleep(down).await;
@@ -146,18 +195,18 @@ pub async fn inject(
             format!("PostgreSQL stopped (immediate) for {down:?}")
         }
         (FaultKind::Partition, Some(k)) => {
-            let net = lab.network.as_ref().context("no network namespaces to cut")?;
+            let net = lab.network.as_ref().ok_or(ChaosError::Unavailable("no network namespaces to cut"))?;
             net.cut(k)?;
             let down = past_ttl + rng.between(Duration::from_millis(500), Duration::from_secs(2));
             tokio::time::sleep(down).await;
-            lab.network.as_ref().expect("checked").heal(k)?;
+            net.heal(k)?;
             format!("cut off for {down:?}")
         }
         _ => unreachable!("node chosen exactly for node faults"),
     };
     let ended_ms = ms();
     let recovered = lab.wait_recovered(Duration::from_secs(90)).await?;
-    let death = node.clone().filter(|_| kind.is_death()).map(|node| Death { fault: index, node, at_us: died_at, shards: held });
+    let death = node.clone().filter(|_| kind.is_death()).map(|node| Death { fault: index, node, at_us: died_at, shards: held.clone() });
     let record = FaultRecord {
         index,
         kind,
@@ -165,7 +214,39 @@ pub async fn inject(
         started_ms,
         ended_ms,
         recovered_ms: recovered.as_millis() as u64,
+        held: held.len(),
+        ineffective,
         detail,
     };
     Ok((record, death))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_fault_moves_on_to_the_next_holder() {
+        let cases: [(usize, &[usize], usize); 5] = [
+            (0, &[3, 2, 1], 0),
+            (1, &[3, 0, 1], 2),
+            (2, &[3, 0, 0], 0),
+            // Nobody holds anything: the draw stands (and the verdict says so).
+            (1, &[0, 0, 0], 1),
+            (2, &[0, 5, 0], 1),
+        ];
+        for (drawn, held, want) in cases {
+            assert_eq!(choose(drawn, held), want, "{drawn} {held:?}");
+        }
+    }
+
+    #[test]
+    fn a_graceful_stop_that_hung_or_failed_is_ineffective() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(stop_outcome(Ok(std::process::ExitStatus::from_raw(0))).unwrap(), None);
+        assert!(stop_outcome(Ok(std::process::ExitStatus::from_raw(1 << 8))).unwrap().unwrap().contains("exited with"));
+        let hung = KitError::StopTimedOut { name: "n".into(), within: Duration::from_secs(60), log_tail: String::new() };
+        assert!(stop_outcome(Err(hung)).unwrap().unwrap().contains("SIGTERM hung"));
+        assert!(stop_outcome(Err(KitError::NotRunning { name: "n".into() })).is_err());
+    }
 }

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::checker::{Verdict, Violation, percentile, unavailability};
 use super::clients::ClientLog;
+use super::evidence::Basis;
 use super::nemesis::FaultRecord;
+use super::verdict::{self, Failure, Outcome};
 
 /// What was run: the same in the facts and in the report.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -21,15 +23,22 @@ pub struct RunInfo {
     pub duration_ms: u64,
 }
 
+/// A judged run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Report {
     #[serde(flatten)]
     pub run: RunInfo,
+    /// What the rows' and grants' times are, and the limit of that.
+    pub evidence: Basis,
+    pub evidence_note: String,
     pub faults: Vec<FaultRecord>,
     pub faults_by_kind: BTreeMap<String, usize>,
     /// Kinds asked for that this run could not inject, with the reason.
     pub skipped: BTreeMap<String, String>,
     pub acknowledged: usize,
+    /// The fewest acknowledged appends this run had to reach
+    /// ([`verdict::ack_floor`]).
+    pub ack_floor: u64,
     pub unacknowledged: usize,
     pub rejected: usize,
     pub stored: usize,
@@ -56,6 +65,8 @@ pub struct Report {
     pub unavailability: Vec<(u64, u64)>,
     pub supervisor_restarts: Vec<String>,
     pub violations: Vec<Violation>,
+    /// Every reason the run failed ([`verdict::judge`]); empty when it passed.
+    pub failures: Vec<Failure>,
     pub passed: bool,
 }
 
@@ -100,11 +111,14 @@ pub struct RunFacts {
     pub skipped: BTreeMap<String, String>,
     pub log: ClientLog,
     pub stored: usize,
+    pub evidence: Basis,
+    pub ack_floor: u64,
     pub takeover_bound_ms: u64,
     pub supervisor_restarts: Vec<String>,
 }
 
 impl Report {
+    /// Judges the facts and the checker's verdict into a report.
     pub fn new(f: RunFacts, verdict: Verdict) -> Report {
         let mut faults_by_kind = BTreeMap::new();
         for r in &f.faults {
@@ -112,9 +126,20 @@ impl Report {
         }
         let takeover_ms: Vec<u64> = verdict.takeovers.iter().map(|t| t.ms).collect();
         let windows = unavailability(&f.log.acks, 1000);
-        let passed = verdict.violations.is_empty() && f.log.rejected.is_empty();
+        let failures = verdict::judge(&Outcome {
+            violations: verdict.violations.len(),
+            rejected: f.log.rejected.len(),
+            acknowledged: f.log.acks.len() as u64,
+            floor: f.ack_floor,
+            exited: &f.supervisor_restarts,
+            faults: &f.faults,
+            takeovers: &verdict.takeovers,
+        });
         Report {
             run: f.run,
+            evidence_note: f.evidence.describe(),
+            evidence: f.evidence,
+            ack_floor: f.ack_floor,
             faults_by_kind,
             skipped: f.skipped,
             acknowledged: f.log.acks.len(),
@@ -140,7 +165,8 @@ impl Report {
             supervisor_restarts: f.supervisor_restarts,
             faults: f.faults,
             violations: verdict.violations,
-            passed,
+            passed: failures.is_empty(),
+            failures,
         }
     }
 
@@ -150,7 +176,8 @@ impl Report {
         let mut t = String::new();
         let r = &self.run;
         let _ = writeln!(t, "chaos run: seed {}, {} nodes, {} shards, {} clients, {:.0} s", r.seed, r.nodes, r.shards, r.clients, r.duration_ms as f64 / 1000.0);
-        let _ = writeln!(t, "database: {}; network cuts: {}\n", r.database, r.network);
+        let _ = writeln!(t, "database: {}; network cuts: {}", r.database, r.network);
+        let _ = writeln!(t, "evidence: {}\n", self.evidence_note);
         let _ = writeln!(t, "| fault | injected |\n|---|---:|");
         for (kind, n) in &self.faults_by_kind {
             let _ = writeln!(t, "| {kind} | {n} |");
@@ -162,6 +189,7 @@ impl Report {
         let _ = writeln!(t, "| check | result |\n|---|---:|");
         let rows = [
             ("acknowledged appends", self.acknowledged.to_string()),
+            ("floor of acknowledged appends", self.ack_floor.to_string()),
             ("unacknowledged when the run stopped", self.unacknowledged.to_string()),
             ("entries stored", self.stored.to_string()),
             ("lost", self.lost.to_string()),
@@ -186,6 +214,9 @@ impl Report {
             let _ = writeln!(t, "| windows during {kind} | {n} (longest {longest} ms) |");
         }
         let _ = writeln!(t, "\n{}", if self.passed { "PASSED" } else { "FAILED" });
+        for f in &self.failures {
+            let _ = writeln!(t, "failed: {f}");
+        }
         for v in self.violations.iter().take(20) {
             let _ = writeln!(t, "violation: {}", serde_json::to_string(v).unwrap_or_default());
         }
@@ -202,7 +233,7 @@ mod tests {
     use crate::chaos::FaultKind;
 
     fn fault(kind: FaultKind, started_ms: u64, ended_ms: u64, recovered_ms: u64) -> FaultRecord {
-        FaultRecord { index: 0, kind, node: None, started_ms, ended_ms, recovered_ms, detail: String::new() }
+        FaultRecord { index: 0, kind, node: None, started_ms, ended_ms, recovered_ms, held: 0, ineffective: None, detail: String::new() }
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     let report = runtime.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
-            report = chitin::chaos::run(opts) => report,
+            report = chitin::chaos::run(opts) => Ok(report?),
             _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the run's processes and namespaces were removed"),
             _ = term.recv() => anyhow::bail!("terminated; the run's processes and namespaces were removed"),
         }

@@ -1,172 +1,62 @@
 //! Real multi-process clusters for the node tests: a fresh database, a
-//! cluster config, and `chitin node` processes on free loopback ports.
+//! cluster config, and `chitin node` processes on free loopback ports, all
+//! from the library's kit (`chitin::testkit`).
 #![allow(dead_code)]
 
 #[path = "../lease_common/mod.rs"]
 pub mod lease_common;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use chitin::api::proto::{self, admin_client::AdminClient, journal_client::JournalClient};
 pub use chitin::lease::Dialect;
+pub use chitin::testkit::settings::{self as node_settings, ClusterNode, ClusterShared};
+// Each test binary uses a different part of the kit.
+#[allow(unused_imports)]
+pub use chitin::testkit::{NodeProc, free_port, free_ports, http_get};
 pub use lease_common::TestDb;
 
 /// Lease timing of the tests: a 2 s TTL renewed every 0.5 s.
 pub const TTL: Duration = Duration::from_secs(2);
 pub const RENEW: Duration = Duration::from_millis(500);
 
-pub fn free_port() -> u16 {
-    free_ports(1)[0]
+/// The `chitin` binary under test.
+pub const CHITIN: &str = env!("CARGO_BIN_EXE_chitin");
+
+/// A `chitin node` process of the binary under test, started.
+pub fn spawn_node(name: &str, settings: PathBuf, api: String, metrics: String, log: PathBuf) -> Result<NodeProc> {
+    Ok(NodeProc::spawn(CHITIN, name, api, metrics, settings, log)?)
 }
 
-/// `n` distinct free loopback ports: every listener stays bound until all
-/// are chosen, so the kernel cannot hand the same port out twice.
-pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
+/// A standalone node in `dir` (settings `chitin.toml`, data in `data`,
+/// log `node.log`) with `edit` applied to its settings, started.
+pub fn standalone_node(dir: &Path, name: &str, edit: impl FnOnce(&mut chitin::settings::Settings)) -> Result<NodeProc> {
+    let ports = free_ports(2)?;
+    let (api, metrics) = (format!("127.0.0.1:{}", ports[0]), format!("127.0.0.1:{}", ports[1]));
+    let mut s = node_settings::standalone(dir.join("data"), &api, &metrics);
+    edit(&mut s);
+    let settings = dir.join("chitin.toml");
+    node_settings::write(&settings, &s)?;
+    spawn_node(name, settings, api, metrics, dir.join("node.log"))
 }
 
-/// One `chitin node` process.
-pub struct NodeProc {
-    pub name: String,
-    pub api: String,
-    pub metrics: String,
-    pub settings: PathBuf,
-    pub log: PathBuf,
-    child: Option<Child>,
+/// gRPC clients of a node process.
+#[allow(async_fn_in_trait)]
+pub trait NodeClients {
+    async fn journal(&self) -> Result<JournalClient<tonic::transport::Channel>>;
+    async fn admin(&self) -> Result<AdminClient<tonic::transport::Channel>>;
 }
 
-impl NodeProc {
-    pub fn spawn(name: &str, settings: PathBuf, api: String, metrics: String, log: PathBuf) -> Result<NodeProc> {
-        let mut node = NodeProc {
-            name: name.into(),
-            api,
-            metrics,
-            settings,
-            log,
-            child: None,
-        };
-        node.start()?;
-        Ok(node)
-    }
-
-    /// (Re)starts the process with the same settings.
-    pub fn start(&mut self) -> Result<()> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
-        let child = Command::new(env!("CARGO_BIN_EXE_chitin"))
-            .args(["node", "--settings"])
-            .arg(&self.settings)
-            .env("RUST_LOG", "info,sqlx=warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("spawn chitin node")?;
-        self.child = Some(child);
-        Ok(())
-    }
-
-    pub fn pid(&self) -> i32 {
-        self.child.as_ref().expect("running").id() as i32
-    }
-
-    fn signal(&self, sig: &str) {
-        let status = Command::new("kill").args([sig, &self.pid().to_string()]).status().unwrap();
-        assert!(status.success(), "kill {sig} failed");
-    }
-
-    pub fn kill9(&mut self) {
-        self.signal("-KILL");
-        let _ = self.child.take().unwrap().wait();
-    }
-
-    pub fn pause(&self) {
-        self.signal("-STOP");
-    }
-
-    pub fn resume(&self) {
-        self.signal("-CONT");
-    }
-
-    /// SIGTERM and wait for the exit status.
-    pub fn terminate(&mut self, within: Duration) -> Result<std::process::ExitStatus> {
-        self.signal("-TERM");
-        let mut child = self.child.take().unwrap();
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                bail!("{} did not exit within {within:?} after SIGTERM; log:\n{}", self.name, self.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
-    }
-
-    pub async fn journal(&self) -> Result<JournalClient<tonic::transport::Channel>> {
+impl NodeClients for NodeProc {
+    async fn journal(&self) -> Result<JournalClient<tonic::transport::Channel>> {
         Ok(JournalClient::connect(format!("http://{}", self.api)).await?)
     }
 
-    pub async fn admin(&self) -> Result<AdminClient<tonic::transport::Channel>> {
+    async fn admin(&self) -> Result<AdminClient<tonic::transport::Channel>> {
         Ok(AdminClient::connect(format!("http://{}", self.api)).await?)
     }
-
-    /// Waits until `/readyz` answers 200.
-    pub async fn wait_ready(&mut self, within: Duration) -> Result<()> {
-        let deadline = Instant::now() + within;
-        loop {
-            if !self.is_running() {
-                bail!("{} exited during start; log:\n{}", self.name, self.log_text());
-            }
-            if http_get(&self.metrics, "/readyz").await.is_ok_and(|(code, _)| code == 200) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("{} not ready within {within:?}; log:\n{}", self.name, self.log_text());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Drop for NodeProc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").args(["-CONT", &c.id().to_string()]).status();
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// A minimal HTTP/1.0 GET, enough for the node's own endpoints.
-pub async fn http_get(addr: &str, path: &str) -> Result<(u16, String)> {
-    http_request(addr, path, None).await
-}
-
-pub async fn http_request(addr: &str, path: &str, bearer: Option<&str>) -> Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr)).await??;
-    let auth = bearer.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").as_bytes()).await?;
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out)).await??;
-    let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("no status line")?;
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    Ok((code, body))
 }
 
 /// A cluster config with `nodes` nodes and one `journal` application of
@@ -186,11 +76,20 @@ pub struct Cluster {
 
 impl Cluster {
     /// Writes settings for `count` nodes (node-01 …) sharing a fresh
-    /// database of `dialect`; starts the first `start` of them.
-    pub async fn new(dialect: Dialect, count: usize, shards: u32, start: usize, extra: &str) -> Result<Cluster> {
+    /// database of `dialect`, with `edit` applied to each node's settings;
+    /// starts the first `start` of them.
+    pub async fn new(
+        dialect: Dialect,
+        count: usize,
+        shards: u32,
+        start: usize,
+        edit: impl Fn(&str, &mut chitin::settings::Settings),
+    ) -> Result<Cluster> {
         let dir = tempfile::tempdir()?;
         let db = TestDb::create(dialect).await?;
-        let ports = free_ports(2 * count.max(3));
+        // The config always names three nodes, so that a cluster started
+        // with fewer has replicas waiting for the rest.
+        let ports = free_ports(2 * count.max(3))?;
         let names: Vec<(String, String, String)> = (1..=count.max(3))
             .map(|i| {
                 let (api, metrics) = (ports[2 * i - 2], ports[2 * i - 1]);
@@ -201,45 +100,23 @@ impl Cluster {
         let pairs: Vec<(String, String)> = names.iter().map(|(n, a, _)| (n.clone(), a.clone())).collect();
         std::fs::write(&config, cluster_config(&pairs, shards))?;
         let namespace = format!("chitin-test-{}", uuid::Uuid::new_v4().simple());
+        let shared = ClusterShared { redis_url: "redis://127.0.0.1:6379", namespace: &namespace, database_url: &db.url, ttl: TTL, renew: RENEW };
         let mut nodes = Vec::new();
         for (name, api, metrics) in names.into_iter().take(count) {
-            let data = dir.path().join(&name);
+            let node = ClusterNode { name: &name, api: &api, metrics: &metrics, data_dir: dir.path().join(&name), config_file: Some(&config) };
+            let mut s = node_settings::cluster_node(&node, &shared);
+            edit(&name, &mut s);
             let settings = dir.path().join(format!("{name}.toml"));
-            std::fs::write(
-                &settings,
-                format!(
-                    "[node]\ndata_dir = {data:?}\n\n[cluster]\nenabled = true\ninstance_id = {name:?}\nconfig_file = {config:?}\n\
-                     redis_url = \"redis://127.0.0.1:6379\"\nnamespace = {namespace:?}\nheartbeat_interval_secs = 1\nliveness_timeout_secs = 3\n\n\
-                     [database]\nurl = {url:?}\n\n[leases]\nttl_secs = {ttl}\nrenew_interval_secs = {renew}\n\n\
-                     [api]\nlisten = {api:?}\n\n[metrics]\nlisten = {metrics:?}\n{extra}\n",
-                    url = db.url,
-                    ttl = TTL.as_secs_f64(),
-                    renew = RENEW.as_secs_f64(),
-                ),
-            )?;
+            node_settings::write(&settings, &s)?;
             let log = dir.path().join(format!("{name}.log"));
-            let node = NodeProc {
-                name,
-                api,
-                metrics,
-                settings,
-                log,
-                child: None,
-            };
-            nodes.push(node);
+            nodes.push(NodeProc::new(CHITIN, name, api, metrics, settings, log));
         }
-        let mut cluster = Cluster {
-            dir,
-            db: Some(db),
-            config,
-            nodes,
-            namespace,
-        };
-        for i in 0..start {
-            cluster.nodes[i].start()?;
+        let mut cluster = Cluster { dir, db: Some(db), config, nodes, namespace };
+        for node in &mut cluster.nodes[..start] {
+            node.start()?;
         }
-        for i in 0..start {
-            cluster.nodes[i].wait_ready(Duration::from_secs(60)).await?;
+        for node in &mut cluster.nodes[..start] {
+            node.wait_ready(Duration::from_secs(60)).await?;
         }
         Ok(cluster)
     }

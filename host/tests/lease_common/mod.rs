@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use chitin::lease::{Dialect, LeaseError, LeaseToken, LostReason, SplitSeed, Store, StoreOptions};
+use chitin::testkit::FreshDb;
 use sqlx::Connection;
 
 pub fn postgres_admin_url() -> String {
@@ -27,89 +28,36 @@ pub fn mysql_admin_url() -> String {
 
 /// `url` with its database (path) replaced by `db`.
 pub fn with_database(url: &str, db: &str) -> String {
-    chitin::chaos::servers::with_database(url, db)
+    chitin::testkit::with_database(url, db)
 }
 
 /// A fresh database for one test.
 pub struct TestDb {
     pub dialect: Dialect,
     pub url: String,
-    name: String,
+    /// The server's database (PostgreSQL, MariaDB); `None` for SQLite.
+    fresh: Option<FreshDb>,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl TestDb {
     pub async fn create(dialect: Dialect) -> Result<TestDb> {
-        let name = format!("chitin_t_{}", uuid::Uuid::new_v4().simple());
-        match dialect {
-            Dialect::Postgres => {
-                let admin = postgres_admin_url();
-                let mut c = sqlx::PgConnection::connect(&admin)
-                    .await
-                    .context("connect to PostgreSQL")?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                    .execute(&mut c)
-                    .await?;
-                c.close().await?;
-                Ok(TestDb {
-                    dialect,
-                    url: with_database(&admin, &name),
-                    name,
-                    _dir: None,
-                })
-            }
-            Dialect::MySql => {
-                let admin = mysql_admin_url();
-                let mut c = sqlx::MySqlConnection::connect(&admin)
-                    .await
-                    .context("connect to MariaDB/MySQL")?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                    .execute(&mut c)
-                    .await?;
-                c.close().await?;
-                Ok(TestDb {
-                    dialect,
-                    url: with_database(&admin, &name),
-                    name,
-                    _dir: None,
-                })
-            }
+        let admin = match dialect {
+            Dialect::Postgres => postgres_admin_url(),
+            Dialect::MySql => mysql_admin_url(),
             Dialect::Sqlite => {
                 let dir = tempfile::tempdir()?;
                 let url = format!("sqlite://{}", dir.path().join("chitin.db").display());
-                Ok(TestDb {
-                    dialect,
-                    url,
-                    name,
-                    _dir: Some(dir),
-                })
+                return Ok(TestDb { dialect, url, fresh: None, _dir: Some(dir) });
             }
-        }
+        };
+        let fresh = FreshDb::create(&admin, "chitin_t_").await.with_context(|| format!("a fresh {dialect:?} database"))?;
+        Ok(TestDb { dialect, url: fresh.url.clone(), fresh: Some(fresh), _dir: None })
     }
 
     pub async fn drop_db(self) -> Result<()> {
-        match self.dialect {
-            Dialect::Postgres => {
-                let mut c = sqlx::PgConnection::connect(&postgres_admin_url()).await?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                    self.name
-                )))
-                .execute(&mut c)
-                .await?;
-                c.close().await?;
-            }
-            Dialect::MySql => {
-                let mut c = sqlx::MySqlConnection::connect(&mysql_admin_url()).await?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                    "DROP DATABASE IF EXISTS {}",
-                    self.name
-                )))
-                .execute(&mut c)
-                .await?;
-                c.close().await?;
-            }
-            Dialect::Sqlite => {}
+        if let Some(fresh) = &self.fresh {
+            fresh.drop_db().await?;
         }
         Ok(())
     }

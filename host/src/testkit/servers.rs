@@ -1,0 +1,217 @@
+//! Private servers on free ports, so that a run can stop and restart them
+//! without touching anyone else's: a `redis-server` that keeps nothing on
+//! disk, and a PostgreSQL cluster under a directory of the caller's.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use super::KitError;
+use super::ports::{free_port, wait_for_port};
+
+/// A private `redis-server` that keeps nothing on disk.
+pub struct PrivateRedis {
+    pub port: u16,
+    binds: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl PrivateRedis {
+    /// Starts on a free port, listening on loopback and on `extra_bind`;
+    /// its output goes to `dir/redis.log`.
+    pub fn start(dir: &Path, extra_bind: Option<&str>) -> Result<PrivateRedis, KitError> {
+        let mut redis = PrivateRedis::stopped(dir, extra_bind)?;
+        redis.up()?;
+        Ok(redis)
+    }
+
+    /// The same, on a port chosen now but not started until [`PrivateRedis::up`]:
+    /// for clients that must start while their Redis is down.
+    pub fn stopped(dir: &Path, extra_bind: Option<&str>) -> Result<PrivateRedis, KitError> {
+        let mut binds = vec!["127.0.0.1".to_string()];
+        binds.extend(extra_bind.map(str::to_string));
+        Ok(PrivateRedis { port: free_port()?, binds, log: dir.join("redis.log"), child: None })
+    }
+
+    /// `redis://host:port`.
+    pub fn url(&self, host: &str) -> String {
+        format!("redis://{host}:{}", self.port)
+    }
+
+    /// Starts the server again on the same port (empty: it kept nothing).
+    pub fn up(&mut self) -> Result<(), KitError> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(KitError::io(format!("open {}", self.log.display())))?;
+        let err_log = log.try_clone().map_err(KitError::io("duplicate the log handle"))?;
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind"])
+            .args(&self.binds)
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdout(log)
+            .stderr(err_log)
+            .spawn()
+            .map_err(|source| KitError::Spawn { program: "redis-server".into(), hint: " (is it installed and on PATH?)", source })?;
+        self.child = Some(child);
+        wait_for_port(&format!("127.0.0.1:{}", self.port), Duration::from_secs(10), &format!("; its log is {}", self.log.display()))
+    }
+
+    /// SIGKILL: what a crashed Redis looks like.
+    pub fn down(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+/// Runs a PostgreSQL tool, as user `postgres` when we are root (initdb and
+/// postgres refuse to run as root).
+fn pg_tool(bin: &Path, tool: &str, args: &[&str]) -> Result<(), KitError> {
+    let exe = bin.join(tool);
+    let out = if is_root() {
+        Command::new("runuser").args(["-u", "postgres", "--"]).arg(&exe).args(args).output()
+    } else {
+        Command::new(&exe).args(args).output()
+    }
+    .map_err(|source| KitError::Spawn { program: exe.display().to_string(), hint: "", source })?;
+    if !out.status.success() {
+        return Err(KitError::Tool {
+            command: format!("{tool} {args:?}"),
+            output: format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        });
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+}
+
+/// The newest PostgreSQL server binaries: `$PG_BIN`, else the highest
+/// version under /usr/lib/postgresql.
+fn pg_bin() -> Result<PathBuf, KitError> {
+    if let Ok(dir) = std::env::var("PG_BIN") {
+        return Ok(PathBuf::from(dir));
+    }
+    let entries = std::fs::read_dir("/usr/lib/postgresql").map_err(|e| {
+        KitError::NoPostgres(format!("no /usr/lib/postgresql ({e}): set PG_BIN to the directory holding initdb and pg_ctl"))
+    })?;
+    let mut dirs: Vec<(u32, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, p): &(u32, PathBuf)| p.join("initdb").exists())
+        .collect();
+    dirs.sort();
+    dirs.pop().map(|(_, p)| p).ok_or_else(|| KitError::NoPostgres("no initdb under /usr/lib/postgresql/*/bin: set PG_BIN".into()))
+}
+
+fn utf8(path: &Path) -> Result<&str, KitError> {
+    path.to_str().ok_or_else(|| KitError::Io {
+        what: format!("use {}", path.display()),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path is not UTF-8"),
+    })
+}
+
+/// A private PostgreSQL cluster that a run restarts (and the start checks'
+/// tests put in bad states); its files live under the given directory.
+pub struct PrivatePostgres {
+    bin: PathBuf,
+    data: PathBuf,
+    pub port: u16,
+    running: bool,
+}
+
+impl PrivatePostgres {
+    /// initdb + start on a free port under `dir`, listening on loopback and,
+    /// with `extra = (address, cidr)`, on `address`, trusting `cidr`;
+    /// `extra_conf` is appended to postgresql.conf.
+    pub fn start(dir: &Path, extra: Option<(&str, &str)>, extra_conf: &str) -> Result<PrivatePostgres, KitError> {
+        let bin = pg_bin()?;
+        let base = dir.join("postgres");
+        std::fs::create_dir_all(&base).map_err(KitError::io(format!("create {}", base.display())))?;
+        // initdb runs as `postgres`; let it write here.
+        for d in [dir, base.as_path()] {
+            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                .map_err(KitError::io(format!("open up {}", d.display())))?;
+        }
+        let data = base.join("data");
+        pg_tool(&bin, "initdb", &["-D", utf8(&data)?, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"]).map_err(|e| {
+            KitError::Tool {
+                command: format!("initdb in {} (as root it runs as `postgres`, which must be able to reach that directory)", base.display()),
+                output: e.to_string(),
+            }
+        })?;
+        let port = free_port()?;
+        let listen = match extra {
+            Some((addr, _)) => format!("127.0.0.1,{addr}"),
+            None => "127.0.0.1".into(),
+        };
+        let conf = format!(
+            "\nport = {port}\nlisten_addresses = '{listen}'\nunix_socket_directories = '{}'\n\
+             shared_buffers = 32MB\nmax_connections = 100\n{extra_conf}\n",
+            base.display()
+        );
+        append(&data.join("postgresql.conf"), &conf)?;
+        if let Some((_, net)) = extra {
+            append(&data.join("pg_hba.conf"), &format!("\nhost all all {net} trust\n"))?;
+        }
+        let mut pg = PrivatePostgres { bin, data, port, running: false };
+        pg.up()?;
+        Ok(pg)
+    }
+
+    /// `postgres://postgres@host:port/postgres`.
+    pub fn url(&self, host: &str) -> String {
+        format!("postgres://postgres@{host}:{}/postgres", self.port)
+    }
+
+    /// The cluster's data directory (for `standby.signal` and the like).
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+
+    /// Starts the server (again), waiting until it accepts connections.
+    pub fn up(&mut self) -> Result<(), KitError> {
+        let log = self.data.parent().unwrap_or(&self.data).join("server.log");
+        pg_tool(&self.bin, "pg_ctl", &["-D", utf8(&self.data)?, "-l", utf8(&log)?, "-w", "-t", "60", "start"])?;
+        self.running = true;
+        Ok(())
+    }
+
+    /// Stops at once, without a checkpoint: what a crash looks like to the
+    /// nodes; what was committed must survive it.
+    pub fn down(&mut self) -> Result<(), KitError> {
+        if self.running {
+            pg_tool(&self.bin, "pg_ctl", &["-D", utf8(&self.data)?, "-m", "immediate", "-w", "stop"])?;
+            self.running = false;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let _ = self.down();
+    }
+}
+
+fn append(path: &Path, text: &str) -> Result<(), KitError> {
+    let mut t = std::fs::read_to_string(path).map_err(KitError::io(format!("read {}", path.display())))?;
+    t.push_str(text);
+    std::fs::write(path, t).map_err(KitError::io(format!("write {}", path.display())))
+}
