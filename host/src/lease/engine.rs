@@ -197,20 +197,23 @@ where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, Attempt>>,
     {
-        let mut last = None;
-        for _ in 0..ATTEMPTS {
-            match attempt().await {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let contended = match attempt().await {
                 Ok(v) => return Ok(v),
-                Err(Attempt::Again(e)) => last = Some(e),
-                Err(Attempt::Fail(LeaseError::Db(e))) if B::contention(&e) => last = Some(e),
+                Err(Attempt::Again(e)) => e,
+                Err(Attempt::Fail(LeaseError::Db(e))) if B::contention(&e) => e,
                 Err(Attempt::Fail(e)) => return Err(e),
+            };
+            if attempts == ATTEMPTS {
+                return Err(LeaseError::Contention {
+                    op,
+                    attempts,
+                    source: contended,
+                });
             }
         }
-        Err(LeaseError::Contention {
-            op,
-            attempts: ATTEMPTS,
-            source: last.unwrap_or(sqlx::Error::WorkerCrashed),
-        })
     }
 
     // ---- row mapping --------------------------------------------------------
@@ -561,18 +564,14 @@ where
             sqlx::query(B::SQL.ensure_lease).bind(parent).execute(&mut *tx).await?;
             // Waits for every fenced writer that holds the parent's row shared.
             let cur = Self::lease_in(&mut tx, B::SQL.lease_for_update, parent).await?.ok_or_else(|| not_found(parent))?;
-            if Self::retired_in(&mut tx, parent).await? {
-                tx.rollback().await?;
-                return Ok(SplitSeed::AlreadyRetired);
-            }
-            let ours = held.is_some_and(|t| cur.holder == Some(t.holder) && cur.epoch == t.epoch);
-            if cur.live && !ours {
-                tx.rollback().await?;
-                return Ok(SplitSeed::HeldElsewhere {
-                    holder: cur.holder.unwrap_or_default(),
-                    epoch: cur.epoch,
-                });
-            }
+            let retired = Self::retired_in(&mut tx, parent).await?;
+            let via = match seed_step(&cur, retired, node, held) {
+                SeedStep::Retire { via } => via,
+                SeedStep::Refuse(outcome) => {
+                    tx.rollback().await?;
+                    return Ok(outcome);
+                }
+            };
             sqlx::query(B::SQL.retire).bind(parent).execute(&mut *tx).await?;
             let retired = Self::lease_in(&mut tx, B::SQL.lease, parent).await?.ok_or_else(|| not_found(parent))?;
             sqlx::query(B::SQL.insert_retirement)
@@ -583,7 +582,6 @@ where
                 .bind(joined.as_str())
                 .execute(&mut *tx)
                 .await?;
-            let via = if cur.live && cur.holder == Some(node) { "handover" } else { "acquire" };
             let mut seeded = Vec::with_capacity(children.len());
             for child in children {
                 sqlx::query(B::SQL.ensure_lease).bind(child.as_str()).execute(&mut *tx).await?;
@@ -730,6 +728,70 @@ where
     }
 }
 
+/// What a split does with its parent, decided from the parent's locked row.
+#[derive(Debug, PartialEq)]
+enum SeedStep {
+    /// Retire it and grant the children, recorded in the history as `via`.
+    Retire { via: &'static str },
+    /// Leave everything as it is and answer this.
+    Refuse(SplitSeed),
+}
+
+/// A retired parent stays retired; a live parent is split only by the token
+/// that holds it; a free or expired one by anyone. The children's grants
+/// are a handover when the seeding node held the parent live.
+fn seed_step(parent: &LeaseRow, retired: bool, node: Uuid, held: Option<&LeaseToken>) -> SeedStep {
+    if retired {
+        return SeedStep::Refuse(SplitSeed::AlreadyRetired);
+    }
+    let ours = held.is_some_and(|t| parent.holder == Some(t.holder) && parent.epoch == t.epoch);
+    match parent.holder {
+        Some(holder) if parent.live && !ours => SeedStep::Refuse(SplitSeed::HeldElsewhere {
+            holder,
+            epoch: parent.epoch,
+        }),
+        Some(holder) if parent.live && holder == node => SeedStep::Retire { via: "handover" },
+        _ => SeedStep::Retire { via: "acquire" },
+    }
+}
+
 fn required_time<B: Backend>(row: &DbRow<B>, col: &str) -> Result<DateTime<Utc>, LeaseError> {
     B::time(row, col)?.ok_or_else(|| LeaseError::Corrupt(format!("`{col}` is NULL")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_step_table() {
+        let (me, other) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let row = |holder: Option<Uuid>, epoch, live| LeaseRow {
+            shard: "p".into(),
+            holder,
+            holder_name: holder.map(|h| h.to_string()),
+            epoch,
+            expires_at: holder.map(|_| DateTime::<Utc>::default()),
+            live,
+        };
+        let token = |holder, epoch| LeaseToken { shard: "p".into(), holder, epoch };
+        let retire = |via| SeedStep::Retire { via };
+        let elsewhere = |holder, epoch| SeedStep::Refuse(SplitSeed::HeldElsewhere { holder, epoch });
+        // (parent row, retired, held token, expected)
+        let cases = [
+            (row(None, 0, false), false, None, retire("acquire")),
+            (row(None, 3, false), true, None, SeedStep::Refuse(SplitSeed::AlreadyRetired)),
+            (row(Some(me), 3, true), true, Some(token(me, 3)), SeedStep::Refuse(SplitSeed::AlreadyRetired)),
+            (row(Some(me), 3, true), false, Some(token(me, 3)), retire("handover")),
+            (row(Some(me), 3, true), false, None, elsewhere(me, 3)),
+            (row(Some(me), 3, true), false, Some(token(me, 2)), elsewhere(me, 3)),
+            (row(Some(other), 3, true), false, Some(token(me, 3)), elsewhere(other, 3)),
+            (row(Some(other), 3, true), false, Some(token(other, 3)), retire("acquire")),
+            (row(Some(other), 3, false), false, None, retire("acquire")),
+            (row(Some(me), 3, false), false, Some(token(me, 3)), retire("acquire")),
+        ];
+        for (parent, retired, held, want) in cases {
+            assert_eq!(seed_step(&parent, retired, me, held.as_ref()), want, "{parent:?} retired {retired} held {held:?}");
+        }
+    }
 }

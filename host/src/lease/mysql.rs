@@ -192,3 +192,18 @@ pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<M
         .await?;
     Ok(Engine::new(pool, options))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn bound_is_half_a_ttl_in_whole_seconds_at_least_one() {
+        for (ttl_ms, secs) in [(500, 1), (2_000, 1), (3_000, 1), (4_000, 2), (15_000, 7), (60_000, 30)] {
+            let options = StoreOptions { lease_ttl: Duration::from_millis(ttl_ms), ..StoreOptions::default() };
+            assert_eq!(bound_secs(&options), secs, "ttl {ttl_ms} ms");
+        }
+    }
+}
