@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::engine::Backend;
 use super::{Store, StoreOptions, mysql, pg};
-use crate::chaos::servers::{create_database, drop_database, with_database};
+use crate::testkit::{create_database, drop_database, with_database};
 
 /// A fenced transaction left open.
 #[allow(dead_code)] // held for its locks, never read
