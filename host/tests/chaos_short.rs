@@ -40,8 +40,10 @@ fn twenty_faults_lose_no_acknowledged_append() {
     assert!(out.status.success(), "chaos run failed:\n{stdout}\n{}", tail(&stderr, 80));
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r["faults"].as_array().unwrap().len(), 20, "{stdout}");
-    // MIN_ACKED_PG
-    assert_clean(&r, 10_000, &stdout);
+    // About 27,000 on a quiet machine and 8,077 with other builds and tests
+    // running beside it (88 s, 3 clients): 5,000 fails a run whose clients
+    // stalled for a third of it, not one on a busy machine.
+    assert_clean(&r, 5_000, &stdout);
     assert!(r["takeovers"].as_u64().unwrap() > 0, "no takeover measured:\n{stdout}");
     // The private PostgreSQL records commit times: every row and grant is
     // judged by its commit.
@@ -129,8 +131,8 @@ fn a_run_against_a_configured_mariadb_passes_and_cleans_up() {
     assert!(out.status.success(), "chaos run failed:\n{stdout}\n{}", tail(&String::from_utf8_lossy(&out.stderr), 60));
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r["faults"].as_array().unwrap().len(), 5);
-    // MIN_ACKED_MARIADB
-    assert_clean(&r, 2_000, &stdout);
+    // 2,909 in 20 s with other builds running beside it.
+    assert_clean(&r, 1_500, &stdout);
     let deaths = r["faults"].as_array().unwrap().iter().filter(|f| ["kill", "pause"].contains(&f["kind"].as_str().unwrap())).count();
     assert!(deaths == 0 || r["takeovers"].as_u64().unwrap() > 0, "no takeover measured:\n{stdout}");
     // MariaDB keeps no commit times: the report says what it judged by instead, and the limit.
