@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use super::model::{Application, ClusterConfig, Replica, Shard, ShardState};
 use super::rules::{RuleCode, Violation};
-use super::validate::{Indexed, ReplicaKey, list, shard_index, validate_indexed};
+use super::validate::{list, shard_index, validate, validate_indexed};
 
 /// Which check found a violation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -79,24 +79,26 @@ impl TransitionReport {
 
 /// Checks `old` and `new` on their own and the change between them.
 ///
-/// Each config is validated once; the transition rules then reuse what the
-/// validations built: the old config's shard index and both configs'
-/// replicas as numbers. Large configs (more than 10,000 shards between them)
-/// are validated on two threads.
+/// The transition rules run after the old config's check, reusing its shard
+/// index. Large configs (more than 10,000 shards between them) are checked
+/// on two threads: the new config on one, the old config and then the
+/// transition on the other.
 pub fn validate_transition(old: &ClusterConfig, new: &ClusterConfig) -> TransitionReport {
-    let ((old_check, old_ix), (new_check, new_ix)) = if old.shard_count() + new.shard_count() < 10_000 {
-        (validate_indexed(old, true), validate_indexed(new, true))
-    } else {
-        std::thread::scope(|scope| {
-            let new_side = scope.spawn(|| validate_indexed(new, true));
-            let old_side = validate_indexed(old, true);
-            (old_side, new_side.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-        })
+    let old_side = || {
+        let (violations, indexed) = validate_indexed(old);
+        let ids = OldIds { old, given: Some(&indexed.shard_ids), built: OnceCell::new() };
+        (violations, rules(old, new, &ids, indexed.replica_ids_unique))
     };
-    let ids = OldIds { old, given: Some(&old_ix.shard_ids), built: OnceCell::new() };
-    let facts = Facts::new(old, &old_ix, &new_ix);
-    let transition = rules(old, new, &ids, old_ix.replica_ids_unique, Some(&facts));
-    TransitionReport { old: old_check, new: new_check, transition }
+    if old.shard_count() + new.shard_count() < 10_000 {
+        let (old_check, transition) = old_side();
+        return TransitionReport { old: old_check, new: validate(new), transition };
+    }
+    std::thread::scope(|scope| {
+        let new_check = scope.spawn(|| validate(new));
+        let (old_check, transition) = old_side();
+        let new_check = new_check.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        TransitionReport { old: old_check, new: new_check, transition }
+    })
 }
 
 /// Only the rules about the change (both configs assumed checked separately).
@@ -104,48 +106,14 @@ pub fn validate_transition(old: &ClusterConfig, new: &ClusterConfig) -> Transiti
 pub fn transition_rules(old: &ClusterConfig, new: &ClusterConfig) -> Vec<Violation> {
     // Nothing is known about the old config's replica ids here, so replicas
     // are always matched by lookup.
-    rules(old, new, &OldIds { old, given: None, built: OnceCell::new() }, false, None)
+    rules(old, new, &OldIds { old, given: None, built: OnceCell::new() }, false)
 }
 
 /// `old_replicas_unique`: no replica id of `old` is empty or repeated.
-fn rules(
-    old: &ClusterConfig,
-    new: &ClusterConfig,
-    ids: &OldIds,
-    old_replicas_unique: bool,
-    facts: Option<&Facts>,
-) -> Vec<Violation> {
+fn rules(old: &ClusterConfig, new: &ClusterConfig, ids: &OldIds, old_replicas_unique: bool) -> Vec<Violation> {
     let mut t = Transition { old_replicas_unique, ..Default::default() };
-    t.run(old, new, ids, facts);
+    t.run(old, new, ids);
     t.finish()
-}
-
-/// Both configs' replicas as numbers, from their validations.
-struct Facts<'a> {
-    old: &'a Indexed<'a>,
-    new: &'a Indexed<'a>,
-    /// Old node number → the new config's number for the same id
-    /// (`u32::MAX` when the new config has no such node).
-    node: Vec<u32>,
-    new_nodes: usize,
-}
-
-impl<'a> Facts<'a> {
-    fn new(old: &ClusterConfig, old_ix: &'a Indexed<'a>, new_ix: &'a Indexed<'a>) -> Facts<'a> {
-        let node = old.nodes.iter().map(|n| new_ix.node_ids.get(n.id.as_str()).map_or(u32::MAX, |&j| j as u32)).collect();
-        Facts { old: old_ix, new: new_ix, node, new_nodes: new_ix.node_ids.values().map(|&j| j + 1).max().unwrap_or(0) }
-    }
-
-    /// Whether two replicas sit on the same node, when the numbers can tell:
-    /// nodes of neither config are numbered per config.
-    fn same_node(&self, o: ReplicaKey, n: ReplicaKey) -> Option<bool> {
-        ((o.node as usize) < self.node.len() && (n.node as usize) < self.new_nodes).then(|| self.node[o.node as usize] == n.node)
-    }
-}
-
-/// Shard `p`'s replicas as numbers.
-fn keys_of<'a>(ix: &'a Indexed, p: usize) -> &'a [ReplicaKey] {
-    &ix.replicas[ix.replica_start[p] as usize..ix.replica_start[p + 1] as usize]
 }
 
 /// The old config's shard id index ([`shard_index`]): handed over by its
@@ -215,7 +183,7 @@ impl<'a> Transition<'a> {
         self.removed.get_or_insert(Seen { count: 0, example: None })
     }
 
-    fn run(&mut self, old: &'a ClusterConfig, new: &'a ClusterConfig, ids: &OldIds, facts: Option<&Facts>) {
+    fn run(&mut self, old: &'a ClusterConfig, new: &'a ClusterConfig, ids: &OldIds) {
         use RuleCode::*;
         if new.version <= old.version {
             self.push(
@@ -263,12 +231,9 @@ impl<'a> Transition<'a> {
         }
 
         // ---- applications ----
-        // Each application with the position of its first shard in the config.
-        let mut new_apps: HashMap<&str, (&Application, u32)> = HashMap::with_capacity(new.applications.len());
-        let mut start = 0u32;
+        let mut new_apps: HashMap<&str, &Application> = HashMap::with_capacity(new.applications.len());
         for a in &new.applications {
-            new_apps.entry(a.name.as_str()).or_insert((a, start));
-            start += a.shards.len() as u32;
+            new_apps.entry(a.name.as_str()).or_insert(a);
         }
         let mut old_names: HashSet<&str> = HashSet::with_capacity(old.applications.len());
         let mut start = 0u32; // the position of `a`'s first shard in the old config's index
@@ -292,7 +257,7 @@ impl<'a> Transition<'a> {
                         self.removed().note_all(s);
                     }
                 }
-                Some(&(b, b_first)) => self.application((a, first), (b, b_first), ids, facts),
+                Some(b) => self.application(a, b, first, ids),
             }
         }
         for a in &new.applications {
@@ -304,14 +269,8 @@ impl<'a> Transition<'a> {
         }
     }
 
-    /// Each application with the position of its first shard in its config.
-    fn application(
-        &mut self,
-        (a, first): (&'a Application, u32),
-        (b, b_first): (&'a Application, u32),
-        ids: &OldIds,
-        facts: Option<&Facts>,
-    ) {
+    /// `first`: the position of `a`'s first shard in the old config's index.
+    fn application(&mut self, a: &'a Application, b: &'a Application, first: u32, ids: &OldIds) {
         use RuleCode::*;
         // The position in `a` of the first old shard with `id`, asked only if
         // the fast path (the same id at the same position, as when a version
@@ -395,8 +354,7 @@ impl<'a> Transition<'a> {
                     );
                 }
             }
-            let keys = facts.map(|f| (f, keys_of(f.old, first as usize + i), keys_of(f.new, b_first as usize + j)));
-            self.replicas(s, n, keys);
+            self.replicas(s, n);
         }
         for (i, s) in a.shards.iter().enumerate() {
             if matched[i] || find_old(&s.id) != Some(i) {
@@ -413,23 +371,17 @@ impl<'a> Transition<'a> {
         }
     }
 
-    /// Replicas of one shard present in both versions; `keys`: both
-    /// shards' replicas as numbers, when the validations kept them.
-    fn replicas(&mut self, s: &'a Shard, n: &'a Shard, keys: Option<(&Facts, &[ReplicaKey], &[ReplicaKey])>) {
+    /// Replicas of one shard present in both versions.
+    fn replicas(&mut self, s: &'a Shard, n: &'a Shard) {
         // Ids that line up, when each old id names one replica, match by
         // position: the lookups below would pair the same replicas and
-        // find none added or removed. The numbers answer without reading
-        // the strings where they can.
-        let len = s.replicas.len();
-        let same_id = |q: usize| {
-            keys.and_then(|(_, o, k)| o[q].same_id(k[q])).unwrap_or_else(|| str_eq(&s.replicas[q].id, &n.replicas[q].id))
-        };
-        if self.old_replicas_unique && len == n.replicas.len() && (0..len).all(same_id) {
-            for q in 0..len {
-                let (o, r) = (&s.replicas[q], &n.replicas[q]);
-                let same_node =
-                    keys.and_then(|(f, ok, nk)| f.same_node(ok[q], nk[q])).unwrap_or_else(|| str_eq(&o.node_id, &r.node_id));
-                if !same_node {
+        // find none added or removed.
+        if self.old_replicas_unique
+            && s.replicas.len() == n.replicas.len()
+            && s.replicas.iter().zip(&n.replicas).all(|(o, r)| str_eq(&o.id, &r.id))
+        {
+            for (o, r) in s.replicas.iter().zip(&n.replicas) {
+                if !str_eq(&o.node_id, &r.node_id) {
                     self.moved(s, o, r);
                 }
             }
@@ -616,20 +568,6 @@ mod tests {
             for c in [&mut *o, &mut *n] { second_app(c); c.applications[1].shards[1].id = "A_00_3f".into() }
             n.applications[1].shards.reverse();
         }, &[ShardIdDuplicate]),
-        ("a replica moves between nodes in neither config", |o, n| {
-            // Such nodes are numbered per config: both are number 4 here.
-            shard_mut(o, "A_00_3f").replicas[2].node_id = "n9".into();
-            shard_mut(n, "A_00_3f").replicas[2].node_id = "n8".into();
-        }, &[ReplicaNodeUnknown, ReplicaNodeChanged]),
-        ("a long replica id replaced", |o, n| {
-            shard_mut(o, "A_00_3f").replicas[2].id = "A_00_3f_n3-long-suffix".into();
-            shard_mut(n, "A_00_3f").replicas[2].id = "A_00_3f_n3-long-suffiX".into();
-        }, &[ReplicasAddedAndRemoved]),
-        ("a replica moves to a node listed twice", |o, n| {
-            // Duplicate ids number a node by its last entry, in each config.
-            for c in [&mut *o, &mut *n] { c.nodes.push(node("n1")); c.nodes[4].grpc_address = "dup:1".into() }
-            shard_mut(n, "A_00_3f").replicas[2].node_id = "n1".into();
-        }, &[NodeIdDuplicate, ReplicaNodeDuplicate, ReplicaNodeChanged]),
         ("an empty shard id, reordered", |o, n| {
             for c in [&mut *o, &mut *n] { app(c, "A").shards[0].id.clear() }
             app(n, "A").shards.reverse();

@@ -20,67 +20,23 @@ pub const MIN_REPLICATION_FACTOR: u32 = 3;
 
 /// Every violation of the single-config rules; empty when the config is valid.
 pub fn validate(config: &ClusterConfig) -> Vec<Violation> {
-    validate_indexed(config, false).0
+    validate_indexed(config).0
 }
 
 /// What checking a config learns that the transition rules reuse rather
 /// than rebuild.
-pub(crate) struct Indexed<'a> {
+pub(crate) struct Indexed {
     /// Every non-empty shard id, by its position among all the config's
     /// shards (applications in order); see [`shard_index`].
     pub shard_ids: SortedIds,
     /// No replica id is empty or repeated, so within a shard an id names
     /// exactly one replica.
     pub replica_ids_unique: bool,
-    /// Node id → the number replicas on it get in `replicas`.
-    pub node_ids: FastMap<&'a str, usize>,
-    /// Every replica in config order (only when asked for, see
-    /// [`validate_indexed`]); shard `p`'s are `replicas[replica_start[p]..replica_start[p + 1]]`.
-    pub replicas: Vec<ReplicaKey>,
-    pub replica_start: Vec<u32>,
 }
 
-/// A replica as numbers, so that two configs' replicas compare without
-/// reading their strings again (at 100,000 shards the strings are far out
-/// of cache, and reading them was most of a transition's time).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ReplicaKey {
-    /// Its node: the node's position in the config, or past the end for a
-    /// node not in the config (numbered per config, so not comparable).
-    pub node: u32,
-    /// For an id `<shard id>_<suffix>` with a suffix of at most 8 bytes,
-    /// the suffix's length and its bytes (zero-padded); [`ReplicaKey::LONG`]
-    /// otherwise. Two such ids of shards with equal ids are equal exactly
-    /// when these are.
-    pub suffix_len: u32,
-    pub suffix: u64,
-}
-
-impl ReplicaKey {
-    pub const LONG: u32 = u32::MAX;
-
-    fn new(replica: &str, shard: &str, node: u32) -> ReplicaKey {
-        let (r, n) = (replica.as_bytes(), shard.len());
-        let short = r.len() > n && r.len() <= n + 9 && r[n] == b'_' && fasthash::bytes_eq(&r[..n], shard.as_bytes());
-        if !short {
-            return ReplicaKey { node, suffix_len: ReplicaKey::LONG, suffix: 0 };
-        }
-        let mut bytes = [0u8; 8];
-        bytes[..r.len() - n - 1].copy_from_slice(&r[n + 1..]);
-        ReplicaKey { node, suffix_len: (r.len() - n - 1) as u32, suffix: u64::from_le_bytes(bytes) }
-    }
-
-    /// Whether the ids are equal, when the keys can tell (both short).
-    pub fn same_id(self, other: ReplicaKey) -> Option<bool> {
-        (self.suffix_len != ReplicaKey::LONG && other.suffix_len != ReplicaKey::LONG)
-            .then(|| (self.suffix_len, self.suffix) == (other.suffix_len, other.suffix))
-    }
-}
-
-/// [`validate`], and the indexes it built; `with_replicas` also keeps every
-/// replica as a [`ReplicaKey`].
-pub(crate) fn validate_indexed(config: &ClusterConfig, with_replicas: bool) -> (Vec<Violation>, Indexed<'_>) {
-    let mut c = Checker { record: with_replicas, ..Default::default() };
+/// [`validate`], and the indexes it built.
+pub(crate) fn validate_indexed(config: &ClusterConfig) -> (Vec<Violation>, Indexed) {
+    let mut c = Checker::default();
     let indexed = c.run(config);
     (c.out, indexed)
 }
@@ -100,10 +56,6 @@ pub fn check(config: &ClusterConfig) -> Result<(), Violations> {
 #[derive(Default)]
 struct Checker {
     out: Vec<Violation>,
-    /// Keep [`ReplicaKey`]s in `replicas` and `replica_start`.
-    record: bool,
-    replicas: Vec<ReplicaKey>,
-    replica_start: Vec<u32>,
 }
 
 /// A shard with its application, by position in the config.
@@ -192,7 +144,7 @@ impl Checker {
         }
     }
 
-    fn run<'a>(&mut self, cfg: &'a ClusterConfig) -> Indexed<'a> {
+    fn run(&mut self, cfg: &ClusterConfig) -> Indexed {
         use RuleCode::*;
         if cfg.version == 0 {
             self.push(VersionNotPositive, "version is 0; versions start at 1".into());
@@ -288,9 +240,6 @@ impl Checker {
             for s in &a.shards {
                 let idx = entries.len();
                 entries.push(Entry { app: ai, shard: s });
-                if self.record {
-                    self.replica_start.push(self.replicas.len() as u32);
-                }
                 if s.id.is_empty() {
                     self.push(
                         ShardIdEmpty,
@@ -340,9 +289,6 @@ impl Checker {
                         }
                     };
                     shard_nodes.push(node as u32);
-                    if self.record {
-                        self.replicas.push(ReplicaKey::new(&r.id, &s.id, node as u32));
-                    }
                     if !r.metadata.is_empty() {
                         self.metadata(&format!("replica `{}`", r.id), &r.metadata);
                     }
@@ -504,16 +450,7 @@ impl Checker {
                 );
             }
         }
-        if self.record {
-            self.replica_start.push(self.replicas.len() as u32);
-        }
-        Indexed {
-            shard_ids,
-            replica_ids_unique,
-            node_ids,
-            replicas: std::mem::take(&mut self.replicas),
-            replica_start: std::mem::take(&mut self.replica_start),
-        }
+        Indexed { shard_ids, replica_ids_unique }
     }
 
     /// `nodes`: the number of each replica's node (see `run`); cleared here.
@@ -953,7 +890,7 @@ mod tests {
         for (name, mutate, want) in cases {
             let mut c = base();
             mutate(&mut c);
-            let (violations, indexed) = validate_indexed(&c, false);
+            let (violations, indexed) = validate_indexed(&c);
             assert_eq!(indexed.replica_ids_unique, *want, "{name}: {violations:?}");
             assert_eq!(violations, validate(&c), "{name}");
         }
