@@ -194,6 +194,7 @@ async fn a_split_leaves_exactly_one_valid_token_per_key() {
     let written = writer.await.unwrap().unwrap();
     let samples = sampler.await.unwrap();
 
+    eprintln!("split: {} lease-table samples, {load:?}, {written} fenced application writes", samples.len());
     let after = config_of(&c);
     let overlapping: Vec<_> = samples.iter().map(|rows| overlaps(&after, rows)).filter(|o| !o.is_empty()).collect();
     assert!(samples.len() > 50, "too few samples: {}", samples.len());
@@ -212,8 +213,11 @@ async fn a_split_leaves_exactly_one_valid_token_per_key() {
     let retired: Vec<String> = store.retirements().await.unwrap().into_iter().map(|r| r.shard).collect();
     assert_eq!(retired, parents.iter().map(|p| p.to_string()).collect::<Vec<_>>());
     // Every fenced write after the retirement went to a child.
-    let late: Vec<(i64, String)> = sqlx::query_as("SELECT key, shard FROM app_writes").fetch_all(&pool).await.unwrap();
-    assert!(late.iter().any(|(_, s)| s.starts_with(parents[0]) && s != parents[0]), "no write reached a child");
+    let children: Vec<String> =
+        after.shards().filter(|(_, s)| s.parent_id.as_deref().is_some_and(|p| parents.contains(&p))).map(|(_, s)| s.id.clone()).collect();
+    assert_eq!(children.len(), 2 + 4, "{children:?}");
+    let shards: Vec<String> = sqlx::query_scalar("SELECT DISTINCT shard FROM app_writes").fetch_all(&pool).await.unwrap();
+    assert!(shards.iter().any(|s| children.contains(s)), "no fenced write reached a child: {shards:?}");
     let s = c.status().await.unwrap();
     assert!(s.leases.iter().all(|l| !parents.contains(&l.shard.as_str())), "status offers a retired lease: {:?}", s.leases);
 
@@ -231,7 +235,8 @@ async fn a_split_leaves_exactly_one_valid_token_per_key() {
 async fn drain_stop_and_a_rolling_restart_fail_no_append() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, _| {}).await.unwrap();
-    c.wait_settled(Duration::from_secs(30)).await.unwrap();
+    let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
+    let busiest = c.busiest(&status);
     let map = ShardMap::from_config(&config_of(&c));
     let streams: Vec<String> = map.shards().iter().map(|s| stream_on(&map, &s.id, "r")).collect();
     let apis: Vec<String> = c.nodes.iter().map(|n| n.api.clone()).collect();
@@ -240,7 +245,7 @@ async fn drain_stop_and_a_rolling_restart_fail_no_append() {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // A drain, with the node still up and answering.
-    let drained = c.nodes[0].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap().into_inner();
+    let drained = c.nodes[busiest].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap().into_inner();
     assert!(drained.handed_over > 0 && drained.kept.is_empty(), "{drained:?}");
     // A rolling restart: each node stopped gracefully and started again.
     for i in 0..c.nodes.len() {
@@ -253,6 +258,7 @@ async fn drain_stop_and_a_rolling_restart_fail_no_append() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
     let load = load.await.unwrap();
+    eprintln!("drain, stop and rolling restart: {} acknowledged, {} failed, longest {:?}", load.acked, load.failed.len(), load.longest);
     assert!(load.failed.is_empty(), "failed appends: {:?}\n{}", load.failed, c.logs());
     assert!(load.acked > 100, "too little load to prove anything: {load:?}");
     // A planned handoff never waits for a lease to expire.
@@ -277,15 +283,23 @@ async fn a_paused_holder_stalls_a_client_for_about_a_ttl() {
 
     c.nodes[v].pause().unwrap();
     let started = Instant::now();
-    let ack = j.append(append("during")).await;
+    // As the contract says: an unknown outcome is retried with the same id.
+    let ack = loop {
+        match j.append(append("during")).await {
+            Ok(ack) => break Ok(ack.into_inner()),
+            Err(e) if started.elapsed() < Duration::from_secs(20) => eprintln!("retrying after {:?}: {e}", started.elapsed()),
+            Err(e) => break Err(e),
+        }
+    };
     let stall = started.elapsed();
     c.nodes[v].resume().unwrap();
-    let ack = ack.unwrap().into_inner();
+    let ack = ack.unwrap();
     assert_ne!(ack.holder, victim);
     // The lease runs out at most a TTL after its last renewal; the next
     // replica takes it in its next round and tells the others. The bound
     // leaves a second for two noisy cores (the benchmark has the tight figure).
     let bound = TTL + RENEW + Duration::from_secs(1);
+    eprintln!("paused holder: the client stalled {stall:?} (TTL {TTL:?}, renew {RENEW:?})");
     assert!(stall <= bound, "a paused holder stalled the client {stall:?} (bound {bound:?})\n{}", c.logs());
     c.teardown().await.unwrap();
 }

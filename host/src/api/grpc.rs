@@ -192,8 +192,13 @@ impl ownership_server::Ownership for Api {
         let node = &self.node()?;
         let topology = node.topology();
         let shard = topology.map.route(&r.application, r.key).map_err(|e| Status::not_found(e.to_string()))?;
-        let view = node.cluster_view().await.map_err(internal)?;
-        let row = view.rows.iter().find(|row| row.shard == shard.id).cloned().unwrap_or(LeaseRow {
+        // One shard's row and the database clock: a request path never reads
+        // the whole lease table.
+        let (row, now) = node.lease_now(&shard.id).await.map_err(internal)?;
+        if row.as_ref().and_then(|r| r.holder).is_some_and(|h| node.registration(h).is_none()) {
+            node.refresh_registry().await.map_err(internal)?;
+        }
+        let row = row.unwrap_or(LeaseRow {
             shard: shard.id.clone(),
             holder: None,
             holder_name: None,
@@ -201,7 +206,7 @@ impl ownership_server::Ownership for Api {
             expires_at: None,
             live: false,
         });
-        Ok(Response::new(lease_message(node, &row, view.now)))
+        Ok(Response::new(lease_message(node, &row, now)))
     }
 
     async fn held(&self, _req: Request<proto::HeldRequest>) -> Result<Response<proto::HeldResponse>, Status> {

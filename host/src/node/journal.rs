@@ -144,7 +144,8 @@ impl Node {
                     }
                 }
                 AppendStep::Forward { holder, address } => {
-                    match self.forward(&address, stream, request_id, payload).await? {
+                    let expires_at = row.as_ref().and_then(|r| r.expires_at);
+                    match self.forward(&address, expires_at, stream, request_id, payload).await? {
                         Ok(ack) => return Ok(ack),
                         // The holder moved on and named its successor: look again at once.
                         Err(Forwarded::Bounced(Some(next))) if next.name != holder => {
@@ -199,6 +200,7 @@ impl Node {
     async fn forward(
         &self,
         address: &str,
+        expires_at: Option<chrono::DateTime<chrono::Utc>>,
         stream: &str,
         request_id: &str,
         payload: &[u8],
@@ -218,7 +220,7 @@ impl Node {
             payload: payload.to_vec(),
             forwarded: true,
         });
-        request.set_timeout(self.takeover_budget() + Duration::from_secs(2));
+        request.set_timeout(self.forward_timeout(expires_at));
         match client.append(request).await {
             Ok(r) => {
                 let r = r.into_inner();
@@ -236,6 +238,20 @@ impl Node {
                 Err(AppendError::OutcomeUnknown(format!("forwarded to {address}: {}", status.message())))
             }
         }
+    }
+
+    /// How long a forward waits for the holder: a holder that cannot answer
+    /// before its lease runs out (plus a renew interval, for a renewal in
+    /// flight) has lost it by then, and waiting longer only holds the client
+    /// back; the outcome is unknown and the client retries with the same
+    /// request id. This is a timeout, not a judgement of the lease, so the
+    /// node's clock serves. At most a TTL, at least 100 ms.
+    fn forward_timeout(&self, expires_at: Option<chrono::DateTime<chrono::Utc>>) -> Duration {
+        let ttl = self.settings.lease_ttl();
+        let left = expires_at
+            .and_then(|at| (at - chrono::Utc::now()).to_std().ok())
+            .map_or(ttl, |left| left + self.settings.renew_interval());
+        left.clamp(Duration::from_millis(100), ttl)
     }
 
     /// Entries of `stream` from sequence `from`, in order.

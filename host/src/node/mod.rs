@@ -378,6 +378,15 @@ impl Node {
         self.store.lease(shard).await
     }
 
+    /// One shard's lease row and the database clock that judges it.
+    pub async fn lease_now(
+        &self,
+        shard: &str,
+    ) -> Result<(Option<lease::LeaseRow>, chrono::DateTime<chrono::Utc>), lease::LeaseError> {
+        let row = self.store.lease(shard).await?;
+        Ok((row, self.store.now().await?))
+    }
+
     /// The registrations, every lease row and the database's clock, read
     /// together for a status answer.
     pub async fn cluster_view(&self) -> Result<ClusterView, lease::LeaseError> {
