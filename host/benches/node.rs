@@ -15,7 +15,7 @@
 //! (`CHITIN_BENCH_POSTGRES_URL` overrides the server).
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,8 +33,7 @@ const SHARDS: u32 = 1000;
 const IDLE: Duration = Duration::from_secs(10);
 
 fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    chitin::testkit::free_ports(n).unwrap()
 }
 
 /// `SHARDS` shards of one application over the whole keyspace, each with a
@@ -85,13 +84,17 @@ fn config(nodes: &[&str]) -> ClusterConfig {
 /// Cluster-mode settings of one in-process node. The lease TTL is long
 /// enough that none of node-a's 1,000 leases expires before its drain ends.
 fn settings(data: &Path, name: &str, url: &str, cache: &Path) -> Settings {
-    let text = format!(
-        "[node]\ndata_dir = {data:?}\n\n[cluster]\nenabled = true\ninstance_id = {name:?}\n\
-         redis_url = \"redis://127.0.0.1:6379\"\nnamespace = \"chitin-bench\"\n\n\
-         [database]\nurl = {url:?}\n\n[leases]\nttl_secs = 120\nrenew_interval_secs = 5\n\n\
-         [policies]\ncache_dir = {cache:?}\n"
-    );
-    Settings::from_toml(&text, "bench", std::iter::empty::<(String, String)>()).unwrap()
+    let mut s = Settings::default();
+    s.node.data_dir = data.to_path_buf();
+    s.cluster.enabled = true;
+    s.cluster.instance_id = Some(name.to_string());
+    s.cluster.redis_url = Some("redis://127.0.0.1:6379".into());
+    s.cluster.namespace = "chitin-bench".into();
+    s.database.url = Some(url.to_string());
+    s.leases.ttl_secs = 120.0;
+    s.leases.renew_interval_secs = 5.0;
+    s.policies.cache_dir = Some(cache.to_path_buf());
+    s
 }
 
 struct DrainFigures {
