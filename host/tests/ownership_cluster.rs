@@ -56,10 +56,10 @@ struct Load {
 }
 
 /// Appends without pause through `apis` until `stop`: a new request id per
-/// append; a node that cannot be reached (stopped, restarting) is skipped
-/// for the next one with the same request id, as a client library does.
-/// Any answer from a node that is up other than an acknowledgement counts
-/// as failed.
+/// append; a node that cannot be reached or whose connection breaks
+/// (stopped, restarting) is skipped for the next one with the same request
+/// id, as a client library does. Any typed outcome other than an
+/// acknowledgement (not applied, unknown) counts as failed.
 async fn client(apis: Vec<String>, streams: Vec<String>, stop: Arc<AtomicBool>) -> Load {
     let mut load = Load::default();
     let mut next = 0usize;
@@ -86,8 +86,12 @@ async fn client(apis: Vec<String>, streams: Vec<String>, stop: Arc<AtomicBool>) 
                     load.acked += 1;
                     break;
                 }
-                // The connection went away with the node: try the next one.
-                Err(s) if s.code() == tonic::Code::Unavailable && s.metadata().get(proto::outcome::KEY).is_none() => next += 1,
+                // No typed outcome: the transport failed, as when a stopping
+                // node closes its connections (GOAWAY). The contract allows
+                // the same request id anywhere: try the next node.
+                Err(s) if s.metadata().get(proto::outcome::KEY).is_none() && started.elapsed() < Duration::from_secs(30) => {
+                    next += 1
+                }
                 Err(s) => {
                     load.failed.push(format!("{request_id} via {api}: {s}"));
                     break;

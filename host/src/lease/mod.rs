@@ -75,6 +75,21 @@
 //!   parent fails the fence; a new node that tries a child before the seed
 //!   is refused, and a second seeder finds the retirement
 //!   ([`SplitSeed::AlreadyRetired`]).
+// The column lists PostgreSQL and MySQL share (SQLite reads times as
+// integers and writes its own); defined before the dialect modules, which
+// splice them into their statements with `concat!`.
+macro_rules! retirement_cols {
+    () => {
+        "shard_id, epoch, holder, holder_name, children, retired_at FROM chitin_shard_retirements"
+    };
+}
+
+macro_rules! history_cols {
+    () => {
+        "shard_id, epoch, holder, holder_name, via, acquired_at FROM chitin_lease_history"
+    };
+}
+
 #[cfg(test)]
 mod bounds_tests;
 mod engine;

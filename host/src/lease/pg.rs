@@ -23,18 +23,6 @@ macro_rules! lease_cols {
     };
 }
 
-macro_rules! retirement_cols {
-    () => {
-        "shard_id, epoch, holder, holder_name, children, retired_at FROM chitin_shard_retirements"
-    };
-}
-
-macro_rules! history_cols {
-    () => {
-        "shard_id, epoch, holder, holder_name, via, acquired_at FROM chitin_lease_history"
-    };
-}
-
 impl Backend for Pg {
     type Db = Postgres;
 

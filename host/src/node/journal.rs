@@ -25,7 +25,7 @@ use crate::proto::{self, outcome};
 
 use super::Node;
 use super::peers::never_sent;
-use super::plan::{AppendFacts, AppendStep, append_step};
+use super::plan::{AppendFacts, AppendStep, append_step, forward_timeout};
 
 /// A committed (or earlier committed, for a repeated request id) append.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,11 +84,9 @@ fn validate(stream: &str, request_id: &str, payload: &[u8]) -> Result<(), Append
     Ok(())
 }
 
-/// How a forward ended when it did not acknowledge.
-enum Forwarded {
-    /// Certainly not applied there; the holder it named, if any.
-    Bounced(Option<HolderHint>),
-}
+/// A forward certainly not applied where it went, with the holder that
+/// node named, if any.
+type Bounced = Option<HolderHint>;
 
 impl Node {
     /// How long an append waits for a shard to get a holder.
@@ -138,7 +136,7 @@ impl Node {
             match append_step(&facts) {
                 AppendStep::Adopt => {
                     let row = row.expect("a live holder has a row");
-                    if let Err(e) = self.leases.adopt(self.lease_of(&row)).await {
+                    if let Err(e) = self.leases.adopt(self.own_lease(&row.shard, row.epoch)).await {
                         tracing::debug!(%shard, error = %e, "cannot adopt lease");
                         self.wait_for_change(&mut changes, deadline, &shard).await?;
                     }
@@ -148,10 +146,10 @@ impl Node {
                     match self.forward(&address, expires_at, stream, request_id, payload).await? {
                         Ok(ack) => return Ok(ack),
                         // The holder moved on and named its successor: look again at once.
-                        Err(Forwarded::Bounced(Some(next))) if next.name != holder => {
+                        Err(Some(next)) if next.name != holder => {
                             tracing::debug!(%shard, from = %holder, to = %next.name, "following the holder")
                         }
-                        Err(Forwarded::Bounced(_)) => self.wait_for_change(&mut changes, deadline, &shard).await?,
+                        Err(_) => self.wait_for_change(&mut changes, deadline, &shard).await?,
                     }
                 }
                 AppendStep::Redirect { holder } => {
@@ -204,12 +202,12 @@ impl Node {
         stream: &str,
         request_id: &str,
         payload: &[u8],
-    ) -> Result<Result<Acknowledged, Forwarded>, AppendError> {
+    ) -> Result<Result<Acknowledged, Bounced>, AppendError> {
         let channel = match self.peers.channel(address).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!(error = %e, "forward not sent");
-                return Ok(Err(Forwarded::Bounced(None)));
+                return Ok(Err(None));
             }
         };
         self.metrics.forwards.inc();
@@ -226,11 +224,11 @@ impl Node {
                 let r = r.into_inner();
                 Ok(Ok(Acknowledged { sequence: r.sequence as i64, epoch: r.epoch as i64, shard: r.shard, holder: r.holder }))
             }
-            Err(status) if is_not_applied(&status) => Ok(Err(Forwarded::Bounced(holder_hint(&status)))),
+            Err(status) if is_not_applied(&status) => Ok(Err(holder_hint(&status))),
             Err(status) if status.code() == tonic::Code::InvalidArgument => Err(AppendError::Invalid(status.message().to_string())),
             Err(status) if never_sent(&status) => {
                 self.peers.forget(address);
-                Ok(Err(Forwarded::Bounced(None)))
+                Ok(Err(None))
             }
             Err(status) => {
                 self.peers.forget(address);
@@ -240,18 +238,11 @@ impl Node {
         }
     }
 
-    /// How long a forward waits for the holder: a holder that cannot answer
-    /// before its lease runs out (plus a renew interval, for a renewal in
-    /// flight) has lost it by then, and waiting longer only holds the client
-    /// back; the outcome is unknown and the client retries with the same
-    /// request id. This is a timeout, not a judgement of the lease, so the
-    /// node's clock serves. At most a TTL, at least 100 ms.
+    /// How long a forward waits for the holder (see [`forward_timeout`]).
     fn forward_timeout(&self, expires_at: Option<chrono::DateTime<chrono::Utc>>) -> Duration {
-        let ttl = self.settings.lease_ttl();
-        let left = expires_at
-            .and_then(|at| (at - chrono::Utc::now()).to_std().ok())
-            .map_or(ttl, |left| left + self.settings.renew_interval());
-        left.clamp(Duration::from_millis(100), ttl)
+        // A timeout, not a judgement of the lease: the node's clock serves.
+        let left = expires_at.map(|at| (at - chrono::Utc::now()).to_std().unwrap_or_default());
+        forward_timeout(left, self.settings.lease_ttl(), self.settings.renew_interval())
     }
 
     /// Entries of `stream` from sequence `from`, in order.

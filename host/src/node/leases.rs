@@ -281,18 +281,9 @@ impl Leases {
     /// Drains `shard` and hands its lease to `to` with a new epoch: no new
     /// write starts, in-flight writes finish, then the lease moves.
     pub async fn hand_over(&self, shard: &str, to: Uuid) -> Result<Lease, LeaseError> {
-        let (gate, lease) = {
-            let mut held = self.lock();
-            let h = held
-                .get_mut(shard)
-                .ok_or_else(|| LeaseError::InvalidArgument(format!("shard `{shard}` is not held by this node")))?;
-            // A drain and a round may both pick the shard: one handoff only.
-            if h.draining {
-                return Err(LeaseError::InvalidArgument(format!("shard `{shard}` is already being handed over")));
-            }
-            h.draining = true;
-            (h.gate.clone(), h.lease.clone())
-        };
+        let (gate, lease) = self
+            .mark_draining(shard)?
+            .ok_or_else(|| LeaseError::InvalidArgument(format!("shard `{shard}` is not held by this node")))?;
         self.emit(OwnershipEvent::Draining {
             shard: shard.to_string(),
             epoch: lease.epoch,
@@ -320,6 +311,19 @@ impl Leases {
         }
     }
 
+    /// Marks a held shard draining (no new write starts) and returns its
+    /// gate and lease; `None` when it is not held. A drain, a round and a
+    /// split may all pick one shard: only the first gets it.
+    fn mark_draining(&self, shard: &str) -> Result<Option<(Arc<RwLock<()>>, Lease)>, LeaseError> {
+        let mut held = self.lock();
+        let Some(h) = held.get_mut(shard) else { return Ok(None) };
+        if h.draining {
+            return Err(LeaseError::InvalidArgument(format!("shard `{shard}` is already being handed over")));
+        }
+        h.draining = true;
+        Ok(Some((h.gate.clone(), h.lease.clone())))
+    }
+
     /// Serves a shard whose handoff did not happen.
     fn undrain(&self, shard: &str, epoch: i64) {
         if let Some(h) = self.lock().get_mut(shard).filter(|h| h.lease.epoch == epoch) {
@@ -333,19 +337,7 @@ impl Leases {
     /// writes finish), like a handoff. Returns the children's leases;
     /// empty when the parent was retired already or is held elsewhere.
     pub async fn seed_split(&self, parent: &str, children: &[String]) -> Result<Vec<Lease>, LeaseError> {
-        let held = {
-            let mut held = self.lock();
-            match held.get_mut(parent) {
-                Some(h) if h.draining => {
-                    return Err(LeaseError::InvalidArgument(format!("shard `{parent}` is already being handed over")));
-                }
-                Some(h) => {
-                    h.draining = true;
-                    Some((h.gate.clone(), h.lease.clone()))
-                }
-                None => None,
-            }
-        };
+        let held = self.mark_draining(parent)?;
         let mut undrain = held.as_ref().map(|(_, l)| Undrain { leases: self, shard: parent, epoch: l.epoch, armed: true });
         let _exclusive = match &held {
             Some((gate, _)) => Some(gate.clone().write_owned().await),

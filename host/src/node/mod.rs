@@ -362,14 +362,15 @@ impl Node {
         result
     }
 
-    /// This node's lease as `row` records it.
-    fn lease_of(&self, row: &lease::LeaseRow) -> lease::Lease {
+    /// This node's lease of `shard` at `epoch`, to take up with
+    /// [`Leases::adopt`], whose renewal proves it and sets the expiry.
+    fn own_lease(&self, shard: &str, epoch: i64) -> lease::Lease {
         lease::Lease {
-            shard: row.shard.clone(),
+            shard: shard.to_string(),
             holder: self.uuid,
             holder_name: self.name.clone(),
-            epoch: row.epoch,
-            expires_at: row.expires_at.unwrap_or_default(),
+            epoch,
+            expires_at: Default::default(),
         }
     }
 

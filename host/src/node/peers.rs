@@ -95,14 +95,7 @@ impl super::Node {
     /// it first proves it); any other change wakes waiting requests.
     pub async fn on_notice(&self, shard: &str, epoch: i64, holder: uuid::Uuid) {
         if holder == self.uuid && self.is_ready() && !self.leases.held_ids().contains(shard) {
-            let lease = crate::lease::Lease {
-                shard: shard.to_string(),
-                holder: self.uuid,
-                holder_name: self.name.clone(),
-                epoch,
-                expires_at: Default::default(),
-            };
-            match self.leases.adopt(lease).await {
+            match self.leases.adopt(self.own_lease(shard, epoch)).await {
                 Ok(()) => tracing::info!(%shard, epoch, "took up a handed-over lease on notice"),
                 Err(e) => tracing::debug!(%shard, error = %e, "cannot take up a lease on notice"),
             }

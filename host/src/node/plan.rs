@@ -19,6 +19,7 @@
 //!   a handoff drains first, which only the holder can do.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use chitin_policy_sdk as sdk;
 use uuid::Uuid;
@@ -292,6 +293,16 @@ pub enum AppendStep {
     /// No holder yet, or a handoff under way here: wait for a change of
     /// ownership, bounded by the takeover budget.
     Wait,
+}
+
+/// How long a forward waits for the holder, given what is `left` of its
+/// lease (unknown: a full TTL). A holder that cannot answer before its lease
+/// runs out (plus a renew interval, for a renewal in flight) has lost it by
+/// then, and waiting longer only holds the client back: the outcome is
+/// unknown and the client retries with the same request id. At most a TTL,
+/// at least 100 ms.
+pub fn forward_timeout(left: Option<Duration>, ttl: Duration, renew: Duration) -> Duration {
+    left.map_or(ttl, |left| left + renew).clamp(Duration::from_millis(100), ttl)
 }
 
 /// What [`append_step`] decides on.
@@ -654,5 +665,21 @@ mod tests {
             let facts = AppendFacts { me, ready, forwarded, live_holder, holder_address: if known { addr.clone() } else { None } };
             assert_eq!(append_step(&facts), want, "{facts:?}");
         }
+    }
+
+    #[test]
+    fn a_forward_waits_no_longer_than_the_holders_lease() {
+        let (ttl, renew) = (Duration::from_secs(2), Duration::from_millis(500));
+        let ms = Duration::from_millis;
+        let cases: &[(Option<Duration>, Duration)] = &[
+            (None, ttl),                  // unknown expiry: a full TTL
+            (Some(ms(1900)), ttl),        // a healthy holder: capped at the TTL
+            (Some(ms(1000)), ms(1500)),   // renewal overdue: what is left plus a renew interval
+            (Some(Duration::ZERO), ms(500)),
+        ];
+        for (left, want) in cases {
+            assert_eq!(forward_timeout(*left, ttl, renew), *want, "{left:?}");
+        }
+        assert_eq!(forward_timeout(Some(Duration::ZERO), ttl, Duration::ZERO), ms(100), "never below 100 ms");
     }
 }

@@ -135,7 +135,7 @@ impl Node {
     /// it succeeds only for the current epoch, unexpired.
     async fn take_up_handed_over(&self, rows: &[lease::LeaseRow]) {
         for row in plan::handed_to_me(rows, self.uuid, &self.leases.held_ids()) {
-            match self.leases.adopt(self.lease_of(row)).await {
+            match self.leases.adopt(self.own_lease(&row.shard, row.epoch)).await {
                 Ok(()) => tracing::info!(shard = %row.shard, epoch = row.epoch, "took up a lease handed to this node"),
                 Err(e) => tracing::debug!(shard = %row.shard, error = %e, "cannot take up lease"),
             }
