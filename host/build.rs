@@ -34,6 +34,7 @@ fn main() {
         "bad_alloc",
         "bad_foreign",
         "future_version",
+        "drain_one_round",
     ];
     let built = build_guests(&root.join("tests/guests/Cargo.toml"), &guest_target_dir, &test_guests);
     let dir = built[0].parent().unwrap();

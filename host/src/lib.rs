@@ -17,14 +17,18 @@
 //! - [`api`]: gRPC and HTTP;
 //! - [`server`]: running a node until it is told to stop;
 //! - [`chaos`]: the fault-injection run and its checker;
+//! - [`failpoint`], [`plant`]: pauses at risky moments and planted bugs for
+//!   the fault suite, compiled in only with their cargo features;
 //! - [`testkit`]: node processes, private servers and fresh databases for
 //!   `chitin chaos` and the test suite.
 
 pub mod api;
 pub mod chaos;
 pub mod coord;
+pub mod failpoint;
 pub mod lease;
 pub mod node;
+pub mod plant;
 pub mod policy;
 pub mod proto;
 pub mod rollout;

@@ -256,7 +256,7 @@ async fn drain_and_graceful_stop_lose_no_acknowledged_append() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_joining_node_receives_at_most_four_shards_per_round_from_each_holder() {
+async fn a_joining_node_receives_at_most_four_shards_per_round_across_the_database() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new(Dialect::Postgres, 3, 32, 2, |_, _| {}).await.unwrap();
     c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
@@ -291,13 +291,14 @@ async fn a_joining_node_receives_at_most_four_shards_per_round_from_each_holder(
     }
     let total: usize = from_holder.values().map(Vec::len).sum();
     assert!(total >= 5, "too few handoffs to node-03 to test the cap: {from_holder:?}");
-    // Rounds are 0.5 s apart: no window shorter than a round holds more than 4 from one holder.
-    for (holder, mut times) in from_holder {
-        times.sort();
-        for (i, t) in times.iter().enumerate() {
-            let in_window = times[i..].iter().take_while(|u| (**u - *t).to_std().unwrap() < Duration::from_millis(350)).count();
-            assert!(in_window <= 4, "{holder} handed {in_window} shards over within one round: {times:?}");
-        }
+    assert!(from_holder.len() > 1, "one giver only: the cap across holders is not tested: {from_holder:?}");
+    // Rounds are 0.5 s apart: no window shorter than a round holds more
+    // than 4, whichever holders gave them (each plans up to 4 on its own).
+    let mut times: Vec<_> = from_holder.into_values().flatten().collect();
+    times.sort();
+    for (i, t) in times.iter().enumerate() {
+        let in_window = times[i..].iter().take_while(|u| (**u - *t).to_std().unwrap() < Duration::from_millis(350)).count();
+        assert!(in_window <= 4, "{in_window} shards handed over within one round across the database: {times:?}");
     }
     store.close().await;
     c.teardown().await.unwrap();

@@ -5,6 +5,11 @@
 //!   fences its own table per key with the documented SQL: no two live leases
 //!   ever cover one key, the parent's token fails the fence afterwards, the
 //!   parent's holder still drains;
+//! - a split interrupted between its versions (the CLI killed, one node a
+//!   version ahead, a lagging node restarted) keeps one holder per key and
+//!   finishes when the command is run again;
+//! - a drain whose policy returns one round of every handoff is held to the
+//!   database-wide cap, and keeps (and reports) only the shard it cannot place;
 //! - a drain, a graceful stop and a rolling restart of every node under load:
 //!   no append fails;
 //! - a paused holder stalls a client for about a TTL, not for the takeover
@@ -156,6 +161,67 @@ async fn fenced_writer(url: String, apis: Vec<String>, keys: Vec<u32>, stop: Arc
     Ok(written)
 }
 
+/// Load and evidence around a topology change: journal appends, an
+/// application writer fencing its own table, and samples of the lease table
+/// every 20 ms.
+struct Probe {
+    stop: Arc<AtomicBool>,
+    load: tokio::task::JoinHandle<Load>,
+    writer: tokio::task::JoinHandle<Result<usize>>,
+    sampler: tokio::task::JoinHandle<Vec<Vec<chitin::lease::LeaseRow>>>,
+}
+
+impl Probe {
+    fn start(url: String, apis: Vec<String>, streams: Vec<String>, keys: Vec<u32>) -> Probe {
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = tokio::spawn(client(apis.clone(), streams, stop.clone()));
+        let writer = tokio::spawn(fenced_writer(url.clone(), apis, keys, stop.clone()));
+        let sampler = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let store = Store::connect(&url).await.unwrap();
+                let mut samples = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    samples.push(store.holders().await.unwrap());
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                samples
+            })
+        };
+        Probe { stop, load, writer, sampler }
+    }
+
+    async fn finish(self) -> (Load, usize, Vec<Vec<chitin::lease::LeaseRow>>) {
+        self.stop.store(true, Ordering::Relaxed);
+        (self.load.await.unwrap(), self.writer.await.unwrap().unwrap(), self.sampler.await.unwrap())
+    }
+}
+
+/// The invariant, from the evidence: no sample of the lease table has two
+/// live leases over one key (judged against `config`, which holds every
+/// parent and child with its range), no key of the application's table was
+/// written under two shards' tokens at once, no append failed, and there
+/// was enough load to show it.
+async fn assert_one_holder_per_key(config: &ClusterConfig, samples: &[Vec<chitin::lease::LeaseRow>], load: &Load, written: usize, url: &str) {
+    let overlapping: Vec<_> = samples.iter().map(|rows| overlaps(config, rows)).filter(|o| !o.is_empty()).collect();
+    assert!(samples.len() > 50, "too few samples: {}", samples.len());
+    assert!(overlapping.is_empty(), "two live leases covered the same keys in {} of {} samples: {:?}", overlapping.len(), samples.len(), overlapping.first());
+    assert!(load.failed.is_empty(), "failed appends: {:?}", load.failed);
+    assert!(load.acked > 50 && written > 20, "too little load to prove anything: {load:?}, {written} fenced writes");
+    // Each (shard, epoch) an application write passed the fence with was
+    // granted in the lease history: the fence admitted only real tokens.
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    let unknown: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT DISTINCT w.shard, w.epoch FROM app_writes w LEFT JOIN chitin_lease_history h \
+         ON h.shard_id = w.shard AND h.epoch = w.epoch WHERE h.shard_id IS NULL",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(unknown.is_empty(), "application writes under tokens never granted: {unknown:?}");
+    pool.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_split_leaves_exactly_one_valid_token_per_key() {
     let _serial = SERIAL.lock().await;
@@ -172,39 +238,16 @@ async fn a_split_leaves_exactly_one_valid_token_per_key() {
         before.leases.iter().filter(|l| parents.contains(&l.shard.as_str())).cloned().collect();
     assert_eq!(parent_tokens.len(), 2, "{:?}", before.leases);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = tokio::spawn(client(apis.clone(), streams.clone(), stop.clone()));
-    let writer = tokio::spawn(fenced_writer(url.clone(), apis.clone(), keys.clone(), stop.clone()));
-    // Samples of the lease table, judged against the final config (which
-    // holds every parent and child with its range).
-    let sampler = {
-        let (url, stop) = (url.clone(), stop.clone());
-        tokio::spawn(async move {
-            let store = Store::connect(&url).await.unwrap();
-            let mut samples = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                samples.push(store.holders().await.unwrap());
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            samples
-        })
-    };
+    let probe = Probe::start(url.clone(), apis.clone(), streams.clone(), keys.clone());
     tokio::time::sleep(Duration::from_millis(500)).await;
     chitin_ok(&["cluster", "split-shard", "--config", &config_path, "--shard-id", parents[0], "--bake-secs", "1"]).await;
     chitin_ok(&["cluster", "split-shard", "--config", &config_path, "--shard-id", parents[1], "--children", "4", "--bake-secs", "1"]).await;
     tokio::time::sleep(Duration::from_secs(3)).await; // past a TTL: a parent still renewed would show
-    stop.store(true, Ordering::Relaxed);
-    let load = load.await.unwrap();
-    let written = writer.await.unwrap().unwrap();
-    let samples = sampler.await.unwrap();
+    let (load, written, samples) = probe.finish().await;
 
     eprintln!("split: {} lease-table samples, {load:?}, {written} fenced application writes", samples.len());
     let after = config_of(&c);
-    let overlapping: Vec<_> = samples.iter().map(|rows| overlaps(&after, rows)).filter(|o| !o.is_empty()).collect();
-    assert!(samples.len() > 50, "too few samples: {}", samples.len());
-    assert!(overlapping.is_empty(), "two live leases covered the same keys in {} of {} samples: {:?}", overlapping.len(), samples.len(), overlapping.first());
-    assert!(load.failed.is_empty(), "failed appends: {:?}", load.failed);
-    assert!(load.acked > 50 && written > 20, "too little load to prove anything: {load:?}, {written} fenced writes");
+    assert_one_holder_per_key(&after, &samples, &load, written, &url).await;
 
     // The parents' tokens fail the fence; retired parents have no holder.
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
@@ -231,6 +274,163 @@ async fn a_split_leaves_exactly_one_valid_token_per_key() {
     let drained = c.nodes[i].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap().into_inner();
     assert!(drained.kept.is_empty(), "the drain kept shards: {drained:?}");
     pool.close().await;
+    store.close().await;
+    c.teardown().await.unwrap();
+}
+
+/// The config version each node serves, by node name.
+async fn versions(c: &Cluster) -> HashMap<String, u64> {
+    let mut out = HashMap::new();
+    for n in &c.nodes {
+        if let Ok(mut a) = n.admin().await {
+            if let Ok(r) = a.get_config(proto::GetConfigRequest {}).await {
+                out.insert(n.name.clone(), r.into_inner().config_version);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_split_interrupted_between_versions_keeps_one_holder_per_key() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, _| {}).await.unwrap();
+    let before = c.wait_settled(Duration::from_secs(30)).await.unwrap();
+    let config_path = c.config.display().to_string();
+    let url = c.db.as_ref().unwrap().url.clone();
+    let map = ShardMap::from_config(&config_of(&c));
+    let apis: Vec<String> = c.nodes.iter().map(|n| n.api.clone()).collect();
+    let parent = "journal_00_1f";
+    let streams = vec![stream_on(&map, parent, "a"), stream_on(&map, parent, "b"), stream_on(&map, "journal_80_9f", "c")];
+    let keys: Vec<u32> = streams.iter().map(|s| stream_key(s)).collect();
+    let base = before.config_version;
+    let probe = Probe::start(url.clone(), apis.clone(), streams, keys);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // 1. The CLI is killed while it bakes the first step (parent splitting,
+    //    children activating), every node on it.
+    let mut cli = std::process::Command::new(CHITIN)
+        .args(["cluster", "split-shard", "--config", &config_path, "--shard-id", parent, "--bake-secs", "60"])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !versions(&c).await.values().all(|v| *v == base + 1) || versions(&c).await.len() < 3 {
+        assert!(Instant::now() < deadline, "the first step did not reach every node: {:?}", versions(&c).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cli.kill().unwrap();
+    cli.wait().unwrap();
+
+    // 2. The parent's holder moves on to the last step (parent inactive,
+    //    children active: it retires the parent and seeds the children)
+    //    while the others lag on the first, still routing the parent's keys
+    //    to the parent, under load.
+    let checkpoint: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{config_path}.rollout.json")).unwrap()).unwrap();
+    let last = checkpoint["steps"].as_array().unwrap().last().unwrap()["config"].to_string();
+    let holder = &before.leases.iter().find(|l| l.shard == parent).unwrap().holder;
+    let ahead = c.nodes.iter().position(|n| &n.name == holder).unwrap();
+    c.nodes[ahead].admin().await.unwrap().update_config(proto::UpdateConfigRequest { config_json: last }).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // 3. A lagging node restarts mid-sequence and comes back on its stored
+    //    (first-step) config.
+    let lagging = (ahead + 1) % 3;
+    let exit = c.nodes[lagging].terminate(Duration::from_secs(30)).unwrap();
+    assert!(exit.success(), "graceful stop of {}: {exit:?}", c.nodes[lagging].name);
+    c.nodes[lagging].start().unwrap();
+    c.nodes[lagging].wait_ready(Duration::from_secs(60)).await.unwrap();
+    let mid = versions(&c).await;
+    assert_eq!(mid.values().filter(|v| **v == base + 1).count(), 2, "two nodes should still lag: {mid:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // 4. The same command again resumes and finishes the split.
+    chitin_ok(&["cluster", "split-shard", "--config", &config_path, "--shard-id", parent, "--bake-secs", "1"]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (load, written, samples) = probe.finish().await;
+    eprintln!("interrupted split: {} samples, {load:?}, {written} fenced writes", samples.len());
+
+    let after = config_of(&c);
+    assert!(versions(&c).await.values().all(|v| *v == after.version), "not every node finished: {:?}", versions(&c).await);
+    assert_one_holder_per_key(&after, &samples, &load, written, &url).await;
+    let store = store(&c).await;
+    let retired: Vec<String> = store.retirements().await.unwrap().into_iter().map(|r| r.shard).collect();
+    assert_eq!(retired, vec![parent.to_string()]);
+    let s = c.status().await.unwrap();
+    assert!(s.unowned.is_empty() && s.leases.iter().all(|l| l.shard != parent), "after the split: {s:?}");
+    store.close().await;
+    c.teardown().await.unwrap();
+}
+
+/// Handovers recorded after `since`, by time, from the lease history.
+async fn handover_times(store: &Store, since: chrono::DateTime<chrono::Utc>) -> Vec<chrono::DateTime<chrono::Utc>> {
+    let mut times: Vec<_> =
+        store.history(None).await.unwrap().into_iter().filter(|h| h.via == "handover" && h.acquired_at > since).map(|h| h.acquired_at).collect();
+    times.sort();
+    times
+}
+
+/// The most handovers in any window shorter than one round.
+fn most_in_a_round(times: &[chrono::DateTime<chrono::Utc>]) -> usize {
+    let shorter_than_a_round = RENEW.mul_f64(0.7);
+    (0..times.len())
+        .map(|i| times[i..].iter().take_while(|t| (**t - times[i]).to_std().unwrap() < shorter_than_a_round).count())
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_is_held_to_the_database_cap_and_keeps_only_what_it_cannot_place() {
+    let _serial = SERIAL.lock().await;
+    const CAP: u32 = 2;
+    // node-01 drains with a policy that returns every handoff in one round,
+    // whatever `max-per-round` says.
+    let guest = std::path::PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR")).join("drain_one_round.wasm");
+    let mut c = Cluster::new(Dialect::Postgres, 4, 16, 0, |name, s| {
+        s.leases.max_handoffs_per_round = CAP;
+        if name == "node-01" {
+            s.policies.drain = guest.display().to_string();
+        }
+    })
+    .await
+    .unwrap();
+    // One shard has no replica on node-04: once node-02 and node-03 are
+    // down (never started), nobody but node-01 may hold it.
+    let lonely = {
+        let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&c.config).unwrap()).unwrap();
+        let shard = &mut config["applications"][0]["shards"][0];
+        shard["replicas"].as_array_mut().unwrap().retain(|r| r["node_id"] != "node-04");
+        let id = shard["id"].as_str().unwrap().to_owned();
+        std::fs::write(&c.config, config.to_string()).unwrap();
+        id
+    };
+    let store = store(&c).await;
+    for name in ["node-01", "node-04"] {
+        c.node(name).start().unwrap();
+        c.node(name).wait_ready(Duration::from_secs(60)).await.unwrap();
+    }
+    let since = store.now().await.unwrap();
+    let status = c.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let held: Vec<String> = status.leases.iter().filter(|l| l.holder == "node-01").map(|l| l.shard.clone()).collect();
+    assert!(held.len() > usize::try_from(CAP).unwrap() + 1, "node-01 holds too little to test the cap: {held:?}");
+    assert!(held.contains(&lonely), "node-01 must hold {lonely}: {held:?}");
+
+    let drained = c.node("node-01").admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap().into_inner();
+    assert_eq!(drained.handed_over as usize, held.len() - 1, "{drained:?}");
+    assert_eq!(drained.kept.len(), 1, "{drained:?}");
+    assert_eq!(drained.kept[0].shard, lonely);
+    assert!(drained.kept[0].why.contains("no other live"), "{drained:?}");
+    let after = c.status().await.unwrap();
+    assert!(after.unowned.is_empty(), "a shard was left unowned: {:?}", after.unowned);
+    assert!(after.leases.iter().all(|l| l.holder == "node-04" || l.shard == lonely), "{:?}", after.leases);
+
+    // The joins of node-04 and the drain, all through one budget.
+    let times = handover_times(&store, since).await;
+    assert!(times.len() > 2 * CAP as usize, "too few handovers to test the cap: {times:?}");
+    let most = most_in_a_round(&times);
+    assert!(most <= CAP as usize, "{most} handovers within one round, cap {CAP}: {times:?}");
     store.close().await;
     c.teardown().await.unwrap();
 }

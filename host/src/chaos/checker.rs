@@ -4,7 +4,8 @@
 //!
 //! Rules (each broken one is a [`Violation`] carrying its evidence):
 //! - every acknowledged append is stored, once, with the sequence and epoch
-//!   the client was told;
+//!   the client was told (also when it sent the request again to another
+//!   node after its acknowledgement);
 //! - no request id is stored twice;
 //! - every entry's epoch was the shard's current epoch (the newest grant in
 //!   the lease history) when it committed;

@@ -35,6 +35,10 @@ pub struct ClientLog {
     pub unacknowledged: Vec<String>,
     /// Appends a node refused as invalid: a bug in the client or the node.
     pub rejected: Vec<String>,
+    /// Acknowledged requests sent again to another node, with the answer
+    /// (see [`RESEND_EVERY`]); judged like first acknowledgements.
+    #[serde(default)]
+    pub resends: Vec<Ack>,
 }
 
 pub struct ClientPlan {
@@ -57,65 +61,34 @@ fn channel(address: &str, timeout: Duration) -> Option<Channel> {
         .map(|e| e.connect_timeout(Duration::from_secs(1)).timeout(timeout).connect_lazy())
 }
 
+/// Every this many appends, a client sends an acknowledged request again
+/// to another node, as a client that lost the answer would: it must get
+/// the same sequence back (dedup under failover).
+pub const RESEND_EVERY: u64 = 16;
+
 /// Runs until `stop` turns true, then finishes (or gives up on) the append
 /// in flight within the grace period.
 pub async fn run(plan: ClientPlan, mut stop: watch::Receiver<bool>) -> ClientLog {
-    let channels: Vec<Option<Channel>> = plan.nodes.iter().map(|a| channel(a, plan.attempt_timeout)).collect();
-    let ms = |plan: &ClientPlan| plan.start.elapsed().as_millis() as u64;
+    let mut client = Client {
+        channels: plan.nodes.iter().map(|a| channel(a, plan.attempt_timeout)).collect(),
+        node: plan.id % plan.nodes.len(),
+        plan: &plan,
+    };
     let mut log = ClientLog::default();
-    let mut node = plan.id % plan.nodes.len();
     let mut n = 0u64;
     while !*stop.borrow() {
         let stream = plan.streams[(n as usize) % plan.streams.len()].clone();
         let request_id = format!("c{}-{n}", plan.id);
         n += 1;
-        let first_try_ms = ms(&plan);
-        let mut attempts = 0u32;
-        let mut stop_seen: Option<std::time::Instant> = None;
-        loop {
-            if *stop.borrow() && stop_seen.is_none() {
-                stop_seen = Some(std::time::Instant::now());
-            }
-            if stop_seen.is_some_and(|t| t.elapsed() > plan.grace) {
-                log.unacknowledged.push(request_id);
-                break;
-            }
-            attempts += 1;
-            let request = proto::AppendRequest {
-                stream: stream.clone(),
-                request_id: request_id.clone(),
-                payload: request_id.as_bytes().to_vec(),
-                forwarded: false,
-            };
-            let answer = match &channels[node] {
-                Some(ch) => JournalClient::new(ch.clone()).append(request).await,
-                None => Err(tonic::Status::unavailable("bad address")),
-            };
-            match answer {
-                Ok(r) => {
-                    let r = r.into_inner();
-                    log.acks.push(Ack {
-                        stream: stream.clone(),
-                        request_id: request_id.clone(),
-                        sequence: r.sequence as i64,
-                        epoch: r.epoch as i64,
-                        shard: r.shard,
-                        first_try_ms,
-                        acked_ms: ms(&plan),
-                        attempts,
-                    });
-                    break;
-                }
-                Err(s) if s.code() == tonic::Code::InvalidArgument => {
-                    log.rejected.push(format!("{request_id}: {}", s.message()));
-                    break;
-                }
-                // Not applied, outcome unknown, unreachable, timed out: the
-                // same request id at the next node applies at most once.
-                Err(_) => {
-                    node = (node + 1) % plan.nodes.len();
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+        match client.until_acked(&stream, &request_id, &stop).await {
+            Answer::Acked(ack) => log.acks.push(ack),
+            Answer::Rejected(why) => log.rejected.push(format!("{request_id}: {why}")),
+            Answer::GaveUp => log.unacknowledged.push(request_id.clone()),
+        }
+        if n % RESEND_EVERY == 5 && log.acks.last().is_some_and(|a| a.request_id == request_id) {
+            client.node = (client.node + 1) % plan.nodes.len();
+            if let Answer::Acked(again) = client.until_acked(&stream, &request_id, &stop).await {
+                log.resends.push(again);
             }
         }
         let pause = tokio::time::sleep(plan.interval);
@@ -127,6 +100,76 @@ pub async fn run(plan: ClientPlan, mut stop: watch::Receiver<bool>) -> ClientLog
     log
 }
 
+/// How one request ended.
+enum Answer {
+    Acked(Ack),
+    Rejected(String),
+    /// Still unacknowledged when the grace after `stop` ran out.
+    GaveUp,
+}
+
+struct Client<'a> {
+    channels: Vec<Option<Channel>>,
+    /// The node asked next.
+    node: usize,
+    plan: &'a ClientPlan,
+}
+
+impl Client<'_> {
+    fn ms(&self) -> u64 {
+        self.plan.start.elapsed().as_millis() as u64
+    }
+
+    /// Sends one request until a node acknowledges it, moving on to the
+    /// next node after every failure.
+    async fn until_acked(&mut self, stream: &str, request_id: &str, stop: &watch::Receiver<bool>) -> Answer {
+        let first_try_ms = self.ms();
+        let mut attempts = 0u32;
+        let mut stop_seen: Option<std::time::Instant> = None;
+        loop {
+            if *stop.borrow() && stop_seen.is_none() {
+                stop_seen = Some(std::time::Instant::now());
+            }
+            if stop_seen.is_some_and(|t| t.elapsed() > self.plan.grace) {
+                return Answer::GaveUp;
+            }
+            attempts += 1;
+            let request = proto::AppendRequest {
+                stream: stream.to_owned(),
+                request_id: request_id.to_owned(),
+                payload: request_id.as_bytes().to_vec(),
+                forwarded: false,
+            };
+            let answer = match &self.channels[self.node] {
+                Some(ch) => JournalClient::new(ch.clone()).append(request).await,
+                None => Err(tonic::Status::unavailable("bad address")),
+            };
+            match answer {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    return Answer::Acked(Ack {
+                        stream: stream.to_owned(),
+                        request_id: request_id.to_owned(),
+                        sequence: r.sequence as i64,
+                        epoch: r.epoch as i64,
+                        shard: r.shard,
+                        first_try_ms,
+                        acked_ms: self.ms(),
+                        attempts,
+                    });
+                }
+                Err(s) if s.code() == tonic::Code::InvalidArgument => return Answer::Rejected(s.message().to_owned()),
+                // Not applied, outcome unknown, unreachable, timed out: the
+                // same request id at the next node applies at most once.
+                Err(_) => {
+                    self.node = (self.node + 1) % self.plan.nodes.len();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
 /// Every client's log, merged.
 pub fn merge(logs: Vec<ClientLog>) -> ClientLog {
     let mut all = ClientLog::default();
@@ -134,6 +177,7 @@ pub fn merge(logs: Vec<ClientLog>) -> ClientLog {
         all.acks.extend(l.acks);
         all.unacknowledged.extend(l.unacknowledged);
         all.rejected.extend(l.rejected);
+        all.resends.extend(l.resends);
     }
     all
 }

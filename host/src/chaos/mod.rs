@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::lease::{LeaseError, Store};
+use crate::plant::Plant;
 use crate::testkit::{self, FreshDb, KitError, NodeProc, PrivatePostgres, PrivateRedis, settings};
 pub use nemesis::FaultKind;
 use network::Network;
@@ -119,6 +120,11 @@ pub struct ChaosOptions {
     pub kinds: Vec<FaultKind>,
     /// Logs, settings and the private servers' data; kept after the run.
     pub dir: PathBuf,
+    /// A planted bug every node runs with (`CHITIN_PLANT`), for proving
+    /// that the checker catches its loss.
+    pub plant: Option<Plant>,
+    /// Failpoints every node arms (`CHITIN_FAILPOINTS`, see [`crate::failpoint`]).
+    pub failpoints: Option<String>,
 }
 
 impl ChaosOptions {
@@ -138,6 +144,15 @@ impl ChaosOptions {
         }
         if self.renew_interval >= self.lease_ttl {
             return refuse("the renew interval must be shorter than the lease TTL".into());
+        }
+        if let Some(spec) = &self.failpoints {
+            crate::failpoint::parse(spec).map_err(|e| ChaosError::Options(format!("--failpoints: {e}")))?;
+            if !cfg!(feature = "failpoints") {
+                return refuse("--failpoints needs a build with `--features failpoints`".into());
+            }
+        }
+        if self.plant.is_some() && !cfg!(feature = "planted-bugs") {
+            return refuse("--plant needs a build with `--features planted-bugs`".into());
         }
         Ok(())
     }
@@ -279,7 +294,14 @@ async fn run_in(
         settings::write(&settings_path, &settings::cluster_node(&node, &shared))?;
         let ns = network.as_ref().map(|n| n.namespace(k).to_string());
         let log = opts.dir.join(format!("{name}.log"));
-        nodes.push(NodeProc::new(&exe, name.clone(), api.clone(), metrics, settings_path, log).in_namespace(ns));
+        let mut node = NodeProc::new(&exe, name.clone(), api.clone(), metrics, settings_path, log).in_namespace(ns);
+        if let Some(plant) = opts.plant {
+            node = node.with_env(crate::plant::ENV, plant.name());
+        }
+        if let Some(spec) = &opts.failpoints {
+            node = node.with_env(crate::failpoint::ENV, spec);
+        }
+        nodes.push(node);
     }
     let store = Store::connect(&local_db_url).await?;
     let mut lab = lab::Lab {
@@ -373,7 +395,8 @@ async fn run_in(
     let evidence = evidence::read(&store, &lab.database_url, &all_streams).await?;
     store.close().await;
     let bound = opts.lease_ttl + opts.renew_interval + opts.takeover_slack;
-    let verdict = checker::check(&log.acks, &evidence.rows, &evidence.grants, &deaths, bound.as_millis() as u64);
+    let answers: Vec<clients::Ack> = log.acks.iter().chain(&log.resends).cloned().collect();
+    let verdict = checker::check(&answers, &evidence.rows, &evidence.grants, &deaths, bound.as_millis() as u64);
     let facts = report::RunFacts {
         run: report::RunInfo {
             seed: opts.seed,
@@ -383,6 +406,8 @@ async fn run_in(
             database: String::new(),
             network: String::new(),
             duration_ms,
+            plant: opts.plant.map(|p| p.name().to_string()),
+            failpoints: opts.failpoints.clone(),
         },
         faults,
         skipped: BTreeMap::new(),

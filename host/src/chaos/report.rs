@@ -21,6 +21,12 @@ pub struct RunInfo {
     pub database: String,
     pub network: String,
     pub duration_ms: u64,
+    /// The planted bug every node ran with, if any (`--plant`).
+    #[serde(default)]
+    pub plant: Option<String>,
+    /// The failpoints every node armed, if any (`--failpoints`).
+    #[serde(default)]
+    pub failpoints: Option<String>,
 }
 
 /// A judged run.
@@ -40,6 +46,10 @@ pub struct Report {
     /// ([`verdict::ack_floor`]).
     pub ack_floor: u64,
     pub unacknowledged: usize,
+    /// Acknowledged requests sent again to another node (each must get the
+    /// same sequence back).
+    #[serde(default)]
+    pub resent: usize,
     pub rejected: usize,
     pub stored: usize,
     pub lost: usize,
@@ -130,6 +140,7 @@ impl Report {
             violations: verdict.violations.len(),
             rejected: f.log.rejected.len(),
             acknowledged: f.log.acks.len() as u64,
+            resent: f.log.resends.len() as u64,
             floor: f.ack_floor,
             exited: &f.supervisor_restarts,
             faults: &f.faults,
@@ -144,6 +155,7 @@ impl Report {
             skipped: f.skipped,
             acknowledged: f.log.acks.len(),
             unacknowledged: f.log.unacknowledged.len(),
+            resent: f.log.resends.len(),
             rejected: f.log.rejected.len(),
             stored: f.stored,
             lost: verdict.lost,
@@ -177,6 +189,12 @@ impl Report {
         let r = &self.run;
         let _ = writeln!(t, "chaos run: seed {}, {} nodes, {} shards, {} clients, {:.0} s", r.seed, r.nodes, r.shards, r.clients, r.duration_ms as f64 / 1000.0);
         let _ = writeln!(t, "database: {}; network cuts: {}", r.database, r.network);
+        if let Some(plant) = &r.plant {
+            let _ = writeln!(t, "PLANTED BUG: {plant} (the run must fail)");
+        }
+        if let Some(spec) = &r.failpoints {
+            let _ = writeln!(t, "failpoints: {spec}");
+        }
         let _ = writeln!(t, "evidence: {}\n", self.evidence_note);
         let _ = writeln!(t, "| fault | injected |\n|---|---:|");
         for (kind, n) in &self.faults_by_kind {
@@ -191,6 +209,7 @@ impl Report {
             ("acknowledged appends", self.acknowledged.to_string()),
             ("floor of acknowledged appends", self.ack_floor.to_string()),
             ("unacknowledged when the run stopped", self.unacknowledged.to_string()),
+            ("acknowledged requests sent again to another node", self.resent.to_string()),
             ("entries stored", self.stored.to_string()),
             ("lost", self.lost.to_string()),
             ("duplicates", self.duplicates.to_string()),

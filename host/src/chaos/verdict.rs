@@ -48,6 +48,8 @@ pub enum Failure {
     /// Node processes that exited without a fault telling them to.
     NodesExited { nodes: Vec<String> },
     FaultWithoutEffect { fault: usize, kind: String, node: Option<String>, why: String },
+    /// No acknowledged request was sent again, so dedup under failover went unchecked.
+    DedupUnchecked { acknowledged: u64 },
 }
 
 impl std::fmt::Display for Failure {
@@ -59,6 +61,9 @@ impl std::fmt::Display for Failure {
                 write!(f, "{acknowledged} acknowledged appends, fewer than the floor of {floor}: too little load to prove anything")
             }
             Failure::NodesExited { nodes } => write!(f, "nodes exited on their own: {}", nodes.join("; ")),
+            Failure::DedupUnchecked { acknowledged } => {
+                write!(f, "none of {acknowledged} acknowledged requests was sent again: dedup under failover went unchecked")
+            }
             Failure::FaultWithoutEffect { fault, kind, node, why } => {
                 write!(f, "fault {fault} ({kind}{}) did not take effect: {why}", node.as_ref().map(|n| format!(" of {n}")).unwrap_or_default())
             }
@@ -72,6 +77,8 @@ pub struct Outcome<'a> {
     pub violations: usize,
     pub rejected: usize,
     pub acknowledged: u64,
+    /// Acknowledged requests the clients sent again to another node.
+    pub resent: u64,
     pub floor: u64,
     /// What each node that exited on its own had last logged.
     pub exited: &'a [String],
@@ -93,6 +100,9 @@ pub fn judge(o: &Outcome<'_>) -> Vec<Failure> {
     }
     if !o.exited.is_empty() {
         failures.push(Failure::NodesExited { nodes: o.exited.to_vec() });
+    }
+    if o.resent == 0 && o.acknowledged > 0 {
+        failures.push(Failure::DedupUnchecked { acknowledged: o.acknowledged });
     }
     for f in o.faults {
         let why = match &f.ineffective {
@@ -158,7 +168,7 @@ mod tests {
     fn each_rule_fails_the_run_and_says_which() {
         let clean = [fault(0, FaultKind::Kill, 3, None), fault(1, FaultKind::Drain, 2, None), fault(2, FaultKind::Redis, 0, None)];
         let measured = [takeover(0)];
-        let base = Outcome { violations: 0, rejected: 0, acknowledged: 5_000, floor: 1_200, exited: &[], faults: &clean, takeovers: &measured };
+        let base = Outcome { violations: 0, rejected: 0, acknowledged: 5_000, resent: 300, floor: 1_200, exited: &[], faults: &clean, takeovers: &measured };
         let exited = ["node-02: panicked".to_string()];
         let hung = [fault(0, FaultKind::Restart, 4, Some("SIGTERM hung; the node was killed after 60s"))];
         let undrained = [fault(0, FaultKind::Drain, 0, Some("Admin.Drain handed nothing over (the node held 0)"))];
@@ -179,6 +189,7 @@ mod tests {
             ("a kill of a holder with no takeover", Outcome { faults: &kill, takeovers: &[], ..base }, vec!["fault_without_effect"]),
             ("a slow takeover is still an effect", Outcome { faults: &kill, takeovers: &slow_only, ..base }, vec![]),
             ("a pause of a node holding nothing", Outcome { faults: &idle_kill, takeovers: &[], ..base }, vec![]),
+            ("nothing sent again", Outcome { resent: 0, ..base }, vec!["dedup_unchecked"]),
             (
                 "all at once",
                 Outcome { violations: 1, acknowledged: 0, exited: &exited, faults: &hung, ..base },
@@ -197,7 +208,7 @@ mod tests {
     #[test]
     fn a_failure_says_which_fault_and_why() {
         let faults = [fault(4, FaultKind::Kill, 3, None)];
-        let o = Outcome { violations: 0, rejected: 0, acknowledged: 10, floor: 1, exited: &[], faults: &faults, takeovers: &[] };
+        let o = Outcome { violations: 0, rejected: 0, acknowledged: 10, resent: 1, floor: 1, exited: &[], faults: &faults, takeovers: &[] };
         let text = judge(&o)[0].to_string();
         assert_eq!(text, "fault 4 (kill of node-01) did not take effect: the node held 3 shards and no takeover was measured");
     }

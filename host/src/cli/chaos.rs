@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use chitin::chaos::{ChaosOptions, Database, FaultKind};
+use chitin::plant::Plant;
 
 #[derive(clap::Args, Debug)]
 pub struct ChaosArgs {
@@ -55,9 +56,43 @@ pub struct ChaosArgs {
     /// Also write the report as JSON here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Run every node with this planted bug (a build with `--features
+    /// planted-bugs`): for people who change chitin, to prove the checker
+    /// catches the loss of one safety mechanism. `--list-plants` names them.
+    #[arg(long, value_parser = parse_plant)]
+    plant: Option<Plant>,
+    /// List the planted bugs and exit.
+    #[arg(long)]
+    list_plants: bool,
+    /// Arm failpoints in every node (a build with `--features failpoints`):
+    /// `name=probability:millis[,…]`, e.g. `append.before_commit=0.01:3000`.
+    #[arg(long)]
+    failpoints: Option<String>,
+}
+
+fn parse_plant(name: &str) -> Result<Plant, String> {
+    Plant::from_name(name).ok_or_else(|| {
+        let known: Vec<&str> = Plant::ALL.iter().map(|p| p.name()).collect();
+        format!("no plant `{name}`; known: {} (see --list-plants)", known.join(", "))
+    })
+}
+
+fn list_plants() {
+    println!("planted bugs (compiled in: {}):", if cfg!(feature = "planted-bugs") { "yes" } else { "no, build with --features planted-bugs" });
+    for p in Plant::ALL {
+        println!("  {:<18} disables {}", p.name(), p.disables());
+    }
+    println!("failpoints (compiled in: {}):", if cfg!(feature = "failpoints") { "yes" } else { "no, build with --features failpoints" });
+    for (name, at) in chitin::failpoint::POINTS {
+        println!("  {name:<24} {at}");
+    }
 }
 
 pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
+    if args.list_plants {
+        list_plants();
+        return Ok(ExitCode::SUCCESS);
+    }
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
     });
@@ -79,6 +114,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         takeover_slack: secs(args.takeover_slack, "takeover-slack")?,
         kinds: if args.kinds.is_empty() { FaultKind::ALL.to_vec() } else { args.kinds },
         dir: dir.clone(),
+        plant: args.plant,
+        failpoints: args.failpoints,
     };
     eprintln!("chaos: seed {seed}; logs and data in {}", dir.display());
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

@@ -16,6 +16,8 @@ pub struct NodeArgs {
 
 pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::load_from_process(args.settings.as_deref())?;
+    chitin::failpoint::check_env().map_err(anyhow::Error::msg)?;
+    chitin::plant::check_env().map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(chitin::server::run(settings))?;
     Ok(ExitCode::SUCCESS)

@@ -58,6 +58,7 @@ async fn scenario(url: &str) -> Result<()> {
         liveness_timeout: Duration::from_secs(30),
         max_connections: 4,
         acquire_timeout: Duration::from_secs(30),
+        ..StoreOptions::default()
     };
     let s = Store::connect_with(url, options).await?;
     s.migrate().await?;

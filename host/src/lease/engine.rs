@@ -11,6 +11,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Transaction, Type};
 use uuid::Uuid;
 
+use crate::plant::{self, Plant};
+
 use super::{
     Appended, HistoryEntry, JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken, LostReason, NodeRecord, NodeState,
     Retirement, SplitSeed, StoreOptions, lost, lost_reason, micros, parse_uuid, unique_violation,
@@ -83,6 +85,12 @@ pub struct Sql {
     pub retirement: &'static str,
     /// () → as `retirement_locked`, every row by shard.
     pub retirements: &'static str,
+    /// () → id: the handoff budget's row, locked exclusively (every
+    /// handover takes it first, so budget checks run one at a time).
+    pub handoff_budget: &'static str,
+    /// (window µs) → n, oldest, now: handovers in the history within the
+    /// last window, the oldest of them, and the database clock.
+    pub recent_handoffs: &'static str,
     /// (stream, seq, request_id, payload, shard, epoch)
     pub insert_entry: &'static str,
     /// (stream, request_id) → seq, epoch
@@ -308,6 +316,37 @@ where
         })
     }
 
+    /// Takes one handover from the database-wide budget (see the
+    /// `0003_handoff_budget` migration), or says when the next one fits.
+    async fn spend_handoff(&self, conn: &mut <B::Db as Database>::Connection) -> Result<(), LeaseError> {
+        if sqlx::query(B::SQL.handoff_budget).fetch_optional(&mut *conn).await?.is_none() {
+            return Err(LeaseError::Corrupt("the handoff budget row (chitin_handoff_budget id 1) is missing".into()));
+        }
+        let row = sqlx::query(B::SQL.recent_handoffs).bind(micros(self.options.handoff_window)).fetch_one(conn).await?;
+        self.budget_left(&row)
+    }
+
+    /// Whether the budget has room now, without taking it: a giver asks
+    /// before it stops writes to the shard, so that a refusal costs no stall.
+    pub(crate) async fn handoff_budget(&self) -> Result<(), LeaseError> {
+        let row = sqlx::query(B::SQL.recent_handoffs).bind(micros(self.options.handoff_window)).fetch_one(&self.pool).await?;
+        self.budget_left(&row)
+    }
+
+    /// Reads a `recent_handoffs` row against the cap.
+    fn budget_left(&self, row: &DbRow<B>) -> Result<(), LeaseError> {
+        let window = self.options.handoff_window;
+        let recent: i64 = row.try_get("n")?;
+        let cap = self.options.max_handoffs_per_round;
+        if recent < i64::from(cap) {
+            return Ok(());
+        }
+        let (oldest, now) = (B::time(row, "oldest")?, required_time::<B>(row, "now")?);
+        let frees_at = oldest.map_or(now, |o| o + window);
+        let retry_after = (frees_at - now).to_std().unwrap_or_default();
+        Err(LeaseError::HandoffBudget { cap, window, retry_after })
+    }
+
     async fn retired_in(conn: &mut <B::Db as Database>::Connection, shard: &str) -> Result<bool, LeaseError> {
         Ok(sqlx::query(B::SQL.retirement_locked).bind(shard).fetch_optional(conn).await?.is_some())
     }
@@ -531,6 +570,8 @@ where
         let token = lease.token();
         self.with_retry("handover", || async {
             let mut tx = self.begin().await?;
+            // First, so that MySQL's snapshot is taken after the budget lock.
+            self.spend_handoff(&mut tx).await?;
             let name = match self.node_in(&mut tx, to).await? {
                 Some((name, NodeState::Joining | NodeState::Active, true)) => name,
                 Some((_, NodeState::Leaving, true)) => return Err(LeaseError::NodeLeaving(to).into()),
@@ -542,6 +583,7 @@ where
                 return Err(lost(&token, reason).into());
             }
             let theirs = self.grant_in(&mut tx, &lease.shard, to, &name, "handover").await?;
+            crate::failpoint::hit("handover.before_commit").await;
             tx.commit().await?;
             Ok(theirs)
         })
@@ -594,6 +636,7 @@ where
                 }
                 seeded.push(self.grant_in(&mut tx, child, node, &name, via).await?);
             }
+            crate::failpoint::hit("split.before_commit").await;
             tx.commit().await?;
             Ok(SplitSeed::Seeded(seeded))
         })
@@ -661,6 +704,8 @@ where
         request_id: &str,
         payload: &[u8],
     ) -> Result<Appended, LeaseError> {
+        crate::failpoint::hit("append.before_fence").await;
+        let fence = fence.filter(|_| !plant::active(Plant::Fence));
         self.with_retry("append", || async {
             let mut tx = self.begin().await?;
             if let Some(token) = fence {
@@ -683,7 +728,12 @@ where
                 .await;
             match inserted {
                 Ok(_) => {
+                    crate::failpoint::hit("append.before_commit").await;
                     tx.commit().await?;
+                    Ok(Appended { seq, epoch, fresh: true })
+                }
+                Err(e) if unique_violation(&e).is_some() && plant::active(Plant::Dedup) => {
+                    tx.rollback().await?;
                     Ok(Appended { seq, epoch, fresh: true })
                 }
                 Err(e) if unique_violation(&e).is_some() => {

@@ -93,6 +93,16 @@ pub enum LeaseError {
     #[error("node registration {0} is leaving the cluster: it takes no leases")]
     NodeLeaving(Uuid),
 
+    #[error(
+        "the database's handoff budget is spent: {cap} handovers per round of {window:?} across every node \
+         (`leases.max_handoffs_per_round`); the next fits in {retry_after:?}"
+    )]
+    HandoffBudget {
+        cap: u32,
+        window: std::time::Duration,
+        retry_after: std::time::Duration,
+    },
+
     #[error("{op} gave up after {attempts} attempts on contention (deadlocks, serialization failures or lock waits): {source}")]
     Contention {
         op: &'static str,

@@ -182,6 +182,12 @@ pub struct StoreOptions {
     pub max_connections: u32,
     /// How long to wait for a connection.
     pub acquire_timeout: Duration,
+    /// Handovers the whole database lets through in any window of
+    /// [`handoff_window`](Self::handoff_window), whichever nodes plan them
+    /// (`leases.max_handoffs_per_round`).
+    pub max_handoffs_per_round: u32,
+    /// One round (`leases.renew_interval_secs`).
+    pub handoff_window: Duration,
 }
 
 impl Default for StoreOptions {
@@ -191,6 +197,8 @@ impl Default for StoreOptions {
             liveness_timeout: Duration::from_secs(30),
             max_connections: 10,
             acquire_timeout: Duration::from_secs(10),
+            max_handoffs_per_round: 4,
+            handoff_window: Duration::from_secs(5),
         }
     }
 }
@@ -627,9 +635,19 @@ impl Store {
 
     /// Hands an unexpired lease to node `to` (registered, live, not leaving:
     /// else [`LeaseError::NodeNotLive`] or [`LeaseError::NodeLeaving`]) with
-    /// a new epoch and a full TTL; returns the recipient's lease.
+    /// a new epoch and a full TTL; returns the recipient's lease. Spends one
+    /// handover of the database-wide budget
+    /// ([`StoreOptions::max_handoffs_per_round`]), or refuses with
+    /// [`LeaseError::HandoffBudget`].
     pub async fn handover(&self, lease: &Lease, to: Uuid) -> Result<Lease, LeaseError> {
         dispatch!(self, s => s.handover(lease, to).await)
+    }
+
+    /// `Ok` when the database-wide handoff budget has room now, else
+    /// [`LeaseError::HandoffBudget`] saying when it will; [`Store::handover`]
+    /// checks again, under the budget's lock.
+    pub async fn handoff_budget(&self) -> Result<(), LeaseError> {
+        dispatch!(self, s => s.handoff_budget().await)
     }
 
     /// Every lease row, by shard id.

@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use super::engine::{Backend, Engine, Sql};
 use super::{LeaseError, StoreOptions, parse_uuid};
+use crate::plant::{self, Plant};
 
 /// The MySQL / MariaDB dialect.
 #[derive(Clone, Copy, Debug)]
@@ -86,6 +87,10 @@ impl Backend for My {
         retirement_locked: concat!("SELECT ", retirement_cols!(), " WHERE shard_id = ? LOCK IN SHARE MODE"),
         retirement: concat!("SELECT ", retirement_cols!(), " WHERE shard_id = ?"),
         retirements: concat!("SELECT ", retirement_cols!(), " ORDER BY shard_id"),
+        handoff_budget: "SELECT id FROM chitin_handoff_budget WHERE id = 1 FOR UPDATE",
+        recent_handoffs: "SELECT count(*) AS n, min(acquired_at) AS oldest, UTC_TIMESTAMP(6) AS now \
+             FROM chitin_lease_history WHERE via = 'handover' \
+             AND acquired_at > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
         insert_entry: "INSERT INTO chitin_journal (stream, seq, request_id, payload, shard_id, epoch, committed_at) \
              VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
         entry_of_request: "SELECT seq, epoch FROM chitin_journal WHERE stream = ? AND request_id = ?",
@@ -142,6 +147,9 @@ const BOUNDED: [&str; 3] = ["innodb_lock_wait_timeout", "idle_transaction_timeou
 
 /// Sets every variable of [`BOUNDED`] the server knows to `secs` for this session.
 async fn bound_session(conn: &mut MySqlConnection, secs: u64) -> Result<(), sqlx::Error> {
+    if plant::active(Plant::IdleBound) {
+        return Ok(());
+    }
     let known = sqlx::raw_sql(
         "SHOW SESSION VARIABLES WHERE Variable_name IN \
          ('innodb_lock_wait_timeout', 'idle_transaction_timeout', 'idle_write_transaction_timeout')",

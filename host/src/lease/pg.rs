@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::engine::{Backend, Engine, Sql};
 use super::{LeaseError, StoreOptions};
+use crate::plant::{self, Plant};
 
 /// The PostgreSQL dialect.
 #[derive(Clone, Copy, Debug)]
@@ -77,6 +78,10 @@ impl Backend for Pg {
         retirement_locked: concat!("SELECT ", retirement_cols!(), " WHERE shard_id = $1 FOR SHARE"),
         retirement: concat!("SELECT ", retirement_cols!(), " WHERE shard_id = $1"),
         retirements: concat!("SELECT ", retirement_cols!(), " ORDER BY shard_id"),
+        handoff_budget: "SELECT id FROM chitin_handoff_budget WHERE id = 1 FOR UPDATE",
+        recent_handoffs: "SELECT count(*) AS n, min(acquired_at) AS oldest, clock_timestamp() AS now \
+             FROM chitin_lease_history WHERE via = 'handover' \
+             AND acquired_at > clock_timestamp() - $1 * interval '1 microsecond'",
         insert_entry: "INSERT INTO chitin_journal (stream, seq, request_id, payload, shard_id, epoch) \
              VALUES ($1, $2, $3, $4, $5, $6)",
         entry_of_request: "SELECT seq, epoch FROM chitin_journal WHERE stream = $1 AND request_id = $2",
@@ -125,8 +130,10 @@ pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<P
     // the lock. Half a TTL bounds both: the stuck transaction is ended, a
     // blocked statement fails and is retried.
     let bound = format!("{}ms", (options.lease_ttl / 2).max(Duration::from_millis(500)).as_millis());
-    let connect = PgConnectOptions::from_str(url)?
-        .options([("idle_in_transaction_session_timeout", bound.as_str()), ("lock_timeout", bound.as_str())]);
+    let mut connect = PgConnectOptions::from_str(url)?;
+    if !plant::active(Plant::IdleBound) {
+        connect = connect.options([("idle_in_transaction_session_timeout", bound.as_str()), ("lock_timeout", bound.as_str())]);
+    }
     let pool = PgPoolOptions::new()
         .max_connections(options.max_connections)
         .acquire_timeout(options.acquire_timeout)

@@ -161,6 +161,13 @@ impl Backend for Lite {
         retirement_locked: retirements!(" WHERE shard_id = ?"),
         retirement: retirements!(" WHERE shard_id = ?"),
         retirements: retirements!(" ORDER BY shard_id"),
+        handoff_budget: "SELECT id FROM chitin_handoff_budget WHERE id = 1",
+        recent_handoffs: concat!(
+            "SELECT count(*) AS n, min(acquired_at) AS oldest, ",
+            now_ms!(),
+            " AS now FROM chitin_lease_history WHERE via = 'handover' AND acquired_at > ",
+            now_minus!()
+        ),
         insert_entry: concat!(
             "INSERT INTO chitin_journal (stream, seq, request_id, payload, shard_id, epoch, committed_at) \
              VALUES (?, ?, ?, ?, ?, ?, ",

@@ -7,13 +7,15 @@
 //! shard it still holds.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use chitin_policy_sdk as sdk;
+use uuid::Uuid;
 
 use super::plan::{self, DrainInput, Kept};
 use super::round::live_peers;
 use super::{Lifecycle, Node, NodeError};
-use crate::lease::NodeState;
+use crate::lease::{Lease, LeaseError, NodeState};
 
 /// What a drain did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -84,7 +86,7 @@ impl Node {
             // Handoffs of one round go one after another: each is one short
             // transaction, and the round cap is what limits churn.
             for h in round {
-                match self.leases.hand_over(&h.shard, h.to_uuid).await {
+                match self.hand_over_within_budget(&h.shard, h.to_uuid).await {
                     Ok(lease) => {
                         report.handed_over += 1;
                         self.announce(&h.shard, lease.epoch, h.to_uuid, &h.to);
@@ -101,5 +103,19 @@ impl Node {
         }
         tracing::info!(?report, "drained");
         Ok(report)
+    }
+
+    /// Hands `shard` over as soon as the database-wide handoff budget has
+    /// room: a drain waits for its turn, it does not give up its shards.
+    async fn hand_over_within_budget(&self, shard: &str, to: Uuid) -> Result<Lease, LeaseError> {
+        loop {
+            match self.leases.hand_over(shard, to).await {
+                Err(LeaseError::HandoffBudget { retry_after, .. }) => {
+                    tracing::debug!(%shard, ?retry_after, "handoff budget spent; waiting for the next slot");
+                    tokio::time::sleep(retry_after.max(Duration::from_millis(5))).await;
+                }
+                done => return done,
+            }
+        }
     }
 }

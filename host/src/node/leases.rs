@@ -279,8 +279,11 @@ impl Leases {
     }
 
     /// Drains `shard` and hands its lease to `to` with a new epoch: no new
-    /// write starts, in-flight writes finish, then the lease moves.
+    /// write starts, in-flight writes finish, then the lease moves. When the
+    /// database-wide handoff budget is spent it refuses
+    /// ([`LeaseError::HandoffBudget`]) before it stops any write.
     pub async fn hand_over(&self, shard: &str, to: Uuid) -> Result<Lease, LeaseError> {
+        self.store.handoff_budget().await?;
         let (gate, lease) = self
             .mark_draining(shard)?
             .ok_or_else(|| LeaseError::InvalidArgument(format!("shard `{shard}` is not held by this node")))?;

@@ -187,6 +187,8 @@ impl Node {
             // A node is live for lease purposes while it heartbeats within a
             // TTL: a paused node's shards go at their expiry, not later.
             liveness_timeout: settings.lease_ttl(),
+            max_handoffs_per_round: settings.leases.max_handoffs_per_round,
+            handoff_window: settings.renew_interval(),
             ..StoreOptions::default()
         };
         let store = Store::connect_with(&url, options).await?;

@@ -100,6 +100,8 @@ impl Node {
                     tracing::info!(%shard, %to, epoch = lease.epoch, "handed over");
                     self.announce(&shard, lease.epoch, to_uuid, &to);
                 }
+                // Planned again next round, when the budget has room.
+                Err(e @ LeaseError::HandoffBudget { .. }) => tracing::debug!(%shard, %to, error = %e, "handoff deferred"),
                 Err(e) => tracing::warn!(%shard, %to, error = %e, "handoff failed; keeping the shard"),
             },
             Action::Seed { parent, children } => match self.leases.seed_split(&parent, &children).await {

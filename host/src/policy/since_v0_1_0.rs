@@ -19,7 +19,7 @@ wasmtime::component::bindgen!({
 /// The interface version these bindings speak.
 pub const VERSION: &str = "0.1.0";
 
-use chitin::policy::types as wit;
+use self::chitin::policy::types as wit;
 use exports::chitin::policy::{drain, instance_id, placement, split};
 
 chitin_policy_sdk::__policy_conversions!(

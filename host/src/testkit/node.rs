@@ -22,13 +22,15 @@ pub struct NodeProc {
     exe: PathBuf,
     /// Run inside this network namespace (`ip netns exec`).
     namespace: Option<String>,
+    /// Extra environment of the process (a plant, failpoints).
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
 impl NodeProc {
     /// A node not started yet: `exe node --settings <settings>`.
     pub fn new(exe: impl Into<PathBuf>, name: impl Into<String>, api: String, metrics: String, settings: PathBuf, log: PathBuf) -> NodeProc {
-        NodeProc { name: name.into(), api, metrics, settings, log, exe: exe.into(), namespace: None, child: None }
+        NodeProc { name: name.into(), api, metrics, settings, log, exe: exe.into(), namespace: None, env: Vec::new(), child: None }
     }
 
     /// [`NodeProc::new`] and [`NodeProc::start`].
@@ -41,6 +43,12 @@ impl NodeProc {
     /// The same node, run inside network namespace `ns`.
     pub fn in_namespace(mut self, ns: Option<String>) -> NodeProc {
         self.namespace = ns;
+        self
+    }
+
+    /// The same node, with `key=value` in its environment at every start.
+    pub fn with_env(mut self, key: &str, value: &str) -> NodeProc {
+        self.env.push((key.to_owned(), value.to_owned()));
         self
     }
 
@@ -63,6 +71,7 @@ impl NodeProc {
             .args(["node", "--settings"])
             .arg(&self.settings)
             .env("RUST_LOG", "info,sqlx=warn")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -83,20 +83,65 @@ where
     dropped.expect("drop the test database");
 }
 
-/// A migrated store with a lease TTL and liveness timeout in milliseconds.
+/// A migrated store with a lease TTL and liveness timeout in milliseconds,
+/// and a handoff budget no scenario but the budget's own reaches.
 pub async fn store(url: &str, ttl_ms: u64, liveness_ms: u64) -> Result<Store> {
-    let s = Store::connect_with(
+    store_with(
         url,
         StoreOptions {
             lease_ttl: Duration::from_millis(ttl_ms),
             liveness_timeout: Duration::from_millis(liveness_ms),
-            max_connections: 4,
-            acquire_timeout: Duration::from_secs(30),
+            max_handoffs_per_round: 1_000,
+            ..StoreOptions::default()
         },
     )
-    .await?;
+    .await
+}
+
+async fn store_with(url: &str, options: StoreOptions) -> Result<Store> {
+    let s = Store::connect_with(url, StoreOptions { max_connections: 4, acquire_timeout: Duration::from_secs(30), ..options }).await?;
     s.migrate().await?;
     Ok(s)
+}
+
+/// Two stores (two nodes' pools) share one budget: the third handover of a
+/// window is refused before it changes anything, with the wait until a slot
+/// frees; after that wait it passes. A budget that only counted one store's
+/// handovers would let the second store's through.
+pub async fn handoff_budget_is_database_wide(url: String) -> Result<()> {
+    let window = Duration::from_secs(2);
+    let options = StoreOptions {
+        lease_ttl: Duration::from_secs(30),
+        liveness_timeout: Duration::from_secs(30),
+        max_handoffs_per_round: 2,
+        handoff_window: window,
+        ..StoreOptions::default()
+    };
+    let (a, b) = (store_with(&url, options.clone()).await?, store_with(&url, options).await?);
+    let n1 = a.register_node("n1", "a1").await?;
+    let n2 = b.register_node("n2", "a2").await?;
+    let mut held = Vec::new();
+    for shard in ["s1", "s2", "s3"] {
+        held.push(a.try_acquire(shard, n1, None).await?.context("grant")?);
+    }
+    a.handover(&held[0], n2).await?;
+    b.handoff_budget().await?;
+    let theirs = b.try_acquire("t1", n2, None).await?.context("grant")?;
+    b.handover(&theirs, n1).await?;
+    let refused = a.handover(&held[1], n2).await;
+    let Err(LeaseError::HandoffBudget { cap: 2, retry_after, .. }) = refused else {
+        anyhow::bail!("a third handover within the window passed: {refused:?}");
+    };
+    ensure!(retry_after <= window, "waits {retry_after:?}, longer than the window {window:?}");
+    ensure!(matches!(b.handoff_budget().await, Err(LeaseError::HandoffBudget { .. })));
+    let row = a.lease("s2").await?.context("row")?;
+    ensure!(row.holder == Some(n1) && row.epoch == held[1].epoch, "the refused handover changed the lease: {row:?}");
+    tokio::time::sleep(retry_after + Duration::from_millis(50)).await;
+    let moved = a.handover(&held[1], n2).await?;
+    ensure!(moved.holder == n2);
+    a.close().await;
+    b.close().await;
+    Ok(())
 }
 
 fn expect_lost(r: Result<impl std::fmt::Debug, LeaseError>) -> Result<LostReason> {
@@ -1104,6 +1149,10 @@ macro_rules! lease_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn split_waits_for_fenced_transaction() {
             lease_common::run($dialect, lease_common::split_waits_for_fenced_transaction).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn handoff_budget_is_database_wide() {
+            lease_common::run($dialect, lease_common::handoff_budget_is_database_wide).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn handover_refuses_leaving() {

@@ -1,0 +1,113 @@
+//! The fault suite catches what it claims to: each planted bug (a safety
+//! mechanism turned off, see `chitin::plant`) makes a short `chitin chaos`
+//! run fail with the violation that mechanism prevents, and the same run
+//! without the plant passes. The test build carries the `planted-bugs` and
+//! `failpoints` features (host/Cargo.toml's dev-dependency on itself).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// One run at a time: two clusters on two cores would stretch takeovers.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Parks one append in twenty for 2.5 s after the node's own lease check:
+/// a paused holder resumes with appends that passed its check under a
+/// lease it lost meanwhile. Only the database fence stops them.
+const BEFORE_FENCE: &str = "append.before_fence=0.05:2500";
+/// Parks one append in fifty for 8 s holding the lease row shared: a holder
+/// paused there keeps its transaction open. Only the session bounds end it
+/// before the taker has waited past the takeover bound.
+const BEFORE_COMMIT: &str = "append.before_commit=0.02:8000";
+
+/// A short run: 3 nodes on a fresh database in the local PostgreSQL,
+/// `faults` pauses, the given plant and failpoints; returns the report.
+fn run(plant: Option<&str>, failpoints: &str, faults: &str, seed: &str) -> (Value, String) {
+    run_on("postgres://postgres@127.0.0.1:5432/postgres", plant, failpoints, faults, seed)
+}
+
+fn run_on(server: &str, plant: Option<&str>, failpoints: &str, faults: &str, seed: &str) -> (Value, String) {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::Builder::new().prefix("chitin-plant-").tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let mut args =
+        vec!["chaos", "--faults", faults, "--seed", seed, "--kinds", "pause", "--failpoints", failpoints, "--database-url", server];
+    if let Some(p) = plant {
+        args.extend(["--plant", p]);
+    }
+    let run_dir = dir.path().join("run");
+    let report_path = report.to_str().unwrap().to_owned();
+    args.extend(["--dir", run_dir.to_str().unwrap(), "--report", &report_path]);
+    let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(&args).env("RUST_LOG", "info,sqlx=warn").output().expect("run chitin");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("no report ({e}):\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let r: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(out.status.success(), r["passed"] == true, "exit status and verdict disagree:\n{stdout}");
+    (r, stdout)
+}
+
+fn count(r: &Value, key: &str) -> u64 {
+    r[key].as_u64().unwrap_or_else(|| panic!("no `{key}` in the report"))
+}
+
+#[test]
+fn without_a_plant_the_same_runs_pass() {
+    let (r, stdout) = run(None, &format!("{BEFORE_FENCE},{BEFORE_COMMIT}"), "2", "71");
+    assert_eq!(r["passed"], true, "the control run failed, so a plant's failure would prove nothing:\n{stdout}");
+    assert!(count(&r, "resent") > 0, "{stdout}");
+}
+
+/// MariaDB: a holder paused with an append's transaction open (the lease
+/// row held shared), as a holder cut off mid-append leaves it, does not
+/// hold up the takeover: the session's idle-transaction bound (half a TTL)
+/// ends the transaction. Without the bound the taker waits the whole 8 s.
+#[test]
+fn on_mariadb_a_holder_stuck_mid_append_does_not_stall_the_taker() {
+    let url = std::env::var("CHITIN_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+    let (r, stdout) = run_on(&url, None, BEFORE_COMMIT, "2", "74");
+    assert_eq!(r["passed"], true, "{stdout}");
+    assert!(count(&r, "takeovers") > 0, "no takeover measured:\n{stdout}");
+    assert_eq!(count(&r, "slow_takeovers"), 0, "{stdout}");
+    let (r, stdout) = run_on(&url, Some("idle-bound"), BEFORE_COMMIT, "2", "74");
+    assert!(count(&r, "slow_takeovers") > 0, "without the bound no takeover waited: the test proves nothing:\n{stdout}");
+}
+
+#[test]
+fn the_fence_plant_is_caught_as_stale_epoch_commits() {
+    let (r, stdout) = run(Some("fence"), BEFORE_FENCE, "2", "71");
+    assert_eq!(r["passed"], false, "{stdout}");
+    assert_eq!(r["plant"], "fence");
+    assert!(count(&r, "stale_epoch") > 0, "no stale-epoch commit caught:\n{stdout}");
+    assert!(stdout.contains("PLANTED BUG: fence"), "{stdout}");
+}
+
+#[test]
+fn the_dedup_plant_is_caught_as_acknowledgements_that_disagree_with_the_store() {
+    let (r, stdout) = run(Some("dedup"), BEFORE_FENCE, "1", "72");
+    assert_eq!(r["passed"], false, "{stdout}");
+    assert!(count(&r, "mismatched") > 0, "no re-sent request got a wrong sequence:\n{stdout}");
+}
+
+#[test]
+fn the_idle_bound_plant_is_caught_as_slow_takeovers() {
+    let (r, stdout) = run(Some("idle-bound"), BEFORE_COMMIT, "2", "73");
+    assert_eq!(r["passed"], false, "{stdout}");
+    assert!(count(&r, "slow_takeovers") > 0, "no takeover waited on a stuck transaction:\n{stdout}");
+}
+
+#[test]
+fn plants_are_listed_and_unknown_ones_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--list-plants"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for name in ["fence", "dedup", "idle-bound", "append.before_commit", "compiled in: yes"] {
+        assert!(text.contains(name), "{name} missing from --list-plants:\n{text}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--plant", "meteor"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no plant `meteor`"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--failpoints", "append.before_commit=3:1"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("outside 0 … 1"), "{}", String::from_utf8_lossy(&out.stderr));
+}
