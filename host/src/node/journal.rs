@@ -24,6 +24,7 @@ use crate::lease::{JournalEntry, LeaseError};
 use crate::proto::{self, outcome};
 
 use super::Node;
+use super::shard_map::stream_key;
 use super::peers::never_sent;
 use super::plan::{AppendFacts, AppendStep, append_step, forward_timeout};
 
@@ -105,9 +106,15 @@ impl Node {
         validate(stream, request_id, payload)?;
         let deadline = Instant::now() + self.takeover_budget();
         let mut changes = self.leases.changes();
+        // Set once the routed shard turns out retired by a split this
+        // node's config has not finished yet: its child takes the key.
+        let mut moved_to_child: Option<String> = None;
         loop {
             changes.borrow_and_update();
-            let shard = self.topology().map.route_stream(stream).map_err(|e| AppendError::Invalid(e.to_string()))?.id.clone();
+            let shard = match &moved_to_child {
+                Some(child) => child.clone(),
+                None => self.topology().map.route_stream(stream).map_err(|e| AppendError::Invalid(e.to_string()))?.id.clone(),
+            };
             if let Some(permit) = self.leases.permit(&shard).await {
                 match self.store.append_fenced(&permit.token, stream, request_id, payload).await {
                     Ok(a) => {
@@ -128,6 +135,13 @@ impl Node {
             }
             let row = self.lease_row(&shard).await.map_err(|e| AppendError::not_applied(e.to_string()))?;
             let live_holder = row.as_ref().and_then(|r| r.holder.filter(|_| r.live));
+            if live_holder.is_none() && moved_to_child.is_none() {
+                if let Some(child) = self.child_if_retired(&shard, stream).await {
+                    tracing::debug!(parent = %shard, %child, "the parent is retired; following its child");
+                    moved_to_child = Some(child);
+                    continue;
+                }
+            }
             let holder_address = match live_holder {
                 Some(h) if h != self.uuid => self.peer_address(h).await,
                 _ => None,
@@ -163,6 +177,21 @@ impl Node {
             }
             if Instant::now() >= deadline {
                 return Err(self.no_holder(&shard));
+            }
+        }
+    }
+
+    /// The child that took `stream`'s key from `shard`, when `shard` is a
+    /// splitting parent of the served config and the database says the
+    /// split retired it (a node one config version behind the split's holder).
+    async fn child_if_retired(&self, shard: &str, stream: &str) -> Option<String> {
+        let child = self.topology().map.child_covering(shard, stream_key(stream))?.id.clone();
+        match self.store.is_retired(shard).await {
+            Ok(true) => Some(child),
+            Ok(false) => None,
+            Err(e) => {
+                tracing::debug!(%shard, error = %e, "cannot read the shard's retirement");
+                None
             }
         }
     }

@@ -126,6 +126,13 @@ impl ShardMap {
     pub fn route_stream(&self, stream: &str) -> Result<&LeasedShard, RouteError> {
         self.route(self.journal_application()?, stream_key(stream))
     }
+
+    /// The child of splitting shard `parent` whose range covers `key`: where
+    /// the key belongs once the parent is retired, even on a config that
+    /// still routes it to the parent.
+    pub fn child_covering(&self, parent: &str, key: u32) -> Option<&LeasedShard> {
+        self.shards.iter().find(|s| s.parent.as_deref() == Some(parent) && s.lower <= key && key <= s.upper)
+    }
 }
 
 /// The one-node config of standalone mode: `count` equal shards of the
