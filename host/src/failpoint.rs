@@ -51,6 +51,17 @@ pub fn parse(spec: &str) -> Result<BTreeMap<String, Armed>, String> {
     Ok(armed)
 }
 
+/// The pause one append can expect from the `append.*` failpoints of
+/// `spec` (probability × pause, summed); zero for a malformed spec.
+pub fn expected_append_pause(spec: &str) -> Duration {
+    parse(spec)
+        .unwrap_or_default()
+        .iter()
+        .filter(|(name, _)| name.starts_with("append."))
+        .map(|(_, a)| a.pause.mul_f64(a.probability))
+        .sum()
+}
+
 /// Checks `CHITIN_FAILPOINTS` at start: a malformed value, or one set for a
 /// build without failpoints, is refused rather than silently ignored.
 pub fn check_env() -> Result<(), String> {
@@ -98,6 +109,8 @@ mod tests {
         assert_eq!(ok["append.before_commit"], Armed { probability: 0.5, pause: Duration::from_secs(3) });
         assert_eq!(ok.len(), 2);
         assert!(parse("").unwrap().is_empty());
+        let expected = expected_append_pause("append.before_fence=0.05:2000,append.before_commit=0.5:10,split.before_commit=1:9000");
+        assert_eq!(expected, Duration::from_millis(105));
         for (spec, says) in [
             ("nope=1:1", "not a failpoint"),
             ("append.before_commit", "expected name=probability:millis"),
