@@ -84,7 +84,7 @@ fn bad_options_are_refused_with_the_reason() {
 fn assert_clean(r: &Value, min_acked: u64, stdout: &str) {
     assert_eq!(r["passed"], true, "{stdout}");
     assert_eq!(r["failures"].as_array().unwrap().len(), 0, "{stdout}");
-    for zero in ["lost", "duplicates", "stale_epoch", "mismatched", "slow_takeovers", "rejected"] {
+    for zero in ["lost", "duplicates", "stale_epoch", "mismatched", "slow_takeovers", "rejected", "not_applied_stored"] {
         assert_eq!(r[zero], 0, "{zero} in\n{stdout}");
     }
     assert_eq!(r["supervisor_restarts"].as_array().unwrap().len(), 0, "{stdout}");

@@ -7,6 +7,8 @@
 //!   the client was told (also when it sent the request again to another
 //!   node after its acknowledgement);
 //! - no request id is stored twice;
+//! - no request answered "not applied" (which the client then gave up) is
+//!   stored;
 //! - every entry's epoch was the shard's current epoch (the newest grant in
 //!   the lease history) when it committed;
 //! - after a node dies, each shard it held is granted again within the bound
@@ -16,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::clients::Ack;
+use super::clients::{Abandoned, Ack};
 
 /// A stored journal entry. Times are microseconds since the Unix epoch by
 /// the database clock.
@@ -56,6 +58,8 @@ pub enum Violation {
     Duplicate { request_id: String, copies: Vec<(String, i64)> },
     StaleEpoch { stream: String, seq: i64, request_id: String, shard: String, epoch: i64, current: Option<i64>, committed_us: i64 },
     SlowTakeover { fault: usize, node: String, shard: String, died_us: i64, granted_us: Option<i64>, bound_ms: u64 },
+    /// A request answered "not applied" (and given up) was stored after all.
+    NotAppliedStored { stream: String, request_id: String, seq: i64 },
 }
 
 /// A measured takeover.
@@ -76,12 +80,14 @@ pub struct Verdict {
     pub stale_epoch: usize,
     pub mismatched: usize,
     pub slow_takeovers: usize,
+    pub not_applied_stored: usize,
 }
 
 /// Judges a run.
-pub fn check(acks: &[Ack], rows: &[Row], grants: &[Grant], deaths: &[Death], bound_ms: u64) -> Verdict {
+pub fn check(acks: &[Ack], abandoned: &[Abandoned], rows: &[Row], grants: &[Grant], deaths: &[Death], bound_ms: u64) -> Verdict {
     let mut v = Verdict::default();
     check_acks(acks, rows, &mut v);
+    check_abandoned(abandoned, rows, &mut v);
     check_duplicates(rows, &mut v);
     check_epochs(rows, grants, &mut v);
     check_takeovers(grants, deaths, bound_ms, &mut v);
@@ -111,6 +117,16 @@ fn check_acks(acks: &[Ack], rows: &[Row], v: &mut Verdict) {
                 });
             }
             Some(_) => {}
+        }
+    }
+}
+
+fn check_abandoned(abandoned: &[Abandoned], rows: &[Row], v: &mut Verdict) {
+    let stored: HashMap<(&str, &str), &Row> = rows.iter().map(|r| ((r.stream.as_str(), r.request_id.as_str()), r)).collect();
+    for a in abandoned {
+        if let Some(r) = stored.get(&(a.stream.as_str(), a.request_id.as_str())) {
+            v.not_applied_stored += 1;
+            v.violations.push(Violation::NotAppliedStored { stream: a.stream.clone(), request_id: a.request_id.clone(), seq: r.seq });
         }
     }
 }
@@ -230,6 +246,21 @@ pub fn percentile(values: &[u64], p: f64) -> Option<u64> {
 mod tests {
     use super::*;
 
+    fn check_no_abandoned(acks: &[Ack], rows: &[Row], grants: &[Grant], deaths: &[Death], bound_ms: u64) -> Verdict {
+        check(acks, &[], rows, grants, deaths, bound_ms)
+    }
+
+    #[test]
+    fn a_request_answered_not_applied_must_not_be_stored() {
+        let gave_up = [Abandoned { stream: "x".into(), request_id: "r2".into() }];
+        let rows = [row("x", "r1", 1, 1, 10), row("x", "r2", 2, 1, 20)];
+        let v = check(&[ack("x", "r1", 1, 1)], &gave_up, &rows, &[grant(1, "a", 0)], &[], 1);
+        assert_eq!(v.not_applied_stored, 1);
+        assert_eq!(v.violations, vec![Violation::NotAppliedStored { stream: "x".into(), request_id: "r2".into(), seq: 2 }]);
+        let v = check(&[ack("x", "r1", 1, 1)], &gave_up, &rows[..1], &[grant(1, "a", 0)], &[], 1);
+        assert!(v.violations.is_empty());
+    }
+
     fn ack(stream: &str, id: &str, seq: i64, epoch: i64) -> Ack {
         Ack {
             stream: stream.into(),
@@ -257,21 +288,21 @@ mod tests {
         let rows = [row("x", "r1", 1, 1, 1_000), row("x", "r2", 2, 2, 5_000_001)];
         let acks = [ack("x", "r1", 1, 1), ack("x", "r2", 2, 2)];
         let deaths = [Death { fault: 0, node: "a".into(), at_us: 3_000_000, shards: vec!["s".into()] }];
-        let v = check(&acks, &rows, &grants, &deaths, 3_500);
+        let v = check_no_abandoned(&acks, &rows, &grants, &deaths, 3_500);
         assert!(v.violations.is_empty(), "{:?}", v.violations);
         assert_eq!(v.takeovers, vec![Takeover { fault: 0, node: "a".into(), shard: "s".into(), ms: 2_000 }]);
     }
 
     #[test]
     fn an_acknowledged_append_missing_is_lost() {
-        let v = check(&[ack("x", "r1", 1, 1)], &[], &[grant(1, "a", 0)], &[], 1);
+        let v = check_no_abandoned(&[ack("x", "r1", 1, 1)], &[], &[grant(1, "a", 0)], &[], 1);
         assert_eq!(v.lost, 1);
         assert!(matches!(&v.violations[0], Violation::Lost { request_id, .. } if request_id == "r1"));
     }
 
     #[test]
     fn an_ack_that_disagrees_with_the_store_is_reported() {
-        let v = check(&[ack("x", "r1", 1, 1)], &[row("x", "r1", 2, 1, 10)], &[grant(1, "a", 0)], &[], 1);
+        let v = check_no_abandoned(&[ack("x", "r1", 1, 1)], &[row("x", "r1", 2, 1, 10)], &[grant(1, "a", 0)], &[], 1);
         assert_eq!(v.mismatched, 1);
         assert_eq!(v.lost, 0);
     }
@@ -279,7 +310,7 @@ mod tests {
     #[test]
     fn a_request_id_stored_twice_is_a_duplicate() {
         let rows = [row("x", "r1", 1, 1, 10), row("y", "r1", 1, 1, 20)];
-        let v = check(&[], &rows, &[grant(1, "a", 0)], &[], 1);
+        let v = check_no_abandoned(&[], &rows, &[grant(1, "a", 0)], &[], 1);
         assert_eq!(v.duplicates, 1);
         assert!(matches!(&v.violations[0], Violation::Duplicate { copies, .. } if copies.len() == 2));
     }
@@ -288,28 +319,28 @@ mod tests {
     fn a_commit_under_a_superseded_epoch_is_stale() {
         // Epoch 2 was granted at t=100; a commit under epoch 1 at t=150 is stale.
         let grants = [grant(1, "a", 0), grant(2, "b", 100)];
-        let v = check(&[], &[row("x", "r1", 1, 1, 150)], &grants, &[], 1);
+        let v = check_no_abandoned(&[], &[row("x", "r1", 1, 1, 150)], &grants, &[], 1);
         assert_eq!(v.stale_epoch, 1);
         assert!(matches!(&v.violations[0], Violation::StaleEpoch { current: Some(2), epoch: 1, .. }));
         // A commit before any grant is stale too.
-        let v = check(&[], &[row("x", "r1", 1, 1, 5)], &[grant(1, "a", 10)], &[], 1);
+        let v = check_no_abandoned(&[], &[row("x", "r1", 1, 1, 5)], &[grant(1, "a", 10)], &[], 1);
         assert_eq!(v.stale_epoch, 1);
     }
 
     #[test]
     fn a_slow_or_missing_takeover_is_reported() {
         let death = Death { fault: 3, node: "a".into(), at_us: 1_000_000, shards: vec!["s".into()] };
-        let slow = check(&[], &[], &[grant(1, "a", 0), grant(2, "b", 6_000_000)], std::slice::from_ref(&death), 3_500);
+        let slow = check_no_abandoned(&[], &[], &[grant(1, "a", 0), grant(2, "b", 6_000_000)], std::slice::from_ref(&death), 3_500);
         assert_eq!(slow.slow_takeovers, 1);
         assert_eq!(slow.takeovers[0].ms, 5_000);
-        let never = check(&[], &[], &[grant(1, "a", 0)], std::slice::from_ref(&death), 3_500);
+        let never = check_no_abandoned(&[], &[], &[grant(1, "a", 0)], std::slice::from_ref(&death), 3_500);
         assert!(matches!(&never.violations[0], Violation::SlowTakeover { granted_us: None, .. }));
     }
 
     #[test]
     fn a_shard_handed_away_before_the_death_is_not_judged() {
         let death = Death { fault: 0, node: "a".into(), at_us: 1_000_000, shards: vec!["s".into()] };
-        let v = check(&[], &[], &[grant(1, "a", 0), grant(2, "b", 500_000)], &[death], 3_500);
+        let v = check_no_abandoned(&[], &[], &[grant(1, "a", 0), grant(2, "b", 500_000)], &[death], 3_500);
         assert!(v.violations.is_empty());
         assert!(v.takeovers.is_empty());
     }

@@ -39,6 +39,16 @@ pub struct ClientLog {
     /// (see [`RESEND_EVERY`]); judged like first acknowledgements.
     #[serde(default)]
     pub resends: Vec<Ack>,
+    /// Requests answered "not applied" and given up: none may be stored.
+    #[serde(default)]
+    pub abandoned: Vec<Abandoned>,
+}
+
+/// A request a node answered "not applied", which the client then gave up.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Abandoned {
+    pub stream: String,
+    pub request_id: String,
 }
 
 pub struct ClientPlan {
@@ -84,6 +94,7 @@ pub async fn run(plan: ClientPlan, mut stop: watch::Receiver<bool>) -> ClientLog
             Answer::Acked(ack) => log.acks.push(ack),
             Answer::Rejected(why) => log.rejected.push(format!("{request_id}: {why}")),
             Answer::GaveUp => log.unacknowledged.push(request_id.clone()),
+            Answer::Abandoned => log.abandoned.push(Abandoned { stream: stream.clone(), request_id: request_id.clone() }),
         }
         if n % RESEND_EVERY == 5 && log.acks.last().is_some_and(|a| a.request_id == request_id) {
             client.node = (client.node + 1) % plan.nodes.len();
@@ -106,6 +117,9 @@ enum Answer {
     Rejected(String),
     /// Still unacknowledged when the grace after `stop` ran out.
     GaveUp,
+    /// Answered "not applied": the client drops the id (its next append
+    /// has a new one), which must then never be stored.
+    Abandoned,
 }
 
 struct Client<'a> {
@@ -159,6 +173,12 @@ impl Client<'_> {
                     });
                 }
                 Err(s) if s.code() == tonic::Code::InvalidArgument => return Answer::Rejected(s.message().to_owned()),
+                // Certainly not committed: a client may give the id up. Every
+                // other failure may have committed and is retried as is.
+                Err(s) if s.metadata().get(proto::outcome::KEY).is_some_and(|v| v == proto::outcome::NOT_APPLIED) => {
+                    self.node = (self.node + 1) % self.plan.nodes.len();
+                    return Answer::Abandoned;
+                }
                 // Not applied, outcome unknown, unreachable, timed out: the
                 // same request id at the next node applies at most once.
                 Err(_) => {
@@ -178,6 +198,7 @@ pub fn merge(logs: Vec<ClientLog>) -> ClientLog {
         all.unacknowledged.extend(l.unacknowledged);
         all.rejected.extend(l.rejected);
         all.resends.extend(l.resends);
+        all.abandoned.extend(l.abandoned);
     }
     all
 }

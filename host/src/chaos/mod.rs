@@ -396,7 +396,7 @@ async fn run_in(
     store.close().await;
     let bound = opts.lease_ttl + opts.renew_interval + opts.takeover_slack;
     let answers: Vec<clients::Ack> = log.acks.iter().chain(&log.resends).cloned().collect();
-    let verdict = checker::check(&answers, &evidence.rows, &evidence.grants, &deaths, bound.as_millis() as u64);
+    let verdict = checker::check(&answers, &log.abandoned, &evidence.rows, &evidence.grants, &deaths, bound.as_millis() as u64);
     let facts = report::RunFacts {
         run: report::RunInfo {
             seed: opts.seed,

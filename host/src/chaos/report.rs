@@ -57,6 +57,12 @@ pub struct Report {
     pub stale_epoch: usize,
     pub mismatched: usize,
     pub slow_takeovers: usize,
+    /// Requests answered "not applied", given up, and stored after all.
+    #[serde(default)]
+    pub not_applied_stored: usize,
+    /// Requests answered "not applied" that the clients gave up.
+    #[serde(default)]
+    pub abandoned: usize,
     pub takeover_bound_ms: u64,
     pub takeovers: usize,
     pub takeover_p50_ms: Option<u64>,
@@ -163,6 +169,8 @@ impl Report {
             stale_epoch: verdict.stale_epoch,
             mismatched: verdict.mismatched,
             slow_takeovers: verdict.slow_takeovers,
+            not_applied_stored: verdict.not_applied_stored,
+            abandoned: f.log.abandoned.len(),
             takeover_bound_ms: f.takeover_bound_ms,
             takeovers: takeover_ms.len(),
             takeover_p50_ms: percentile(&takeover_ms, 50.0),
@@ -210,6 +218,8 @@ impl Report {
             ("floor of acknowledged appends", self.ack_floor.to_string()),
             ("unacknowledged when the run stopped", self.unacknowledged.to_string()),
             ("acknowledged requests sent again to another node", self.resent.to_string()),
+            ("requests answered \"not applied\" and given up", self.abandoned.to_string()),
+            ("of those, stored after all", self.not_applied_stored.to_string()),
             ("entries stored", self.stored.to_string()),
             ("lost", self.lost.to_string()),
             ("duplicates", self.duplicates.to_string()),

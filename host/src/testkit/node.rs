@@ -48,8 +48,13 @@ impl NodeProc {
 
     /// The same node, with `key=value` in its environment at every start.
     pub fn with_env(mut self, key: &str, value: &str) -> NodeProc {
-        self.env.push((key.to_owned(), value.to_owned()));
+        self.set_env(key, value);
         self
+    }
+
+    /// Puts `key=value` in the process's environment from its next start on.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.push((key.to_owned(), value.to_owned()));
     }
 
     /// (Re)starts the process with the same settings.
