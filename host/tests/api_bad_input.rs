@@ -365,12 +365,24 @@ fn undecodable_cases(channel: &Channel, node: &str, tokens: Tokens<'_>) -> Vec<C
             ));
         }
     }
+    // A known service's guard runs before its methods are looked up, so an
+    // unknown method of it carries its plane's token.
     for path in ["/chitin.v1.Journal/Delete", "/chitin.v1.Nope/Append", "/grpc.health.v1.Health/Check"] {
+        let auth = tokens.authorization(path).filter(|_| path.starts_with("/chitin.v1.Journal/"));
         cases.push(refused(
             format!("{node} {path}: unknown method"),
-            raw(channel, path, Vec::new(), false, None),
+            raw(channel, path, Vec::new(), false, auth),
             Code::Unimplemented,
             format!("no gRPC method `{path}`"),
+        ));
+    }
+    if tokens.client.is_some() {
+        let path = "/chitin.v1.Journal/Delete";
+        cases.push(refused(
+            format!("{node} {path}: unknown method, without a token"),
+            raw(channel, path, Vec::new(), false, None),
+            Code::Unauthenticated,
+            Plane::Client.missing(),
         ));
     }
     cases
