@@ -15,6 +15,7 @@
 //! - [`node`]: a node's lifecycle, lease rounds, drain and journal;
 //! - [`proto`]: the generated gRPC messages, clients and servers;
 //! - [`api`]: gRPC and HTTP;
+//! - [`security`]: listener exposure, the planes' tokens, redaction;
 //! - [`server`]: running a node until it is told to stop;
 //! - [`chaos`]: the fault-injection run and its checker;
 //! - [`failpoint`], [`plant`]: pauses at risky moments and planted bugs for
@@ -32,6 +33,7 @@ pub mod plant;
 pub mod policy;
 pub mod proto;
 pub mod rollout;
+pub mod security;
 pub mod server;
 pub mod settings;
 pub mod testkit;

@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     match cli::run(args.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("{}", chitin::security::redact(&format!("error: {e:#}")));
             ExitCode::FAILURE
         }
     }

@@ -63,8 +63,35 @@ fn provisioned(settings: &Settings) -> Result<Option<Provisioned>, NodeError> {
     Ok(Some(Provisioned { config, node_id: None }))
 }
 
+/// Reads the token files, registers every secret with the redaction, and
+/// warns of a listener `api.insecure_listen` leaves unguarded.
+fn secure(mut settings: Settings) -> Result<Settings, NodeError> {
+    crate::security::auth::read_token_files(&mut settings)?;
+    for url in [&settings.database.url, &settings.cluster.redis_url].into_iter().flatten() {
+        crate::security::redact::register_url_password(url);
+    }
+    // Logged as given: the log writer masks the passwords (security::redact),
+    // which the cluster's secrets test proves on this very line.
+    tracing::info!(
+        database = %settings.database_url(),
+        redis = settings.cluster.redis_url.as_deref().unwrap_or("(none: standalone)"),
+        "stores"
+    );
+    for open in crate::security::exposure::unguarded(&settings).iter().filter(|_| settings.api.insecure_listen) {
+        tracing::warn!(
+            key = open.key,
+            listen = %open.listen,
+            missing = %open.missing.join(", "),
+            "INSECURE: api.insecure_listen = true lets other hosts reach this listener without a token; \
+             anyone who can connect can use these planes (docs/security.md)"
+        );
+    }
+    Ok(settings)
+}
+
 /// Binds the listeners and starts the node, or waits unprovisioned.
 pub async fn start(settings: Settings) -> Result<Running, NodeError> {
+    let settings = secure(settings)?;
     // Bind first: a port in use is reported before anything registers.
     let api_listener = bind(&settings.api.listen, "[api] listen, gRPC").await?;
     let metrics_listener = bind(&settings.metrics.listen, "[metrics] listen, HTTP").await?;

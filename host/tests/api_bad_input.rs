@@ -29,9 +29,22 @@
 //! and the Drain a real drain, so a call let through would show in the
 //! snapshot. An undecodable Admin request without the token is refused as
 //! UNAUTHENTICATED too (the token is checked before the body is decoded).
-//! Journal, Ownership and Coordination need no admin token (calls without
-//! one and with a wrong one are served), nor does the Admin service of a
-//! node without `[api] admin_token` (node-02, the standalone node).
+//! The Admin service of a node without `[api] admin_token` (node-02, the
+//! standalone node) needs none and ignores a stray one.
+//!
+//! Every plane's token: node-01 also has `[api] client_token` (Journal,
+//! Ownership, Coordination) and `[cluster] peer_token` (Peer, and the
+//! client plane too, for forwards). Every method of every service is sent
+//! an undecodable request without a token, with a wrong one, and with each
+//! of the admin, client and peer tokens: a token its plane does not take is
+//! UNAUTHENTICATED with the plane's message, one it takes gets through to
+//! the decoder (INVALID_ARGUMENT `malformed request`), so no handler runs
+//! either way. `forwarded = true` needs the peer token: with the client
+//! token it is PERMISSION_DENIED, before the request is validated.
+//!
+//! Bounded answers: names with a NUL byte are refused before the database,
+//! and a Read of three 1 MiB entries stops at its byte budget after two,
+//! saying so and where to continue.
 //!
 //! Each case asserts the exact status code and a substring of the message
 //! that says what was wrong; lookups of an unknown id that are documented to
@@ -55,8 +68,9 @@ use anyhow::{Context, Result, bail};
 use chitin::api::grpc::MAX_MESSAGE_BYTES;
 use chitin::api::proto::{
     self, admin_client::AdminClient, coordination_client::CoordinationClient, journal_client::JournalClient,
-    ownership_client::OwnershipClient,
+    ownership_client::OwnershipClient, peer_client::PeerClient,
 };
+use chitin::security::Plane;
 use chitin::coord::Keys;
 use chitin::node::journal::{MAX_PAYLOAD, MAX_REQUEST_ID, MAX_STREAM};
 use chitin::rollout::exec::{Admin, BearerAuth};
@@ -78,6 +92,12 @@ const ADMIN_TOKEN: &str = "sweep-admin-token";
 const NEEDS_TOKEN: &str = "the admin plane needs `authorization: Bearer <[api] admin_token>`; set CHITIN_ADMIN_TOKEN";
 /// The Admin service's answer to a call with another bearer token.
 const WRONG_TOKEN: &str = "wrong admin token; set CHITIN_ADMIN_TOKEN to the node's [api] admin_token";
+/// node-01's `[api] client_token`.
+const CLIENT_TOKEN: &str = "sweep-client-token";
+/// node-01's `[cluster] peer_token`.
+const PEER_TOKEN: &str = "sweep-peer-token";
+/// The answer to `forwarded = true` from a client.
+const NOT_A_PEER: &str = "`forwarded = true` is for node-to-node calls and needs `authorization: Bearer <[cluster] peer_token>`";
 /// The Admin service's decoding limit (`api::grpc::router`).
 const ADMIN_MAX: usize = 64 << 20;
 /// tonic's default decoding limit (Ownership, Coordination).
@@ -246,15 +266,79 @@ const METHODS: &[(&str, First, bool)] = &[
     ("/chitin.v1.Coordination/DeploymentFinish", First::Str, false),
     ("/chitin.v1.Coordination/DeploymentShow", First::Str, false),
     ("/chitin.v1.Coordination/DeploymentList", First::BoolThenStr, false),
+    ("/chitin.v1.Peer/Notice", First::Str, false),
 ];
 
+/// A node's tokens, by plane.
+#[derive(Clone, Copy, Default)]
+struct Tokens<'a> {
+    admin: Option<&'a str>,
+    client: Option<&'a str>,
+    peer: Option<&'a str>,
+}
+
+/// The plane of a method path.
+fn plane(path: &str) -> Plane {
+    if path.starts_with("/chitin.v1.Admin/") {
+        Plane::Admin
+    } else if path.starts_with("/chitin.v1.Peer/") {
+        Plane::Peer
+    } else {
+        Plane::Client
+    }
+}
+
+impl Tokens<'_> {
+    /// The `authorization` a call of `path` carries to be let through.
+    fn authorization(&self, path: &str) -> Option<String> {
+        let token = match plane(path) {
+            Plane::Admin => self.admin,
+            Plane::Client => self.client,
+            Plane::Peer => self.peer,
+        };
+        token.map(|t| format!("Bearer {t}"))
+    }
+}
+
+/// Every method with every token of `tokens` (and none, and a wrong one):
+/// the tokens its plane takes reach the decoder, the others are refused.
+fn token_cases(channel: &Channel, node: &str, tokens: Tokens<'_>) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for &(path, _, streaming) in METHODS {
+        let plane = plane(path);
+        let offered = [
+            ("without a token", None, false),
+            ("with a wrong token", Some("not-a-token-of-this-cluster"), false),
+            ("with the admin token", tokens.admin, plane == Plane::Admin),
+            ("with the client token", tokens.client, plane == Plane::Client),
+            // Forwards arrive on the client plane with the peer token.
+            ("with the peer token", tokens.peer, plane != Plane::Admin),
+        ];
+        for (how, token, taken) in offered {
+            let token = match (how, token) {
+                ("without a token", _) => None,
+                (_, Some(t)) => Some(t),
+                (_, None) => continue,
+            };
+            let call = raw(channel, path, vec![0x0f], streaming, token.map(|t| format!("Bearer {t}")));
+            let name = format!("{node} {path} {how}");
+            cases.push(match (taken, token) {
+                (true, _) => refused(name, call, Code::InvalidArgument, "malformed request: failed to decode Protobuf message"),
+                (false, None) => refused(name, call, Code::Unauthenticated, plane.missing()),
+                (false, Some(_)) => refused(name, call, Code::Unauthenticated, plane.wrong()),
+            });
+        }
+    }
+    cases
+}
+
 /// Undecodable requests for every method: truncated, an invalid wire type,
-/// and where the message has fields a wrong type and invalid UTF-8. Admin
-/// calls carry `admin_token` when the node has one.
-fn undecodable_cases(channel: &Channel, node: &str, admin_token: Option<&str>) -> Vec<Case> {
+/// and where the message has fields a wrong type and invalid UTF-8. Each
+/// call carries its plane's token when the node has one.
+fn undecodable_cases(channel: &Channel, node: &str, tokens: Tokens<'_>) -> Vec<Case> {
     let mut cases = Vec::new();
     for &(path, first, streaming) in METHODS {
-        let auth = admin_token.filter(|_| path.starts_with("/chitin.v1.Admin/")).map(|t| format!("Bearer {t}"));
+        let auth = tokens.authorization(path);
         let mut bodies: Vec<(&str, Vec<u8>)> = vec![
             // Field 1, 5 bytes long, 1 byte sent.
             ("truncated", vec![0x0a, 0x05, b'a']),
@@ -281,12 +365,24 @@ fn undecodable_cases(channel: &Channel, node: &str, admin_token: Option<&str>) -
             ));
         }
     }
+    // A known service's guard runs before its methods are looked up, so an
+    // unknown method of it carries its plane's token.
     for path in ["/chitin.v1.Journal/Delete", "/chitin.v1.Nope/Append", "/grpc.health.v1.Health/Check"] {
+        let auth = tokens.authorization(path).filter(|_| path.starts_with("/chitin.v1.Journal/"));
         cases.push(refused(
             format!("{node} {path}: unknown method"),
-            raw(channel, path, Vec::new(), false, None),
+            raw(channel, path, Vec::new(), false, auth),
             Code::Unimplemented,
             format!("no gRPC method `{path}`"),
+        ));
+    }
+    if tokens.client.is_some() {
+        let path = "/chitin.v1.Journal/Delete";
+        cases.push(refused(
+            format!("{node} {path}: unknown method, without a token"),
+            raw(channel, path, Vec::new(), false, None),
+            Code::Unauthenticated,
+            Plane::Client.missing(),
         ));
     }
     cases
@@ -379,12 +475,16 @@ impl Snapshot {
     }
 }
 
+/// A channel whose calls carry a token.
+type Signed = InterceptedService<Channel, BearerAuth>;
+
 struct Nodes {
-    journal: JournalClient<Channel>,
-    ownership: OwnershipClient<Channel>,
+    /// node-01's client plane, with the client token.
+    journal: JournalClient<Signed>,
+    ownership: OwnershipClient<Signed>,
     /// node-01's Admin service, with the admin token.
     admin: Admin,
-    coord: CoordinationClient<Channel>,
+    coord: CoordinationClient<Signed>,
     metrics: String,
     ns: TestNs,
     unprovisioned: AdminClient<Channel>,
@@ -520,6 +620,24 @@ fn append(stream: impl Into<String>, request_id: impl Into<String>, payload: Vec
     proto::AppendRequest { stream: stream.into(), request_id: request_id.into(), payload, forwarded: false }
 }
 
+fn forwarded(stream: impl Into<String>, request_id: impl Into<String>) -> proto::AppendRequest {
+    proto::AppendRequest { forwarded: true, ..append(stream, request_id, b"p".to_vec()) }
+}
+
+fn notice(holder_uuid: &str) -> proto::OwnershipNotice {
+    proto::OwnershipNotice { shard: "s".into(), epoch: 1, holder_uuid: holder_uuid.into(), holder: "n".into() }
+}
+
+/// A Read of `stream` from `from` rendered as its sequence numbers and how it ended.
+fn summary(journal: &JournalClient<Signed>, stream: &str, from: u64) -> Call {
+    let (mut client, request) = (journal.clone(), read(stream, from));
+    Box::pin(async move {
+        let r = client.read(request).await?.into_inner();
+        let seqs: Vec<u64> = r.entries.iter().map(|e| e.sequence).collect();
+        Ok(format!("{} entries {seqs:?}, truncated: {}, next_from: {}", seqs.len(), r.truncated, r.next_from))
+    })
+}
+
 fn read(stream: impl Into<String>, from: u64) -> proto::ReadRequest {
     proto::ReadRequest { stream: stream.into(), from, limit: 0 }
 }
@@ -592,6 +710,8 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
         s.cluster.heartbeat_interval_secs = 2.0;
         if name == "node-01" {
             s.api.admin_token = Some(ADMIN_TOKEN.into());
+            s.api.client_token = Some(CLIENT_TOKEN.into());
+            s.cluster.peer_token = Some(PEER_TOKEN.into());
         } else {
             s.cluster.config_file = None;
         }
@@ -612,11 +732,12 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
     let main = channel(&cluster.nodes[0].api, Some(ADMIN_TOKEN), Duration::from_secs(10)).await.unwrap();
     let fresh = channel(&cluster.nodes[1].api, None, Duration::from_secs(60)).await.with_context(|| cluster.logs()).unwrap();
     let alone = channel(&standalone.api, None, Duration::from_secs(10)).await.unwrap();
+    let signed = |token: &str| InterceptedService::new(main.clone(), BearerAuth::new(Some(token)));
     let nodes = Nodes {
-        journal: JournalClient::new(main.clone()),
-        ownership: OwnershipClient::new(main.clone()),
+        journal: JournalClient::new(signed(CLIENT_TOKEN)),
+        ownership: OwnershipClient::new(signed(CLIENT_TOKEN)),
         admin: AdminClient::with_interceptor(main.clone(), BearerAuth::new(Some(ADMIN_TOKEN))),
-        coord: CoordinationClient::new(main.clone()),
+        coord: CoordinationClient::new(signed(CLIENT_TOKEN)),
         metrics: cluster.nodes[0].metrics.clone(),
         ns,
         unprovisioned: AdminClient::new(fresh.clone()),
@@ -629,6 +750,10 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
     // target, a running and a finished deployment.
     for i in 0..3 {
         journal.clone().append(append("sweep", format!("seed-{i}"), format!("entry {i}").into_bytes())).await.unwrap();
+    }
+    // Three entries of the largest payload: more than one Read answers.
+    for i in 0..3 {
+        journal.clone().append(append("big", format!("big-{i}"), vec![b'0' + i; MAX_PAYLOAD])).await.unwrap();
     }
     coord.clone().dispatch(dispatch("target-1", b"run".to_vec())).await.unwrap();
     let running = coord.clone().deployment_start(start("running", "sweep: running".into())).await.unwrap().into_inner();
@@ -661,7 +786,9 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
     });
     let older = edited(&config, |v| v["version"] = 0.into());
 
-    use Code::{AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated, Unavailable};
+    use Code::{AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unauthenticated, Unavailable};
+    let as_peer = JournalClient::new(signed(PEER_TOKEN));
+    let peer = PeerClient::new(signed(PEER_TOKEN));
     #[rustfmt::skip]
     let mut cases = vec![
         // ------------------------------------------------ Journal
@@ -676,6 +803,16 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
         refused("Read: from beyond a sequence number", rpc!(journal, read, read("sweep", u64::MAX)), InvalidArgument, format!("from must be at most {}, got {}", i64::MAX, u64::MAX)),
         answers("Read: a stream never written is empty", rpc!(journal, read, read("never-written", 0)), "entries: []"),
         answers("Read: past the end is empty", rpc!(journal, read, read("sweep", i64::MAX as u64)), "entries: []"),
+        refused("Append: a NUL byte in stream", rpc!(journal, append, append("a\0b", "r", b"p".to_vec())), InvalidArgument, "stream must not contain a NUL byte (found at byte 1)"),
+        refused("Append: a NUL byte in request_id", rpc!(journal, append, append("sweep", "r\0", b"p".to_vec())), InvalidArgument, "request_id must not contain a NUL byte (found at byte 1)"),
+        refused("Read: a NUL byte in stream", rpc!(journal, read, read("\0", 0)), InvalidArgument, "stream must not contain a NUL byte (found at byte 0)"),
+        answers("Read: three 1 MiB entries stop at the byte budget after two", summary(journal, "big", 0), "2 entries [1, 2], truncated: true, next_from: 3"),
+        answers("Read: the rest from next_from", summary(journal, "big", 3), "1 entries [3], truncated: false, next_from: 4"),
+        answers("Read: two 1 MiB entries fill the budget exactly", summary(journal, "big", 2), "2 entries [2, 3], truncated: false, next_from: 4"),
+        refused("Append: forwarded with the client token", rpc!(journal, append, forwarded("sweep", "fwd-1")), PermissionDenied, NOT_A_PEER),
+        refused("Append: forwarded with the client token, before validation", rpc!(journal, append, forwarded("", "")), PermissionDenied, NOT_A_PEER),
+        refused("Append: forwarded with the peer token gets past the check", rpc!(as_peer, append, forwarded("", "fwd-2")), InvalidArgument, "stream must be 1..="),
+        refused("Peer Notice with the peer token is served", rpc!(peer, notice, notice("not-a-uuid")), InvalidArgument, "holder_uuid `not-a-uuid` is not a UUID"),
         // ------------------------------------------------ Ownership
         refused("Route: empty application", rpc!(ownership, route, route("")), InvalidArgument, "application must not be empty"),
         refused("Route: unknown application", rpc!(ownership, route, route("nope")), NotFound, "unknown application `nope`"),
@@ -806,33 +943,40 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
         let wrong = Some("Bearer not-the-admin-token".to_string());
         cases.push(refused(format!("node-01 {path}: undecodable, a wrong token"), raw(&main, path, vec![0x0f], streaming, wrong), Unauthenticated, WRONG_TOKEN));
     }
-    // Controls: the token is served; Journal, Ownership and Coordination need
-    // none and ignore a wrong one; nodes without `[api] admin_token` ignore one.
+    // Controls: the token is served; the client plane takes the client and
+    // the peer token; nodes without `[api] admin_token` ignore a stray one.
     let stray = || RawAuthorization("Bearer not-the-admin-token".to_string());
-    let journal_stray = JournalClient::with_interceptor(main.clone(), stray());
-    let ownership_stray = OwnershipClient::with_interceptor(main.clone(), stray());
-    let coord_stray = CoordinationClient::with_interceptor(main.clone(), stray());
+    let journal_peer = JournalClient::new(signed(PEER_TOKEN));
+    let ownership_peer = OwnershipClient::new(signed(PEER_TOKEN));
+    let coord_peer = CoordinationClient::new(signed(PEER_TOKEN));
     let fresh_stray = AdminClient::with_interceptor(fresh.clone(), stray());
     let alone_stray = AdminClient::with_interceptor(alone.clone(), stray());
     #[rustfmt::skip]
     let served = [
         answers("node-01 Status with the admin token", rpc!(admin, status, proto::StatusRequest {}), "node: \"node-01\""),
         answers("node-01 GetConfig with the admin token", rpc!(admin, get_config, proto::GetConfigRequest {}), "config_version: 1"),
-        answers("Journal Read without an admin token", rpc!(journal, read, read("sweep", 0)), "request_id: \"seed-0\""),
-        answers("Journal Read with a wrong admin token", rpc!(journal_stray, read, read("sweep", 0)), "request_id: \"seed-0\""),
-        answers("Ownership Route without an admin token", rpc!(ownership, route, route("journal")), "application: \"journal\""),
-        answers("Ownership Held with a wrong admin token", rpc!(ownership_stray, held, proto::HeldRequest {}), "leases: ["),
-        answers("Coordination AffinityList without an admin token", rpc!(coord, affinity_list, instance("")), "target-1"),
-        answers("Coordination DeploymentShow with a wrong admin token", rpc!(coord_stray, deployment_show, show(&done)), "succeeded"),
+        answers("Journal Read with the client token", rpc!(journal, read, read("sweep", 0)), "request_id: \"seed-0\""),
+        answers("Journal Read with the peer token", rpc!(journal_peer, read, read("sweep", 0)), "request_id: \"seed-0\""),
+        answers("Ownership Route with the client token", rpc!(ownership, route, route("journal")), "application: \"journal\""),
+        answers("Ownership Held with the peer token", rpc!(ownership_peer, held, proto::HeldRequest {}), "leases: ["),
+        answers("Coordination AffinityList with the client token", rpc!(coord, affinity_list, instance("")), "target-1"),
+        answers("Coordination DeploymentShow with the peer token", rpc!(coord_peer, deployment_show, show(&done)), "succeeded"),
+        refused("Journal Read without the client token", rpc!(JournalClient::new(main.clone()), read, read("sweep", 0)), Unauthenticated,
+            "the client plane needs `authorization: Bearer <[api] client_token>`; set CHITIN_CLIENT_TOKEN"),
+        refused("Coordination Dispatch with the admin token", rpc!(CoordinationClient::new(signed(ADMIN_TOKEN)), dispatch, dispatch("target-9", b"c".to_vec())), Unauthenticated,
+            "wrong client token; set CHITIN_CLIENT_TOKEN to the node's [api] client_token"),
         answers("node-02 GetConfig with a stray token", rpc!(fresh_stray, get_config, proto::GetConfigRequest {}), "UNPROVISIONED"),
         answers("standalone GetConfig with a stray token", rpc!(alone_stray, get_config, proto::GetConfigRequest {}), "config_version: "),
     ];
     cases.extend(served);
 
     // Undecodable requests and unknown methods, on every node.
-    cases.extend(undecodable_cases(&main, "node-01", Some(ADMIN_TOKEN)));
-    cases.extend(undecodable_cases(&fresh, "node-02", None));
-    cases.extend(undecodable_cases(&alone, "standalone", None));
+    let tokens = Tokens { admin: Some(ADMIN_TOKEN), client: Some(CLIENT_TOKEN), peer: Some(PEER_TOKEN) };
+    cases.extend(undecodable_cases(&main, "node-01", tokens));
+    cases.extend(undecodable_cases(&fresh, "node-02", Tokens::default()));
+    cases.extend(undecodable_cases(&alone, "standalone", Tokens::default()));
+    // Every method with and without each token.
+    cases.extend(token_cases(&main, "node-01", tokens));
 
     let count = cases.len();
     let mut wrong = sweep(cases).await;

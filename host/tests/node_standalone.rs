@@ -110,7 +110,7 @@ fn bad_settings_are_refused_with_the_key_and_the_rule() {
     std::fs::write(&settings, format!("[node]\ndata_dir = {:?}\n\n[policies]\ndeadline_ms = 0\n", dir.path().join("d"))).unwrap();
     let (ok, out) = chitin(&["node", "--settings", settings.to_str().unwrap()]);
     assert!(!ok);
-    assert!(out.contains("deadline_ms = 0 must be between 1 and 60000"), "{out}");
+    assert!(out.contains("`policies.deadline_ms` = 0") && out.contains("must be between 1 and 60000"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -50,8 +50,12 @@ fn defaults() {
     assert_eq!(s.lease_ttl(), Duration::from_secs(15));
     assert_eq!(s.renew_interval(), Duration::from_secs(5));
     assert_eq!(s.leases.max_handoffs_per_round, 4);
-    assert_eq!(s.api.listen, "0.0.0.0:50051");
-    assert_eq!(s.metrics.listen, "0.0.0.0:9090");
+    // Loopback only: a default node is reachable from this host alone.
+    assert_eq!(s.api.listen, "127.0.0.1:50051");
+    assert_eq!(s.metrics.listen, "127.0.0.1:9090");
+    assert_eq!(s.cluster.listen, "127.0.0.1:7946");
+    assert!(!s.api.insecure_listen);
+    assert_eq!((s.api.admin_token.as_ref(), s.api.client_token.as_ref(), s.cluster.peer_token.as_ref()), (None, None, None));
     assert_eq!(s.metrics.auth_token, None);
     assert_eq!(s.policies.instance_id, "default");
     assert_eq!(s.policies.placement, "default");
@@ -436,6 +440,41 @@ fn syntax_errors_and_files() {
     std::fs::write(&path, "[leases]\nttl_secs = 0\n").unwrap();
     let e = Settings::load(Some(&path), NO_ENV).unwrap_err().to_string();
     assert!(e.contains("chitin.toml"), "{e}");
+}
+
+#[test]
+fn a_reachable_listener_needs_a_token_on_every_plane_or_insecure_listen() {
+    let exposed = "[api]\nlisten = \"0.0.0.0:50051\"\n";
+    let (value, rule, _) = bad_value(exposed, &[], "api.listen");
+    assert_eq!(value, "\"0.0.0.0:50051\"");
+    assert!(rule.contains("set api.admin_token and api.client_token"), "{rule}");
+    assert!(rule.contains("api.insecure_listen = true"), "{rule}");
+    // Every plane with a token (inline or as a file): accepted.
+    let guarded = format!("{exposed}admin_token = \"adm-1\"\nclient_token_file = \"/run/secrets/client\"\n");
+    load(&guarded, &[]).unwrap();
+    // Cluster mode has a third plane.
+    let cluster = format!("{guarded}[cluster]\nenabled = true\nredis_url = \"redis://r\"\n[database]\nurl = \"postgres://h/db\"\n");
+    let (_, rule, _) = bad_value(&cluster, &[], "api.listen");
+    assert!(rule.contains("set cluster.peer_token"), "{rule}");
+    load(&cluster, &[("CHITIN__CLUSTER__PEER_TOKEN", "peer-1")]).unwrap();
+    // The operator may say so in so many words.
+    let s = load(exposed, &[("CHITIN__API__INSECURE_LISTEN", "true")]).unwrap();
+    assert!(s.api.insecure_listen);
+    assert!(chitin::security::exposure::insecure(&s));
+    // Loopback in any spelling needs nothing.
+    load("[api]\nlisten = \"[::1]:50051\"\n[metrics]\nlisten = \"127.0.0.2:9090\"\n", &[]).unwrap();
+    let (_, rule, _) = bad_value("[metrics]\nlisten = \"0.0.0.0:9090\"\n", &[], "metrics.listen");
+    assert!(rule.contains("set metrics.auth_token"), "{rule}");
+}
+
+#[test]
+fn tokens_are_never_echoed() {
+    let text = load("[api]\nclient_token = \"dup-secret\"\n[cluster]\npeer_token = \"dup-secret\"\n[metrics]\nauth_token = \"two words\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("`cluster.peer_token` = (hidden)") && text.contains("must differ from api.client_token"), "{text}");
+    assert!(text.contains("`metrics.auth_token` = (hidden)"), "{text}");
+    assert!(!text.contains("dup-secret") && !text.contains("two words"), "{text}");
 }
 
 #[test]

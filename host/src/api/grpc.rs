@@ -9,24 +9,35 @@ use tonic::{Request, Response, Status};
 use crate::lease::LeaseRow;
 use crate::node::Node;
 use crate::node::control::{BootstrapError, Control};
-use crate::node::journal::MAX_STREAM;
+use crate::node::journal::{MAX_STREAM, check_name};
 use crate::node::leases::OwnershipEvent;
 use crate::proto::{self, admin_server, journal_server, ownership_server, peer_server};
+use crate::security::{Caller, Guard, Plane};
 use crate::topology::ClusterConfig;
 
 /// Largest request the server decodes.
 pub const MAX_MESSAGE_BYTES: usize = 2 << 20;
 
-/// The four services over one node.
+/// The services over one node, each behind the [`Guard`] of its plane
+/// (`crate::security::auth`): the token is checked before the body is decoded.
 pub fn router(control: Arc<Control>) -> tonic::service::Routes {
-    let journal = journal_server::JournalServer::new(Api(control.clone())).max_decoding_message_size(MAX_MESSAGE_BYTES);
-    let ownership = ownership_server::OwnershipServer::new(Api(control.clone()));
-    let admin = tonic::service::interceptor::InterceptedService::new(
-        admin_server::AdminServer::new(Api(control.clone())).max_decoding_message_size(64 << 20),
-        AdminToken(control.settings.api.admin_token.clone()),
+    use tonic::service::interceptor::InterceptedService;
+    let settings = &control.settings;
+    let guard = |plane| Guard::new(plane, settings);
+    let journal = InterceptedService::new(
+        journal_server::JournalServer::new(Api(control.clone())).max_decoding_message_size(MAX_MESSAGE_BYTES),
+        guard(Plane::Client),
     );
-    let peer = peer_server::PeerServer::new(Api(control.clone()));
-    let coordination = proto::coordination_server::CoordinationServer::new(super::coordination::Coordination(control));
+    let ownership = InterceptedService::new(ownership_server::OwnershipServer::new(Api(control.clone())), guard(Plane::Client));
+    let admin = InterceptedService::new(
+        admin_server::AdminServer::new(Api(control.clone())).max_decoding_message_size(64 << 20),
+        guard(Plane::Admin),
+    );
+    let peer = InterceptedService::new(peer_server::PeerServer::new(Api(control.clone())), guard(Plane::Peer));
+    let coordination = InterceptedService::new(
+        proto::coordination_server::CoordinationServer::new(super::coordination::Coordination(control.clone())),
+        guard(Plane::Client),
+    );
     let router = tonic::service::Routes::new(journal)
         .add_service(ownership)
         .add_service(peer)
@@ -37,23 +48,18 @@ pub fn router(control: Arc<Control>) -> tonic::service::Routes {
     tonic::service::Routes::from(router)
 }
 
-/// `[api] admin_token`: when set, an Admin call without
-/// `authorization: Bearer <token>` is refused (UNAUTHENTICATED) before it runs.
-#[derive(Clone)]
-struct AdminToken(Option<String>);
-
-impl tonic::service::Interceptor for AdminToken {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        let Some(token) = &self.0 else { return Ok(request) };
-        let given = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        match given.and_then(|v| v.strip_prefix("Bearer ")) {
-            Some(t) if super::http::constant_time_eq(t.as_bytes(), token.as_bytes()) => Ok(request),
-            Some(_) => Err(Status::unauthenticated("wrong admin token; set CHITIN_ADMIN_TOKEN to the node's [api] admin_token")),
-            None => Err(Status::unauthenticated(
-                "the admin plane needs `authorization: Bearer <[api] admin_token>`; set CHITIN_ADMIN_TOKEN",
-            )),
-        }
+/// `forwarded = true` skips the holder's forwarding and leaving checks, so
+/// once the cluster has a peer token only a peer may set it.
+fn may_forward(caller: Caller, settings: &crate::settings::Settings) -> Result<(), Status> {
+    if settings.cluster.peer_token.is_none() || caller == Caller::Peer {
+        return Ok(());
     }
+    let why = "`forwarded = true` is for node-to-node calls and needs `authorization: Bearer <[cluster] peer_token>`; \
+               clients leave it false";
+    Err(match caller {
+        Caller::Anonymous => Status::unauthenticated(why),
+        _ => Status::permission_denied(why),
+    })
 }
 
 /// The gRPC services this node serves, for the answer to an unknown method.
@@ -120,7 +126,11 @@ fn internal(e: impl std::fmt::Display) -> Status {
 #[tonic::async_trait]
 impl journal_server::Journal for Api {
     async fn append(&self, req: Request<proto::AppendRequest>) -> Result<Response<proto::AppendResponse>, Status> {
+        let caller = Caller::of(&req);
         let r = req.into_inner();
+        if r.forwarded {
+            may_forward(caller, &self.0.settings)?;
+        }
         let node = &self.node()?;
         // A leaving node still takes appends: it forwards them to the shards'
         // new holders, so a client beside it sees no failure while it drains.
@@ -135,18 +145,15 @@ impl journal_server::Journal for Api {
 
     async fn read(&self, req: Request<proto::ReadRequest>) -> Result<Response<proto::ReadResponse>, Status> {
         let r = req.into_inner();
-        if r.stream.is_empty() || r.stream.len() > MAX_STREAM {
-            return Err(Status::invalid_argument(format!(
-                "stream must be 1..={MAX_STREAM} bytes, got {}",
-                r.stream.len()
-            )));
-        }
+        check_name("stream", &r.stream, MAX_STREAM).map_err(Status::invalid_argument)?;
         let from = i64::try_from(r.from)
             .map_err(|_| Status::invalid_argument(format!("from must be at most {}, got {}", i64::MAX, r.from)))?;
         let limit = if r.limit == 0 { 1000 } else { r.limit };
-        let entries = self.node()?.read(&r.stream, from, limit).await.map_err(internal)?;
+        let read = self.node()?.read(&r.stream, from, limit).await.map_err(internal)?;
+        let next_from = read.entries.last().map_or(r.from, |e| e.seq as u64 + 1);
         Ok(Response::new(proto::ReadResponse {
-            entries: entries
+            entries: read
+                .entries
                 .into_iter()
                 .map(|e| proto::Entry {
                     sequence: e.seq as u64,
@@ -155,6 +162,8 @@ impl journal_server::Journal for Api {
                     epoch: e.epoch as u64,
                 })
                 .collect(),
+            truncated: read.truncated,
+            next_from,
         }))
     }
 }
@@ -257,6 +266,7 @@ impl admin_server::Admin for Api {
         let Some(node) = self.0.node() else {
             return Ok(Response::new(proto::StatusResponse {
                 state: UNPROVISIONED.into(),
+                insecure_listen: crate::security::exposure::insecure(&self.0.settings),
                 ..Default::default()
             }));
         };
@@ -290,6 +300,7 @@ impl admin_server::Admin for Api {
             nodes,
             leases,
             unowned,
+            insecure_listen: crate::security::exposure::insecure(&self.0.settings),
         }))
     }
 

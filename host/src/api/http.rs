@@ -63,9 +63,7 @@ fn authorized(control: &Control, headers: &HeaderMap) -> Result<(), Response> {
     }
 }
 
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
+pub(crate) use crate::security::auth::constant_time_eq;
 
 async fn health(State(control): State<Arc<Control>>, headers: HeaderMap) -> Response {
     if let Err(denied) = authorized(&control, &headers) {
@@ -77,6 +75,7 @@ async fn health(State(control): State<Arc<Control>>, headers: HeaderMap) -> Resp
             "state": UNPROVISIONED,
             "version": env!("CARGO_PKG_VERSION"),
             "cluster": {"healthy": false, "active_instances": 0},
+            "insecure_listen": crate::security::exposure::insecure(&control.settings),
         });
         return (StatusCode::OK, axum::Json(body)).into_response();
     };
@@ -101,6 +100,7 @@ async fn health(State(control): State<Arc<Control>>, headers: HeaderMap) -> Resp
         "config_version": node.topology().config.version,
         "shards_held": node.leases.held().len(),
         "cluster": cluster,
+        "insecure_listen": crate::security::exposure::insecure(&control.settings),
     });
     (StatusCode::OK, axum::Json(body)).into_response()
 }

@@ -234,7 +234,7 @@ pub async fn run(opts: ChaosOptions) -> Result<Report, ChaosError> {
         }
         Database::Configured(url) => {
             let db = FreshDb::create_named(url, &format!("chitin_chaos_{run_id}_{}", opts.seed % 1_000_000)).await?;
-            let note = format!("fresh database {} in {}", db.name, url.split('@').next_back().unwrap_or(url));
+            let note = format!("fresh database {} in {}", db.name, crate::security::redact(url));
             (None, db.url.clone(), db.url.clone(), Some(db), note)
         }
     };
@@ -285,13 +285,22 @@ async fn run_in(
         ttl: opts.lease_ttl,
         renew: opts.renew_interval,
     };
+    let peer_token = format!("chaos-peer-{}", uuid::Uuid::new_v4().simple());
+    crate::security::redact::register_secret(&peer_token);
+    crate::security::redact::register_url_password(&node_db_url);
     let mut nodes = Vec::new();
     for k in 0..opts.nodes {
         let (name, api) = (&names[k], &apis[k]);
         let metrics = format!("{}:{}", hosts[k], ports[2 * k + 1]);
         let settings_path = opts.dir.join(format!("{name}.toml"));
         let node = settings::ClusterNode { name, api, metrics: &metrics, data_dir: opts.dir.join(name), config_file: Some(&config) };
-        settings::write(&settings_path, &settings::cluster_node(&node, &shared))?;
+        let mut node_settings = settings::cluster_node(&node, &shared);
+        // Forwards and notices carry a peer token, as in production; the
+        // lab's own clients stay unauthenticated, so nodes on the private
+        // namespaced network listen there knowingly insecure.
+        node_settings.cluster.peer_token = Some(peer_token.clone());
+        node_settings.api.insecure_listen = network.is_some();
+        settings::write(&settings_path, &node_settings)?;
         let ns = network.as_ref().map(|n| n.namespace(k).to_string());
         let log = opts.dir.join(format!("{name}.log"));
         let mut node = NodeProc::new(&exe, name.clone(), api.clone(), metrics, settings_path, log).in_namespace(ns);

@@ -129,9 +129,9 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
             _ = term.recv() => anyhow::bail!("terminated; the run's processes and namespaces were removed"),
         }
     })?;
-    print!("{}", report.table());
+    print!("{}", chitin::security::redact(&report.table()));
     if let Some(path) = args.report {
-        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+        std::fs::write(&path, chitin::security::redact(&serde_json::to_string_pretty(&report)?))?;
         eprintln!("chaos: report written to {}", path.display());
     }
     Ok(if report.passed { ExitCode::SUCCESS } else { ExitCode::from(1) })

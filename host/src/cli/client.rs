@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use chitin::security::auth::token_from_env;
+use chitin::security::{BearerAuth, Plane};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 /// Where the CLI finds a node unless told otherwise.
@@ -29,9 +32,17 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
+/// A channel to the node whose calls carry the plane's token from the
+/// environment (`CHITIN_ADMIN_TOKEN`, `CHITIN_CLIENT_TOKEN`), when set.
+pub async fn signed(address: &str, plane: Plane) -> anyhow::Result<Signed> {
+    let auth = BearerAuth::new(token_from_env(plane).as_deref());
+    Ok(InterceptedService::new(connect(address).await?, auth))
+}
+
+/// A channel signed with a plane's token.
+pub type Signed = InterceptedService<Channel, BearerAuth>;
+
 /// The Admin service of a node, sending `CHITIN_ADMIN_TOKEN` when it is set.
 pub async fn admin(address: &str) -> anyhow::Result<chitin::rollout::exec::Admin> {
-    use chitin::rollout::exec::{BearerAuth, token_from_env};
-    let auth = BearerAuth::new(token_from_env().as_deref());
-    Ok(chitin::proto::admin_client::AdminClient::with_interceptor(connect(address).await?, auth))
+    Ok(chitin::proto::admin_client::AdminClient::new(signed(address, Plane::Admin).await?))
 }

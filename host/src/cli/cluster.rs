@@ -75,11 +75,18 @@ async fn status(address: &str, json: bool) -> anyhow::Result<ExitCode> {
                 "holder_uuid": l.holder_uuid, "epoch": l.epoch, "expires_in_ms": l.expires_in_ms,
             })).collect::<Vec<_>>(),
             "unowned": s.unowned,
+            "insecure_listen": s.insecure_listen,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(ExitCode::SUCCESS);
     }
     println!("asked {} ({}), cluster config version {}", s.node, s.state, s.config_version);
+    if s.insecure_listen {
+        println!(
+            "WARNING: {} serves unauthenticated callers from other hosts ([api] insecure_listen = true); see docs/security.md",
+            s.node
+        );
+    }
     println!();
     println!("{:<16} {:<36} {:<8} {:>14} {:>7}  ADDRESS", "NODE", "UUID", "STATE", "HEARTBEAT", "SHARDS");
     for n in &s.nodes {

@@ -7,9 +7,9 @@ use std::process::ExitCode;
 
 use chitin::proto::{self, coordination_client::CoordinationClient};
 use clap::Subcommand;
-use tonic::transport::Channel;
+use chitin::security::Plane;
 
-use super::client::{NodeAddr, connect, runtime};
+use super::client::{NodeAddr, Signed, runtime, signed};
 
 /// `chitin dispatch`.
 #[derive(clap::Args, Debug)]
@@ -109,8 +109,8 @@ fn key_value(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected key=value, got {s:?}"))
 }
 
-async fn client(addr: &NodeAddr) -> anyhow::Result<CoordinationClient<Channel>> {
-    Ok(CoordinationClient::new(connect(&addr.node).await?))
+async fn client(addr: &NodeAddr) -> anyhow::Result<CoordinationClient<Signed>> {
+    Ok(CoordinationClient::new(signed(&addr.node, Plane::Client).await?))
 }
 
 fn status(s: tonic::Status) -> anyhow::Error {

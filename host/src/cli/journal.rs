@@ -6,7 +6,9 @@ use std::time::Duration;
 use chitin::proto::{self, journal_client::JournalClient};
 use clap::Subcommand;
 
-use super::client::{NodeAddr, connect, runtime};
+use chitin::security::Plane;
+
+use super::client::{NodeAddr, runtime, signed};
 
 #[derive(Subcommand, Debug)]
 pub enum JournalCommand {
@@ -54,7 +56,7 @@ pub fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
                 retries,
             } => {
                 let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-                let mut client = JournalClient::new(connect(&addr.node).await?);
+                let mut client = JournalClient::new(signed(&addr.node, Plane::Client).await?);
                 let request = proto::AppendRequest {
                     stream,
                     request_id: request_id.clone(),
@@ -85,14 +87,17 @@ pub fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
                 limit,
                 json,
             } => {
-                let mut client = JournalClient::new(connect(&addr.node).await?);
-                let entries = client
+                let mut client = JournalClient::new(signed(&addr.node, Plane::Client).await?);
+                let answer = client
                     .read(proto::ReadRequest { stream, from, limit })
                     .await
                     .map_err(|s| anyhow::anyhow!("read failed: {}", s.message()))?
-                    .into_inner()
-                    .entries;
-                for e in entries {
+                    .into_inner();
+                if answer.truncated {
+                    // On stderr, so that piped entries stay clean.
+                    eprintln!("(the answer reached its byte budget; continue with --from {})", answer.next_from);
+                }
+                for e in answer.entries {
                     let payload = String::from_utf8_lossy(&e.payload);
                     if json {
                         println!(

@@ -95,7 +95,8 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
 /// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Every line passes the redaction: no URL password or token reaches a log.
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(chitin::security::redact::RedactingStderr);
     match format {
         LogFormat::Human => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -108,10 +108,7 @@ impl RedisConn {
 
 /// The URL without its password, for error messages.
 fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
-        _ => url.to_string(),
-    }
+    crate::security::redact(url)
 }
 
 #[cfg(test)]
@@ -120,7 +117,7 @@ mod tests {
 
     #[test]
     fn redacts_password() {
-        assert_eq!(redact("redis://:secret@redis:6379"), "redis://***@redis:6379");
+        assert_eq!(redact("redis://:secret@redis:6379"), "redis://:***@redis:6379");
         assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
     }
 }

@@ -760,21 +760,31 @@ where
         .await
     }
 
-    pub(crate) async fn read(&self, stream: &str, from: i64, limit: i64) -> Result<Vec<JournalEntry>, LeaseError> {
-        let rows = sqlx::query(B::SQL.read).bind(stream).bind(from).bind(limit).fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(JournalEntry {
-                    stream: r.try_get("stream")?,
-                    seq: r.try_get("seq")?,
-                    request_id: r.try_get("request_id")?,
-                    payload: r.try_get("payload")?,
-                    shard: r.try_get("shard_id")?,
-                    epoch: r.try_get("epoch")?,
-                    committed_at: required_time::<B>(r, "committed_at")?,
-                })
-            })
-            .collect()
+    /// Up to `limit` entries from `from`, stopping once their payloads pass
+    /// `max_bytes` (the first entry always comes): rows are decoded as they
+    /// stream in, so a read never holds more than its budget and one row.
+    /// The flag says the budget cut the answer short.
+    pub(crate) async fn read(&self, stream: &str, from: i64, limit: i64, max_bytes: usize) -> Result<(Vec<JournalEntry>, bool), LeaseError> {
+        use tokio_stream::StreamExt;
+        let mut rows = sqlx::query(B::SQL.read).bind(stream).bind(from).bind(limit).fetch(&self.pool);
+        let (mut entries, mut bytes) = (Vec::new(), 0usize);
+        while let Some(r) = rows.try_next().await? {
+            let payload: Vec<u8> = r.try_get("payload")?;
+            bytes = bytes.saturating_add(payload.len());
+            if bytes > max_bytes && !entries.is_empty() {
+                return Ok((entries, true));
+            }
+            entries.push(JournalEntry {
+                stream: r.try_get("stream")?,
+                seq: r.try_get("seq")?,
+                request_id: r.try_get("request_id")?,
+                payload,
+                shard: r.try_get("shard_id")?,
+                epoch: r.try_get("epoch")?,
+                committed_at: required_time::<B>(&r, "committed_at")?,
+            });
+        }
+        Ok((entries, false))
     }
 }
 

@@ -705,7 +705,19 @@ impl Store {
         from: i64,
         limit: u32,
     ) -> Result<Vec<JournalEntry>, LeaseError> {
-        dispatch!(self, s => s.read(stream, from, i64::from(limit)).await)
+        Ok(self.read_capped(stream, from, limit, usize::MAX).await?.0)
+    }
+
+    /// [`Store::read`] stopping once the payloads pass `max_bytes` (at least
+    /// one entry comes); `true` when that cut the answer short.
+    pub async fn read_capped(
+        &self,
+        stream: &str,
+        from: i64,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<(Vec<JournalEntry>, bool), LeaseError> {
+        dispatch!(self, s => s.read(stream, from, i64::from(limit), max_bytes).await)
     }
 }
 

@@ -37,6 +37,14 @@ pub struct Acknowledged {
     pub holder: String,
 }
 
+/// What a read answers.
+#[derive(Clone, Debug)]
+pub struct ReadAnswer {
+    pub entries: Vec<JournalEntry>,
+    /// The byte budget stopped it before `limit` entries.
+    pub truncated: bool,
+}
+
 /// A shard's holder as a not-applied answer names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HolderHint {
@@ -66,19 +74,32 @@ impl AppendError {
     }
 }
 
-/// Longest a stream name, request id and payload may be.
-pub const MAX_STREAM: usize = 256;
+/// Longest a stream name, request id and payload may be. 255 bytes is the
+/// strictest dialect's key column (MySQL `VARCHAR(255)`).
+pub const MAX_STREAM: usize = 255;
 pub const MAX_REQUEST_ID: usize = 128;
 pub const MAX_PAYLOAD: usize = 1 << 20;
+/// The payload bytes one read answers at most (the first entry always
+/// comes, so an answer stays under the clients' 4 MiB decoding limit).
+pub const MAX_READ_BYTES: usize = 2 << 20;
+
+/// A stream name or request id as every dialect stores it: 1..=`max` bytes
+/// and no NUL (PostgreSQL text refuses it). Checked before the database, so
+/// a bad name is refused as invalid, never answered "outcome unknown".
+pub fn check_name(what: &str, value: &str, max: usize) -> Result<(), String> {
+    if value.is_empty() || value.len() > max {
+        return Err(format!("{what} must be 1..={max} bytes, got {}", value.len()));
+    }
+    if let Some(at) = value.bytes().position(|b| b == 0) {
+        return Err(format!("{what} must not contain a NUL byte (found at byte {at})"));
+    }
+    Ok(())
+}
 
 fn validate(stream: &str, request_id: &str, payload: &[u8]) -> Result<(), AppendError> {
     let bad = |m: String| Err(AppendError::Invalid(m));
-    if stream.is_empty() || stream.len() > MAX_STREAM {
-        return bad(format!("stream must be 1..={MAX_STREAM} bytes, got {}", stream.len()));
-    }
-    if request_id.is_empty() || request_id.len() > MAX_REQUEST_ID {
-        return bad(format!("request_id must be 1..={MAX_REQUEST_ID} bytes, got {}", request_id.len()));
-    }
+    check_name("stream", stream, MAX_STREAM).map_err(AppendError::Invalid)?;
+    check_name("request_id", request_id, MAX_REQUEST_ID).map_err(AppendError::Invalid)?;
     if payload.len() > MAX_PAYLOAD {
         return bad(format!("payload must be at most {MAX_PAYLOAD} bytes, got {}", payload.len()));
     }
@@ -255,6 +276,14 @@ impl Node {
             }
             Err(status) if is_not_applied(&status) => Ok(Err(holder_hint(&status))),
             Err(status) if status.code() == tonic::Code::InvalidArgument => Err(AppendError::Invalid(status.message().to_string())),
+            // The guard refuses before anything runs: certainly not applied.
+            Err(status) if matches!(status.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied) => {
+                Err(AppendError::not_applied(format!(
+                    "the holder at {address} refused this node's forward ({}); every node of the cluster needs the same \
+                     [cluster] peer_token",
+                    status.message()
+                )))
+            }
             Err(status) if never_sent(&status) => {
                 self.peers.forget(address);
                 Ok(Err(None))
@@ -274,9 +303,11 @@ impl Node {
         forward_timeout(left, self.settings.lease_ttl(), self.settings.renew_interval())
     }
 
-    /// Entries of `stream` from sequence `from`, in order.
-    pub async fn read(&self, stream: &str, from: i64, limit: u32) -> Result<Vec<JournalEntry>, LeaseError> {
-        self.store.read(stream, from, limit.clamp(1, 10_000)).await
+    /// Entries of `stream` from sequence `from`, in order, at most
+    /// [`MAX_READ_BYTES`] of payloads.
+    pub async fn read(&self, stream: &str, from: i64, limit: u32) -> Result<ReadAnswer, LeaseError> {
+        let (entries, truncated) = self.store.read_capped(stream, from, limit.clamp(1, 10_000), MAX_READ_BYTES).await?;
+        Ok(ReadAnswer { entries, truncated })
     }
 }
 
@@ -321,6 +352,20 @@ impl From<AppendError> for tonic::Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_fit_every_dialect() {
+        assert!(check_name("stream", &"s".repeat(MAX_STREAM), MAX_STREAM).is_ok());
+        let cases = [
+            ("", "stream must be 1..=255 bytes, got 0"),
+            ("a\0b", "stream must not contain a NUL byte (found at byte 1)"),
+        ];
+        for (value, want) in cases {
+            assert_eq!(check_name("stream", value, MAX_STREAM).unwrap_err(), want, "{value:?}");
+        }
+        // Bytes, not characters: 128 two-byte characters are 256 bytes.
+        assert_eq!(check_name("stream", &"é".repeat(128), MAX_STREAM).unwrap_err(), "stream must be 1..=255 bytes, got 256");
+    }
 
     #[test]
     fn the_outcome_travels_as_metadata_not_wording() {

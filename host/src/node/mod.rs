@@ -81,6 +81,8 @@ pub enum NodeError {
          a fresh registration"
     )]
     RegistrationLost { uuid: Uuid },
+    #[error(transparent)]
+    TokenFile(#[from] crate::security::auth::TokenFileError),
     #[error("cannot listen on {addr} ({what}): {source}")]
     Listen {
         addr: String,
@@ -226,6 +228,7 @@ impl Node {
         let ttl = settings.lease_ttl();
         let safety = settings.renew_interval().min(ttl / 4);
         let leases = Leases::new(store.clone(), uuid, ttl, safety, metrics.clone());
+        let peers = Arc::new(Peers::new(&settings));
         Ok(Arc::new(Node {
             name,
             uuid,
@@ -240,7 +243,7 @@ impl Node {
             coord,
             lifecycle: watch::channel(Lifecycle::Joining).0,
             registry: Mutex::new(Vec::new()),
-            peers: Arc::new(Peers::default()),
+            peers,
             kick: Notify::new(),
             fatal: watch::channel(false).0,
             started: std::time::Instant::now(),

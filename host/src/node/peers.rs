@@ -1,12 +1,19 @@
 //! Channels to the other nodes: one per peer address, connected once and
 //! reused by every forward and notice, dropped after a transport failure so
-//! the next call connects afresh.
+//! the next call connects afresh. Every call on them carries the cluster's
+//! peer token (`[cluster] peer_token`), when set.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
+
+use crate::security::BearerAuth;
+
+/// A channel to a peer that signs every call with the peer token.
+pub type PeerChannel = InterceptedService<Channel, BearerAuth>;
 
 /// How long a connect to a peer may take before the call gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -15,6 +22,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Default)]
 pub struct Peers {
     channels: Mutex<HashMap<String, Channel>>,
+    auth: BearerAuth,
 }
 
 /// A peer that could not be reached: nothing was sent to it.
@@ -26,11 +34,17 @@ pub struct Unreachable {
 }
 
 impl Peers {
+    /// No channels yet; calls will carry `settings`' peer token.
+    pub fn new(settings: &crate::settings::Settings) -> Peers {
+        Peers { channels: Mutex::default(), auth: BearerAuth::new(settings.cluster.peer_token.as_deref()) }
+    }
+
     /// The channel to `address`, connecting when there is none. A failed
     /// connect sent nothing.
-    pub async fn channel(&self, address: &str) -> Result<Channel, Unreachable> {
+    pub async fn channel(&self, address: &str) -> Result<PeerChannel, Unreachable> {
+        let signed = |c: Channel| InterceptedService::new(c, self.auth.clone());
         if let Some(c) = self.channels.lock().unwrap_or_else(|p| p.into_inner()).get(address) {
-            return Ok(c.clone());
+            return Ok(signed(c.clone()));
         }
         let unreachable = |reason: String| Unreachable { address: address.to_string(), reason };
         let channel = Endpoint::from_shared(format!("http://{address}"))
@@ -41,7 +55,7 @@ impl Peers {
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         self.channels.lock().unwrap_or_else(|p| p.into_inner()).insert(address.to_string(), channel.clone());
-        Ok(channel)
+        Ok(signed(channel))
     }
 
     /// Forgets the channel to `address` (after a transport failure).

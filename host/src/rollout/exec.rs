@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -60,7 +59,7 @@ impl Default for Options {
 
 /// `CHITIN_ADMIN_TOKEN`, when set and not empty.
 pub fn token_from_env() -> Option<String> {
-    std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty())
+    crate::security::auth::token_from_env(crate::security::Plane::Admin)
 }
 
 /// Why a sequence (or a bootstrap) stopped.
@@ -116,24 +115,7 @@ pub enum ExecError {
 
 // ---------------------------------------------------------------- client
 
-/// Adds `authorization: Bearer <token>` to every call when a token is set.
-#[derive(Clone, Debug, Default)]
-pub struct BearerAuth(Option<MetadataValue<Ascii>>);
-
-impl BearerAuth {
-    pub fn new(token: Option<&str>) -> BearerAuth {
-        BearerAuth(token.and_then(|t| format!("Bearer {t}").parse().ok()))
-    }
-}
-
-impl tonic::service::Interceptor for BearerAuth {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        if let Some(v) = &self.0 {
-            req.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(req)
-    }
-}
+pub use crate::security::BearerAuth;
 
 /// An admin-plane client of one node.
 pub type Admin = AdminClient<InterceptedService<Channel, BearerAuth>>;

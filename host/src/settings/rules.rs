@@ -5,11 +5,16 @@ use std::net::SocketAddr;
 
 use super::load::Origins;
 use super::{Problem, Settings};
+use crate::security::{auth, exposure};
 
 /// The longest duration accepted, in seconds. Longer timings are typos (a
 /// lease that takes a day to fail over), and far longer ones would overflow
 /// `Duration`.
 pub const MAX_SECS: f64 = 86_400.0;
+
+/// The most handoffs a round may make: more is a typo, and a round that
+/// moves thousands of shards at once is a thundering herd.
+pub const MAX_HANDOFFS_PER_ROUND: u32 = 10_000;
 
 /// The database URL schemes a node can use, with whether cluster mode may.
 const DATABASE_SCHEMES: &[(&str, bool)] = &[
@@ -80,7 +85,7 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
         bad(
             "cluster.listen",
             q(&c.listen),
-            "must be an IP:port socket address, e.g. 0.0.0.0:7946".into(),
+            "must be an IP:port socket address, e.g. 127.0.0.1:7946".into(),
         );
     }
     if let Some(a) = &c.advertise
@@ -156,34 +161,69 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     if let Some(rule) = renew_rule {
         bad("leases.renew_interval_secs", r.to_string(), rule);
     }
-    if l.max_handoffs_per_round == 0 {
+    let handoffs = l.max_handoffs_per_round;
+    if handoffs == 0 {
         bad("leases.max_handoffs_per_round", "0".into(), "must be at least 1".into());
+    } else if handoffs > MAX_HANDOFFS_PER_ROUND {
+        bad(
+            "leases.max_handoffs_per_round",
+            handoffs.to_string(),
+            format!("must be at most {MAX_HANDOFFS_PER_ROUND}"),
+        );
     }
 
     for (key, listen, example) in [
-        ("api.listen", &settings.api.listen, "0.0.0.0:50051"),
-        ("metrics.listen", &settings.metrics.listen, "0.0.0.0:9090"),
+        ("api.listen", &settings.api.listen, "127.0.0.1:50051"),
+        ("metrics.listen", &settings.metrics.listen, "127.0.0.1:9090"),
     ] {
         if listen.parse::<SocketAddr>().is_err() {
             bad(key, q(listen), format!("must be an IP:port socket address, e.g. {example}"));
         }
     }
-    for (key, token) in [
-        ("metrics.auth_token", &settings.metrics.auth_token),
-        ("api.admin_token", &settings.api.admin_token),
-    ] {
+    for unguarded in exposure::refused(settings) {
+        bad(unguarded.key, q(&unguarded.listen), unguarded.rule());
+    }
+    let tokens = [
+        ("metrics.auth_token", &settings.metrics.auth_token, &settings.metrics.auth_token_file),
+        ("api.admin_token", &settings.api.admin_token, &settings.api.admin_token_file),
+        ("api.client_token", &settings.api.client_token, &settings.api.client_token_file),
+        ("cluster.peer_token", &settings.cluster.peer_token, &settings.cluster.peer_token_file),
+    ];
+    for (key, token, file) in tokens {
+        // A token is a secret: a refusal never shows it.
         if let Some(t) = token
-            && (t.trim().is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()))
+            && !auth::well_formed(t)
         {
             bad(
                 key,
-                q(t),
+                "(hidden)".into(),
                 "must be printable ASCII without spaces when set (unset it to disable auth)".into(),
             );
+        }
+        if let Some(f) = file {
+            let file_key = format!("{key}_file");
+            if f.as_os_str().is_empty() {
+                bad(&file_key, q(""), "must not be empty when set".into());
+            } else if token.is_some() {
+                bad(&file_key, q(&f.display().to_string()), format!("set either {key} or {file_key}, not both"));
+            }
+        }
+    }
+    let named: Vec<(&str, &String)> = tokens.iter().filter_map(|(k, t, _)| t.as_ref().map(|t| (*k, t))).collect();
+    for (i, (key, token)) in named.iter().enumerate() {
+        if let Some((first, _)) = named[..i].iter().find(|(_, t)| t == token) {
+            bad(key, "(hidden)".into(), format!("must differ from {first}: each plane needs its own token"));
         }
     }
 
     let p = &settings.policies;
+    // The policy host checks these again when it loads; refused here too so
+    // that a typo stops the node with its key, like every other setting.
+    for (key, v, max) in [("policies.deadline_ms", p.deadline_ms, 60_000), ("policies.memory_limit_mib", p.memory_limit_mib, 4096)] {
+        if !(1..=max).contains(&v) {
+            bad(key, v.to_string(), format!("must be between 1 and {max}"));
+        }
+    }
     for (key, v) in [
         ("policies.instance_id", &p.instance_id),
         ("policies.placement", &p.placement),
@@ -233,15 +273,9 @@ fn host_port(s: &str) -> bool {
     }
 }
 
-/// A URL with any password replaced by `***`; other text unchanged.
-pub(super) fn redact(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://")
-        && let Some((auth, host)) = rest.split_once('@')
-        && let Some((user, _)) = auth.split_once(':')
-    {
-        return format!("{scheme}://{user}:***@{host}");
-    }
-    url.to_owned()
+/// A value with its secrets masked ([`crate::security::redact`]).
+pub(super) fn redact(text: &str) -> String {
+    crate::security::redact(text)
 }
 
 #[cfg(test)]

@@ -65,12 +65,20 @@ pub struct ClusterSettings {
     pub liveness_timeout_secs: f64,
     /// The node's name; else the `instance-id` policy decides.
     pub instance_id: Option<String>,
-    /// Node-to-node traffic.
+    /// Reserved for node-to-node traffic (today peers call each other on
+    /// `api.listen`). Loopback by default, like every listener.
     pub listen: String,
     /// The address other nodes use to reach this one (`host:port`).
     pub advertise: Option<String>,
     /// `cluster_config.json`, until bootstrap over the admin plane exists.
     pub config_file: Option<PathBuf>,
+    /// The peer plane's shared secret: every node of the cluster sends it on
+    /// its node-to-node calls (forwards, ownership notices), and when set a
+    /// node serves the `Peer` service and `forwarded = true` appends only
+    /// with it.
+    pub peer_token: Option<String>,
+    /// A file holding `peer_token` (trailing whitespace ignored), read at start.
+    pub peer_token_file: Option<PathBuf>,
 }
 
 impl Default for ClusterSettings {
@@ -82,9 +90,11 @@ impl Default for ClusterSettings {
             heartbeat_interval_secs: 10.0,
             liveness_timeout_secs: 30.0,
             instance_id: None,
-            listen: "0.0.0.0:7946".to_owned(),
+            listen: "127.0.0.1:7946".to_owned(),
             advertise: None,
             config_file: None,
+            peer_token: None,
+            peer_token_file: None,
         }
     }
 }
@@ -131,13 +141,29 @@ pub struct ApiSettings {
     /// When set, every call of the Admin service needs
     /// `authorization: Bearer <token>` (the CLI sends `CHITIN_ADMIN_TOKEN`).
     pub admin_token: Option<String>,
+    /// A file holding `admin_token`, read at start.
+    pub admin_token_file: Option<PathBuf>,
+    /// When set, every call of the Journal, Ownership and Coordination
+    /// services needs `authorization: Bearer <token>` (or the peer token;
+    /// the CLI sends `CHITIN_CLIENT_TOKEN`).
+    pub client_token: Option<String>,
+    /// A file holding `client_token`, read at start.
+    pub client_token_file: Option<PathBuf>,
+    /// Lets `api.listen` and `metrics.listen` take a non-loopback address
+    /// without a token for every plane: logged as a warning at start and
+    /// shown in `/health` and `Admin.Status`.
+    pub insecure_listen: bool,
 }
 
 impl Default for ApiSettings {
     fn default() -> Self {
         ApiSettings {
-            listen: "0.0.0.0:50051".to_owned(),
+            listen: "127.0.0.1:50051".to_owned(),
             admin_token: None,
+            admin_token_file: None,
+            client_token: None,
+            client_token_file: None,
+            insecure_listen: false,
         }
     }
 }
@@ -150,13 +176,16 @@ pub struct MetricsSettings {
     pub listen: String,
     /// When set, `/health` requires `Authorization: Bearer <token>`.
     pub auth_token: Option<String>,
+    /// A file holding `auth_token`, read at start.
+    pub auth_token_file: Option<PathBuf>,
 }
 
 impl Default for MetricsSettings {
     fn default() -> Self {
         MetricsSettings {
-            listen: "0.0.0.0:9090".to_owned(),
+            listen: "127.0.0.1:9090".to_owned(),
             auth_token: None,
+            auth_token_file: None,
         }
     }
 }

@@ -1,0 +1,323 @@
+//! The bearer tokens of the three gRPC planes and the metrics listener.
+//!
+//! | plane | services | token | the CLI sends |
+//! |---|---|---|---|
+//! | admin | `Admin` | `api.admin_token` | `CHITIN_ADMIN_TOKEN` |
+//! | client | `Journal`, `Ownership`, `Coordination` | `api.client_token` (or the peer token) | `CHITIN_CLIENT_TOKEN` |
+//! | peer | `Peer`, and `Journal.Append` with `forwarded = true` | `cluster.peer_token` | (nodes only) |
+//!
+//! A plane without a token is open (the listeners are loopback unless every
+//! plane has one, see [`super::exposure`]). Each `…_token_file` is read once,
+//! at start, into its `…_token` ([`read_token_files`]); rotating a token is a
+//! rolling restart (docs/security.md). Comparison is constant-time.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
+use tonic::{Request, Status};
+
+use crate::settings::Settings;
+
+/// Compares without stopping at the first difference, so the time taken does
+/// not tell a caller how much of a guess was right.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether `token` is usable as a bearer token: printable ASCII, no spaces.
+pub fn well_formed(token: &str) -> bool {
+    !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Why a token file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error("cannot read `{key}` = {path}: {source}; create the file with the token, or unset `{key}`", path = .path.display())]
+    Read { key: &'static str, path: PathBuf, source: std::io::Error },
+    #[error(
+        "`{key}` = {path} does not hold a usable token: it must be one line of printable ASCII without spaces \
+         (trailing whitespace is ignored)",
+        path = .path.display()
+    )]
+    Malformed { key: &'static str, path: PathBuf },
+    #[error("{first} and {second} hold the same token; each plane needs its own, or a holder of one could act as the other")]
+    Shared { first: &'static str, second: &'static str },
+}
+
+fn read_token(key: &'static str, path: &Path) -> Result<String, TokenFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read { key, path: path.to_owned(), source })?;
+    let token = text.trim_end();
+    if !well_formed(token) {
+        return Err(TokenFileError::Malformed { key, path: path.to_owned() });
+    }
+    Ok(token.to_owned())
+}
+
+/// Reads every `…_token_file` into its `…_token` (the settings rules forbid
+/// setting both), checks that no two planes share a token, and registers
+/// every token with the redaction.
+pub fn read_token_files(s: &mut Settings) -> Result<(), TokenFileError> {
+    let slots: [(&'static str, &mut Option<String>, &Option<PathBuf>); 4] = [
+        ("api.admin_token_file", &mut s.api.admin_token, &s.api.admin_token_file),
+        ("api.client_token_file", &mut s.api.client_token, &s.api.client_token_file),
+        ("cluster.peer_token_file", &mut s.cluster.peer_token, &s.cluster.peer_token_file),
+        ("metrics.auth_token_file", &mut s.metrics.auth_token, &s.metrics.auth_token_file),
+    ];
+    let mut seen: Vec<(&'static str, String)> = Vec::new();
+    for (key, token, file) in slots {
+        if let Some(path) = file {
+            *token = Some(read_token(key, path)?);
+        }
+        let Some(t) = token.as_deref() else { continue };
+        super::redact::register_secret(t);
+        let name = key.trim_end_matches("_file");
+        // The metrics token guards only reads; sharing it with a gRPC plane
+        // is still one secret in two places, so it is refused alike.
+        if let Some((first, _)) = seen.iter().find(|(_, other)| constant_time_eq(other.as_bytes(), t.as_bytes())) {
+            return Err(TokenFileError::Shared { first, second: name });
+        }
+        seen.push((name, t.to_owned()));
+    }
+    Ok(())
+}
+
+/// A group of services sharing one token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plane {
+    Admin,
+    Client,
+    Peer,
+}
+
+impl Plane {
+    fn name(self) -> &'static str {
+        match self {
+            Plane::Admin => "admin",
+            Plane::Client => "client",
+            Plane::Peer => "peer",
+        }
+    }
+
+    /// The setting holding the plane's token, as messages name it.
+    pub fn setting(self) -> &'static str {
+        match self {
+            Plane::Admin => "[api] admin_token",
+            Plane::Client => "[api] client_token",
+            Plane::Peer => "[cluster] peer_token",
+        }
+    }
+
+    /// What a caller without a token is told.
+    pub fn missing(self) -> String {
+        let how = match self {
+            Plane::Admin => "set CHITIN_ADMIN_TOKEN".to_owned(),
+            Plane::Client => "set CHITIN_CLIENT_TOKEN".to_owned(),
+            Plane::Peer => "only the cluster's nodes call it, each with the same [cluster] peer_token".to_owned(),
+        };
+        format!("the {} plane needs `authorization: Bearer <{}>`; {how}", self.name(), self.setting())
+    }
+
+    /// What a caller with another token is told.
+    pub fn wrong(self) -> String {
+        let how = match self {
+            Plane::Admin => "set CHITIN_ADMIN_TOKEN to the node's [api] admin_token",
+            Plane::Client => "set CHITIN_CLIENT_TOKEN to the node's [api] client_token",
+            Plane::Peer => "every node of the cluster must have the same [cluster] peer_token",
+        };
+        format!("wrong {} token; {how}", self.name())
+    }
+}
+
+/// Who a request authenticated as; [`Guard`] puts it in the request's
+/// extensions for the handlers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// The plane has no token and the caller showed none that counts.
+    Anonymous,
+    /// With the plane's own token.
+    Plane(Plane),
+    /// With the cluster's peer token: another node.
+    Peer,
+}
+
+impl Caller {
+    /// The caller of `request` (anonymous when no guard ran).
+    pub fn of<T>(request: &Request<T>) -> Caller {
+        request.extensions().get::<Caller>().copied().unwrap_or(Caller::Anonymous)
+    }
+}
+
+/// The bearer token of `metadata`, if it has one.
+fn bearer(metadata: &MetadataMap) -> Option<&str> {
+    metadata.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
+}
+
+/// The server side: refuses a call of a plane with a token unless it carries
+/// that token (or, where accepted, the peer token), before the request body
+/// is decoded; records the [`Caller`].
+#[derive(Clone, Debug)]
+pub struct Guard {
+    plane: Plane,
+    token: Option<Arc<str>>,
+    /// The peer token, where it is accepted too.
+    peer: Option<Arc<str>>,
+}
+
+impl Guard {
+    /// The guard of `plane` with the tokens of `s` (after [`read_token_files`]).
+    pub fn new(plane: Plane, s: &Settings) -> Guard {
+        let arc = |t: &Option<String>| t.as_deref().map(Arc::from);
+        let peer = arc(&s.cluster.peer_token);
+        match plane {
+            Plane::Admin => Guard { plane, token: arc(&s.api.admin_token), peer: None },
+            Plane::Client => Guard { plane, token: arc(&s.api.client_token), peer },
+            Plane::Peer => Guard { plane, token: peer.clone(), peer },
+        }
+    }
+
+    /// Who `metadata` authenticates as, or the refusal.
+    pub fn check(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
+        let given = bearer(metadata);
+        let matches = |t: &Option<Arc<str>>, g: &str| t.as_deref().is_some_and(|t| constant_time_eq(t.as_bytes(), g.as_bytes()));
+        match given {
+            Some(g) if matches(&self.peer, g) => Ok(Caller::Peer),
+            Some(g) if matches(&self.token, g) => Ok(Caller::Plane(self.plane)),
+            // An open plane ignores a stray token.
+            _ if self.token.is_none() => Ok(Caller::Anonymous),
+            Some(_) => Err(Status::unauthenticated(self.plane.wrong())),
+            None => Err(Status::unauthenticated(self.plane.missing())),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for Guard {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let caller = self.check(request.metadata())?;
+        request.extensions_mut().insert(caller);
+        Ok(request)
+    }
+}
+
+/// The client side: adds `authorization: Bearer <token>` to every call when
+/// a token is set (the CLI, the rollout executor, node-to-node calls).
+#[derive(Clone, Debug, Default)]
+pub struct BearerAuth(Option<MetadataValue<Ascii>>);
+
+impl BearerAuth {
+    pub fn new(token: Option<&str>) -> BearerAuth {
+        BearerAuth(token.and_then(|t| format!("Bearer {t}").parse().ok()))
+    }
+}
+
+impl tonic::service::Interceptor for BearerAuth {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// The environment variable with a plane's token for the CLI.
+pub fn token_env(plane: Plane) -> &'static str {
+    match plane {
+        Plane::Admin => "CHITIN_ADMIN_TOKEN",
+        Plane::Client => "CHITIN_CLIENT_TOKEN",
+        Plane::Peer => "CHITIN_PEER_TOKEN",
+    }
+}
+
+/// The plane's token from the environment, when set and not empty.
+pub fn token_from_env(plane: Plane) -> Option<String> {
+    std::env::var(token_env(plane)).ok().filter(|t| !t.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(authorization: Option<&str>) -> MetadataMap {
+        let mut m = MetadataMap::new();
+        if let Some(a) = authorization {
+            m.insert("authorization", a.parse().unwrap());
+        }
+        m
+    }
+
+    fn settings() -> Settings {
+        let mut s = Settings::default();
+        s.api.admin_token = Some("admin-tok".into());
+        s.api.client_token = Some("client-tok".into());
+        s.cluster.peer_token = Some("peer-tok".into());
+        s
+    }
+
+    #[test]
+    fn each_plane_takes_its_token_and_the_client_plane_the_peer_token_too() {
+        let s = settings();
+        let (admin, client, peer) = (Guard::new(Plane::Admin, &s), Guard::new(Plane::Client, &s), Guard::new(Plane::Peer, &s));
+        let b = |t: &str| meta(Some(&format!("Bearer {t}")));
+        assert_eq!(admin.check(&b("admin-tok")).unwrap(), Caller::Plane(Plane::Admin));
+        assert_eq!(client.check(&b("client-tok")).unwrap(), Caller::Plane(Plane::Client));
+        assert_eq!(client.check(&b("peer-tok")).unwrap(), Caller::Peer);
+        assert_eq!(peer.check(&b("peer-tok")).unwrap(), Caller::Peer);
+        for (guard, token) in [(&admin, "peer-tok"), (&admin, "client-tok"), (&peer, "client-tok"), (&peer, "admin-tok"), (&client, "admin-tok")] {
+            let e = guard.check(&b(token)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unauthenticated, "{token}");
+            assert!(e.message().starts_with("wrong "), "{}", e.message());
+        }
+        let e = client.check(&meta(None)).unwrap_err();
+        assert_eq!(e.message(), Plane::Client.missing());
+        assert!(e.message().contains("CHITIN_CLIENT_TOKEN"));
+        // `Bearer` without the space is no bearer token at all.
+        assert_eq!(admin.check(&meta(Some("admin-tok"))).unwrap_err().message(), Plane::Admin.missing());
+    }
+
+    #[test]
+    fn an_open_plane_ignores_stray_tokens_but_still_knows_a_peer() {
+        let mut s = Settings::default();
+        s.cluster.peer_token = Some("peer-tok".into());
+        let client = Guard::new(Plane::Client, &s);
+        assert_eq!(client.check(&meta(None)).unwrap(), Caller::Anonymous);
+        assert_eq!(client.check(&meta(Some("Bearer nope"))).unwrap(), Caller::Anonymous);
+        assert_eq!(client.check(&meta(Some("Bearer peer-tok"))).unwrap(), Caller::Peer);
+        assert_eq!(Guard::new(Plane::Admin, &s).check(&meta(Some("Bearer peer-tok"))).unwrap(), Caller::Anonymous);
+    }
+
+    #[test]
+    fn the_admin_messages_are_the_documented_ones() {
+        assert_eq!(Plane::Admin.missing(), "the admin plane needs `authorization: Bearer <[api] admin_token>`; set CHITIN_ADMIN_TOKEN");
+        assert_eq!(Plane::Admin.wrong(), "wrong admin token; set CHITIN_ADMIN_TOKEN to the node's [api] admin_token");
+    }
+
+    #[test]
+    fn token_files_are_read_trimmed_checked_and_not_shared() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let mut s = Settings::default();
+        s.api.client_token_file = Some(file("client", "from-a-file-1\n"));
+        read_token_files(&mut s).unwrap();
+        assert_eq!(s.api.client_token.as_deref(), Some("from-a-file-1"));
+
+        let mut s = Settings::default();
+        s.api.admin_token_file = Some(file("bad", "two words\n"));
+        let e = read_token_files(&mut s).unwrap_err().to_string();
+        assert!(e.contains("api.admin_token_file") && e.contains("printable ASCII"), "{e}");
+
+        let mut s = Settings::default();
+        s.api.admin_token_file = Some(dir.path().join("absent"));
+        let e = read_token_files(&mut s).unwrap_err().to_string();
+        assert!(e.contains("cannot read `api.admin_token_file`"), "{e}");
+
+        let mut s = Settings::default();
+        s.api.client_token = Some("same-token".into());
+        s.cluster.peer_token_file = Some(file("peer", "same-token"));
+        let e = read_token_files(&mut s).unwrap_err().to_string();
+        assert!(e.contains("api.client_token and cluster.peer_token hold the same token"), "{e}");
+    }
+}

@@ -1,0 +1,17 @@
+//! Who may reach what, and what is never shown (threat model and settings:
+//! `docs/security.md`).
+//!
+//! - [`exposure`]: which listen addresses other hosts can reach, and the rule
+//!   that a reachable listener has a token on every plane (pure);
+//! - [`auth`]: the bearer tokens of the admin, client and peer planes: read
+//!   from their files at start, checked by one interceptor per service in
+//!   constant time, sent by one client interceptor;
+//! - [`redact`]: the one redaction of URL passwords, bearer tokens and the
+//!   node's own secrets, applied to every log line, error and report.
+
+pub mod auth;
+pub mod exposure;
+pub mod redact;
+
+pub use auth::{BearerAuth, Caller, Guard, Plane};
+pub use redact::redact;

@@ -1,0 +1,196 @@
+//! Secure by default, against real `chitin node` processes:
+//!
+//! - a node on loopback is not reachable on the machine's other address;
+//! - a node told to listen on every address without a token on each plane
+//!   refuses to start and says what to set; with `api.insecure_listen` it
+//!   starts, warns, and says so in `/health` and `Admin.Status`;
+//! - a two-node cluster with every token set and a database password in its
+//!   URL forwards appends between its nodes (the peer token travels), and no
+//!   password or token appears in any log line, `/health` or Status.
+//!
+//! Every-method token checks are in `api_bad_input.rs`.
+
+mod cluster_common;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use chitin::api::proto::{self, admin_client::AdminClient, journal_client::JournalClient};
+use chitin::security::BearerAuth;
+use cluster_common::*;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+const ADMIN: &str = "sec-admin-token-41";
+const CLIENT: &str = "sec-client-token-42";
+const PEER: &str = "sec-peer-token-43";
+const METRICS: &str = "sec-metrics-token-44";
+/// PostgreSQL on 127.0.0.1 trusts local users, so any password connects.
+const DB_PASSWORD: &str = "s3cret-pw-45";
+
+/// A non-loopback IPv4 address of this machine, if it has one.
+fn other_address() -> Option<String> {
+    let out = std::process::Command::new("hostname").arg("-I").output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|a| a.parse::<std::net::Ipv4Addr>().ok())
+        .find(|a| !a.is_loopback())
+        .map(|a| a.to_string())
+}
+
+fn chitin(args: &[&str], within: Duration) -> (bool, String) {
+    let mut child = std::process::Command::new(CHITIN)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("chitin {args:?} still running after {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_loopback_node_is_not_reachable_from_other_addresses() {
+    let Some(other) = other_address() else {
+        panic!("this machine has no non-loopback IPv4 address to try; the test cannot show anything here");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = standalone_node(dir.path(), "alone", |_| {}).unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let port = |addr: &str| addr.rsplit_once(':').unwrap().1.to_string();
+    for addr in [&node.api, &node.metrics] {
+        // Reachable on loopback…
+        tokio::net::TcpStream::connect(addr.as_str()).await.unwrap();
+        // …and refused on the machine's other address.
+        let elsewhere = format!("{other}:{}", port(addr));
+        let got = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(&elsewhere)).await;
+        assert!(matches!(got, Ok(Err(_))), "{elsewhere} accepted a connection: {got:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn listening_everywhere_needs_tokens_or_insecure_listen() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(2).unwrap();
+    let settings = dir.path().join("chitin.toml");
+    let base = format!(
+        "[node]\ndata_dir = {:?}\n[api]\nlisten = \"0.0.0.0:{}\"\n[metrics]\nlisten = \"0.0.0.0:{}\"\n",
+        dir.path().join("d"),
+        ports[0],
+        ports[1]
+    );
+    std::fs::write(&settings, &base).unwrap();
+    let (ok, out) = chitin(&["node", "--settings", settings.to_str().unwrap()], Duration::from_secs(30));
+    assert!(!ok, "{out}");
+    assert!(out.contains(&format!("`api.listen` = \"0.0.0.0:{}\"", ports[0])), "{out}");
+    assert!(out.contains("set api.admin_token and api.client_token"), "{out}");
+    assert!(out.contains("`metrics.listen`") && out.contains("set metrics.auth_token"), "{out}");
+    assert!(out.contains("api.insecure_listen = true"), "{out}");
+
+    // Told so in so many words, it starts, warns, and shows it.
+    std::fs::write(&settings, base.replace("[api]\n", "[api]\ninsecure_listen = true\n")).unwrap();
+    let (api, metrics) = (format!("127.0.0.1:{}", ports[0]), format!("127.0.0.1:{}", ports[1]));
+    let mut node = spawn_node("open", settings, api.clone(), metrics.clone(), dir.path().join("node.log")).unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let (code, health) = http_get(&metrics, "/health", None).await.unwrap();
+    assert_eq!(code, 200);
+    assert!(health.contains("\"insecure_listen\":true"), "{health}");
+    let mut admin = AdminClient::connect(format!("http://{api}")).await.unwrap();
+    assert!(admin.status(proto::StatusRequest {}).await.unwrap().into_inner().insecure_listen);
+    let log = node.log_text();
+    assert!(log.contains("INSECURE: api.insecure_listen = true"), "{log}");
+}
+
+/// A client of `addr` whose calls carry `token`.
+fn signed(addr: &str, token: &str) -> InterceptedService<Channel, BearerAuth> {
+    let channel = Endpoint::from_shared(format!("http://{addr}")).unwrap().connect_lazy();
+    InterceptedService::new(channel, BearerAuth::new(Some(token)))
+}
+
+/// Waits until `admin` reports every shard held.
+async fn all_owned(addr: &str, within: Duration) -> Result<proto::StatusResponse> {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut admin = AdminClient::new(signed(addr, ADMIN));
+        if let Ok(s) = admin.status(proto::StatusRequest {}).await {
+            let s = s.into_inner();
+            if s.unowned.is_empty() && !s.leases.is_empty() && s.nodes.len() == 2 {
+                return Ok(s);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("shards still unowned after {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_secret_appears_in_logs_health_or_status() {
+    let mut cluster = Cluster::new(Dialect::Postgres, 2, 4, 0, |_, s| {
+        let url = s.database.url.clone().unwrap();
+        s.database.url = Some(url.replacen("postgres@", &format!("postgres:{DB_PASSWORD}@"), 1));
+        s.api.admin_token = Some(ADMIN.into());
+        s.api.client_token = Some(CLIENT.into());
+        s.cluster.peer_token = Some(PEER.into());
+        s.metrics.auth_token = Some(METRICS.into());
+    })
+    .await
+    .unwrap();
+    for node in &mut cluster.nodes {
+        node.start().unwrap();
+    }
+    for k in 0..cluster.nodes.len() {
+        let ready = cluster.nodes[k].wait_ready(Duration::from_secs(60)).await;
+        ready.with_context(|| cluster_logs(&cluster)).unwrap();
+    }
+    let settings_text = std::fs::read_to_string(&cluster.nodes[0].settings).unwrap();
+    assert!(settings_text.contains(DB_PASSWORD), "the nodes were given the password");
+    let api: Vec<String> = cluster.nodes.iter().map(|n| n.api.clone()).collect();
+    let status = all_owned(&api[0], Duration::from_secs(60)).await.with_context(|| cluster_logs(&cluster)).unwrap();
+
+    // Appends through both nodes: each holds some shards, so some appends
+    // are forwarded with the peer token.
+    let mut forwarded = 0;
+    for i in 0..40 {
+        let via = i % 2;
+        let mut journal = JournalClient::new(signed(&api[via], CLIENT));
+        let request = proto::AppendRequest { stream: format!("s-{i}"), request_id: format!("r-{i}"), payload: b"p".to_vec(), forwarded: false };
+        let ack = journal.append(request).await.with_context(|| cluster_logs(&cluster)).unwrap().into_inner();
+        forwarded += usize::from(ack.holder != cluster.nodes[via].name);
+    }
+    assert!(forwarded > 0, "no append was forwarded; the peer token was never used");
+
+    let mut shown = vec![format!("{status:?}")];
+    for node in &cluster.nodes {
+        let (code, health) = http_get(&node.metrics, "/health", Some(METRICS)).await.unwrap();
+        assert_eq!(code, 200, "{health}");
+        shown.push(health);
+    }
+    for node in &mut cluster.nodes {
+        node.terminate(Duration::from_secs(60)).unwrap();
+    }
+    let logs = cluster_logs(&cluster);
+    // The store line is logged with the URL as given: the writer masked it.
+    assert!(logs.contains("postgres:***@127.0.0.1"), "{logs}");
+    shown.push(logs);
+    for text in &shown {
+        for secret in [DB_PASSWORD, ADMIN, CLIENT, PEER, METRICS] {
+            assert!(!text.contains(secret), "`{secret}` shown in:\n{text}");
+        }
+    }
+    cluster.teardown().await.unwrap();
+}
+
+fn cluster_logs(cluster: &Cluster) -> String {
+    cluster.logs()
+}
