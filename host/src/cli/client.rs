@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use chitin::upgrade::wire::{Versioned, versioned};
 use tonic::transport::{Channel, Endpoint};
 
 /// Where the CLI finds a node unless told otherwise.
@@ -15,7 +16,15 @@ pub struct NodeAddr {
     pub node: String,
 }
 
-pub async fn connect(address: &str) -> anyhow::Result<Channel> {
+/// A channel to the node whose every call carries this binary's protocol
+/// metadata.
+pub async fn connect(address: &str) -> anyhow::Result<Versioned> {
+    Ok(versioned(dial(address).await?))
+}
+
+/// A plain channel to the node (for clients that stamp through their own
+/// interceptor, as the admin client's `BearerAuth` does).
+async fn dial(address: &str) -> anyhow::Result<Channel> {
     let uri = if address.contains("://") { address.to_string() } else { format!("http://{address}") };
     Endpoint::from_shared(uri)?
         .connect_timeout(Duration::from_secs(3))
@@ -33,5 +42,5 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 pub async fn admin(address: &str) -> anyhow::Result<chitin::rollout::exec::Admin> {
     use chitin::rollout::exec::{BearerAuth, token_from_env};
     let auth = BearerAuth::new(token_from_env().as_deref());
-    Ok(chitin::proto::admin_client::AdminClient::with_interceptor(connect(address).await?, auth))
+    Ok(chitin::proto::admin_client::AdminClient::with_interceptor(dial(address).await?, auth))
 }

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 
 use chitin::proto::{self, coordination_client::CoordinationClient};
 use clap::Subcommand;
-use tonic::transport::Channel;
 
 use super::client::{NodeAddr, connect, runtime};
 
@@ -109,7 +108,7 @@ fn key_value(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected key=value, got {s:?}"))
 }
 
-async fn client(addr: &NodeAddr) -> anyhow::Result<CoordinationClient<Channel>> {
+async fn client(addr: &NodeAddr) -> anyhow::Result<CoordinationClient<chitin::upgrade::wire::Versioned>> {
     Ok(CoordinationClient::new(connect(&addr.node).await?))
 }
 

@@ -28,6 +28,13 @@ const MIGRATIONS: &[(i64, &str, &str, &str, &str)] = &[
         include_str!("../../migrations/mysql/0002_shard_retirements.sql"),
         include_str!("../../migrations/sqlite/0002_shard_retirements.sql"),
     ),
+    (
+        3,
+        "versions",
+        include_str!("../../migrations/postgres/0003_versions.sql"),
+        include_str!("../../migrations/mysql/0003_versions.sql"),
+        include_str!("../../migrations/sqlite/0003_versions.sql"),
+    ),
 ];
 
 /// The versions of `applied` this binary has no migration for.

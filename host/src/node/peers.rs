@@ -1,12 +1,15 @@
 //! Channels to the other nodes: one per peer address, connected once and
 //! reused by every forward and notice, dropped after a transport failure so
-//! the next call connects afresh.
+//! the next call connects afresh. Every call on them carries this binary's
+//! protocol metadata (`upgrade::wire`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
+
+use crate::upgrade::wire::{Versioned, versioned};
 
 /// How long a connect to a peer may take before the call gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -28,9 +31,9 @@ pub struct Unreachable {
 impl Peers {
     /// The channel to `address`, connecting when there is none. A failed
     /// connect sent nothing.
-    pub async fn channel(&self, address: &str) -> Result<Channel, Unreachable> {
+    pub async fn channel(&self, address: &str) -> Result<Versioned, Unreachable> {
         if let Some(c) = self.channels.lock().unwrap_or_else(|p| p.into_inner()).get(address) {
-            return Ok(c.clone());
+            return Ok(versioned(c.clone()));
         }
         let unreachable = |reason: String| Unreachable { address: address.to_string(), reason };
         let channel = Endpoint::from_shared(format!("http://{address}"))
@@ -41,7 +44,7 @@ impl Peers {
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         self.channels.lock().unwrap_or_else(|p| p.into_inner()).insert(address.to_string(), channel.clone());
-        Ok(channel)
+        Ok(versioned(channel))
     }
 
     /// Forgets the channel to `address` (after a transport failure).

@@ -116,7 +116,8 @@ pub enum ExecError {
 
 // ---------------------------------------------------------------- client
 
-/// Adds `authorization: Bearer <token>` to every call when a token is set.
+/// Adds `authorization: Bearer <token>` to every call when a token is set,
+/// and this binary's protocol metadata to every call.
 #[derive(Clone, Debug, Default)]
 pub struct BearerAuth(Option<MetadataValue<Ascii>>);
 
@@ -128,6 +129,7 @@ impl BearerAuth {
 
 impl tonic::service::Interceptor for BearerAuth {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        crate::upgrade::wire::stamp(req.metadata_mut());
         if let Some(v) = &self.0 {
             req.metadata_mut().insert("authorization", v.clone());
         }
