@@ -8,18 +8,19 @@
 //!   metadata) is refused; a cluster a 0.1.0 node once ran on is not, until
 //!   `chitin cluster finalize-upgrade`, which `upgrade-status` reports ready;
 //! - a node refuses to start on a cluster finalized past its release or
-//!   one that skips a release, naming both.
+//!   one that skips a release, naming both;
+//! - every migration of every dialect only adds, outside contract steps.
 //!
 //! The mixed-version cluster (0.1.0 and this build) is `upgrade_mixed.rs`.
 
 mod cluster_common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use chitin::lease::Store;
 use chitin::proto::{self, journal_client::JournalClient, peer_client::PeerClient};
-use chitin::upgrade::{self, BINARY_VERSION, gates};
+use chitin::upgrade::{self, BINARY_VERSION, expand, gates};
 use cluster_common::*;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -170,4 +171,56 @@ async fn a_node_refuses_a_cluster_outside_its_window() {
     set_cluster_version(dir.path(), &upgrade::Release::binary().to_string()).await;
     node.start().unwrap();
     node.wait_ready(Duration::from_secs(60)).await.unwrap();
+}
+
+fn migrations_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations")
+}
+
+/// Every file of every dialect, checked against the expand/contract rule.
+#[test]
+fn every_migration_only_expands_outside_contract_steps() {
+    let mut problems = Vec::new();
+    let mut dialects: Vec<(String, Vec<String>)> = Vec::new();
+    let mut checked = 0;
+    for dialect in std::fs::read_dir(migrations_root()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()) {
+        let mut names = Vec::new();
+        for file in std::fs::read_dir(&dialect).unwrap().map(|e| e.unwrap().path()) {
+            let name = file.file_name().unwrap().to_string_lossy().into_owned();
+            let shown = format!("host/migrations/{}/{name}", dialect.file_name().unwrap().to_string_lossy());
+            if !name.ends_with(".sql") {
+                problems.push(format!("{shown}: not a .sql file; migrations are <number>_<name>.sql"));
+                continue;
+            }
+            names.push(name);
+            let sql = std::fs::read_to_string(&file).unwrap();
+            checked += 1;
+            match expand::contract_gate(&sql) {
+                Some(gate) if gates::gate(gate).is_none() => problems.push(format!(
+                    "{shown}: its contract header names gate `{gate}`, which is not in chitin::upgrade::gates::GATES ({})",
+                    gates::GATES.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+                )),
+                Some(_) => {}
+                None => problems.extend(expand::destructive(&sql).into_iter().map(|f| {
+                    format!(
+                        "{shown}: statement {} `{}` {}. A migration must only add while the previous release runs on the \
+                         schema; ship this a release later as a contract step, a file of its own headed \
+                         `-- contract: gated by <gate>` naming the gate that must be finalized first (docs/upgrades.md)",
+                        f.statement, f.sql, f.why
+                    )
+                })),
+            }
+        }
+        names.sort();
+        dialects.push((dialect.file_name().unwrap().to_string_lossy().into_owned(), names));
+    }
+    let (first, names) = &dialects[0];
+    for (other, theirs) in &dialects[1..] {
+        if theirs != names {
+            problems.push(format!("the dialects have different migrations: {first} has {names:?}, {other} has {theirs:?}"));
+        }
+    }
+    assert_eq!(dialects.len(), 3, "postgres, mysql and sqlite: {dialects:?}");
+    assert!(checked >= 9, "too few migrations read ({checked}): is {} the migrations directory?", migrations_root().display());
+    assert!(problems.is_empty(), "migrations break the expand/contract rule:\n{}", problems.join("\n"));
 }

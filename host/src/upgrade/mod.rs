@@ -5,12 +5,14 @@
 //! - [`wire`]: the protocol metadata every call carries and how a node
 //!   judges a caller;
 //! - [`gates`]: behaviour that stays off until the cluster is finalized;
-//! - [`store`]: the node-version and cluster-version tables.
+//! - [`store`]: the node-version and cluster-version tables;
+//! - [`expand`]: the expand/contract rule migrations are checked against.
 //!
 //! A node records its version at registration ([`join`]); an operator
 //! finalizes once every live node runs the new release ([`plan_finalize`]),
 //! which turns the release's gates on and cannot be undone.
 
+pub mod expand;
 pub mod gates;
 pub mod store;
 pub mod version;
