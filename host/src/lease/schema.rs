@@ -71,7 +71,7 @@ mod tests {
 
     #[test]
     fn unknown_versions_are_those_without_a_migration() {
-        let cases: &[(&[i64], &[i64])] = &[(&[], &[]), (&[1, 2], &[]), (&[1, 2, 3], &[3]), (&[1, 7, 9], &[7, 9])];
+        let cases: &[(&[i64], &[i64])] = &[(&[], &[]), (&[1, 2, 3], &[]), (&[1, 2, 3, 4], &[4]), (&[1, 7, 9], &[7, 9])];
         for (applied, unknown) in cases {
             assert_eq!(unknown_versions(applied), *unknown, "{applied:?}");
         }
