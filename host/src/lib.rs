@@ -4,7 +4,8 @@
 //! # Layout
 //!
 //! Imports run one way: `server` → `api` → `node` → `lease` / `coord` /
-//! `policy` / `topology`; `proto` and `settings` serve every layer.
+//! `policy` / `topology`; `upgrade` sits beside `lease`, which it reads;
+//! `proto` and `settings` serve every layer.
 //!
 //! - [`policy`]: the wasmtime host that loads and calls policy components;
 //! - [`topology`]: the cluster config, its invariants and transition rules;
@@ -12,6 +13,8 @@
 //! - [`coord`]: Redis coordination: registry, monitor, affinity, deployments;
 //! - [`lease`]: the durable store: identity, leases, fencing, the journal;
 //! - [`rollout`]: control sequences: planner, executor, checkpoints;
+//! - [`upgrade`]: versions on the wire, node and cluster versions, version
+//!   gates, the expand/contract rule of migrations;
 //! - [`node`]: a node's lifecycle, lease rounds, drain and journal;
 //! - [`proto`]: the generated gRPC messages, clients and servers;
 //! - [`api`]: gRPC and HTTP;
@@ -38,3 +41,4 @@ pub mod server;
 pub mod settings;
 pub mod testkit;
 pub mod topology;
+pub mod upgrade;

@@ -21,7 +21,8 @@
 //! request that is not HTTP.
 //!
 //! The admin token: every Admin method of node-01 (Status, Bootstrap,
-//! UpdateConfig, GetConfig, ReloadPolicies, Drain) is called without a token,
+//! UpdateConfig, GetConfig, ReloadPolicies, Drain, UpgradeStatus,
+//! FinalizeUpgrade) is called without a token,
 //! with a wrong one, with `Bearer ` and an empty token, with the token but no
 //! `Bearer ` prefix, with another scheme, with the token plus a byte and with
 //! the metrics token; each must be UNAUTHENTICATED with the message that says
@@ -255,6 +256,8 @@ const METHODS: &[(&str, First, bool)] = &[
     ("/chitin.v1.Admin/GetConfig", First::Nothing, false),
     ("/chitin.v1.Admin/ReloadPolicies", First::Nothing, false),
     ("/chitin.v1.Admin/Drain", First::Nothing, false),
+    ("/chitin.v1.Admin/UpgradeStatus", First::Nothing, false),
+    ("/chitin.v1.Admin/FinalizeUpgrade", First::Str, false),
     ("/chitin.v1.Coordination/Dispatch", First::Str, false),
     ("/chitin.v1.Coordination/AffinityOwner", First::Str, false),
     ("/chitin.v1.Coordination/AffinityList", First::Str, false),
@@ -613,6 +616,8 @@ where
         ("GetConfig", rpc!(admin, get_config, proto::GetConfigRequest {})),
         ("ReloadPolicies", rpc!(admin, reload_policies, proto::ReloadPoliciesRequest {})),
         ("Drain", rpc!(admin, drain, proto::DrainRequest {})),
+        ("UpgradeStatus", rpc!(admin, upgrade_status, proto::UpgradeStatusRequest {})),
+        ("FinalizeUpgrade", rpc!(admin, finalize_upgrade, proto::FinalizeUpgradeRequest { version: String::new() })),
     ]
 }
 
@@ -832,6 +837,9 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
         refused("UpdateConfig: a lower version", rpc!(admin, update_config, update_config(older)), FailedPrecondition, "is not greater than the old version 1"),
         refused("UpdateConfig: a replica on an unknown node", rpc!(admin, update_config, update_config(invalid_config.clone())), FailedPrecondition, "node `ghost` is not in the config"),
         refused("UpdateConfig: a config without this node", rpc!(admin, update_config, update_config(without_me)), FailedPrecondition, "node-01"),
+        refused("FinalizeUpgrade: not a version", rpc!(admin, finalize_upgrade, proto::FinalizeUpgradeRequest { version: "banana".into() }), InvalidArgument, "version: `banana` is not a chitin version"),
+        refused("FinalizeUpgrade: a release past this node", rpc!(admin, finalize_upgrade, proto::FinalizeUpgradeRequest { version: "9.9".into() }), FailedPrecondition, "cannot finalize at 9.9, a release it does not know"),
+        refused("FinalizeUpgrade: back to 0.1", rpc!(admin, finalize_upgrade, proto::FinalizeUpgradeRequest { version: "0.1".into() }), FailedPrecondition, "finalize never goes back"),
         refused("UpdateConfig: over the Admin limit", rpc!(admin, update_config, update_config(big(ADMIN_MAX))), InvalidArgument, format!("request too large: … the limit is: {ADMIN_MAX} bytes")),
         // ------------------------------------------------ Coordination
         refused("Dispatch: empty target_id", rpc!(coord, dispatch, dispatch("", b"c".to_vec())), InvalidArgument, "target_id must not be empty"),

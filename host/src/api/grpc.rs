@@ -38,12 +38,14 @@ pub fn router(control: Arc<Control>) -> tonic::service::Routes {
         proto::coordination_server::CoordinationServer::new(super::coordination::Coordination(control.clone())),
         guard(Plane::Client),
     );
+    let protocol = super::versions::ProtocolCheck::new(control.clone());
     let router = tonic::service::Routes::new(journal)
         .add_service(ownership)
         .add_service(peer)
         .add_service(admin)
         .add_service(coordination)
         .into_axum_router()
+        .layer(axum::middleware::from_fn_with_state(protocol, super::versions::check_protocol))
         .layer(axum::middleware::from_fn(clarify_library_errors));
     tonic::service::Routes::from(router)
 }
@@ -272,6 +274,8 @@ impl admin_server::Admin for Api {
         };
         let node = &node;
         let crate::node::ClusterView { registry, rows, now } = node.cluster_view().await.map_err(internal)?;
+        let versions = crate::upgrade::store::node_versions(&node.store).await.map_err(internal)?;
+        let members = crate::upgrade::members(&registry, &versions);
         let leases: Vec<proto::ShardLease> = rows.iter().filter(|r| r.live).map(|r| lease_message(node, r, now)).collect();
         let topology = node.topology();
         let unowned = topology
@@ -291,6 +295,8 @@ impl admin_server::Admin for Api {
                 address: r.address.clone(),
                 last_seen_ms_ago: (now - r.last_seen).num_milliseconds().max(0),
                 shards_held: rows.iter().filter(|l| l.live && l.holder == Some(r.id)).count() as u32,
+                version: members.iter().find(|m| m.id == r.id).map(|m| m.version.clone()).unwrap_or_default(),
+                protocol: members.iter().find(|m| m.id == r.id).map_or(0, |m| m.protocol),
             })
             .collect();
         Ok(Response::new(proto::StatusResponse {
@@ -311,6 +317,22 @@ impl admin_server::Admin for Api {
             rounds: report.rounds,
             kept: report.kept.into_iter().map(|k| proto::KeptShard { shard: k.shard, why: k.why }).collect(),
         }))
+    }
+
+    async fn upgrade_status(
+        &self,
+        _req: Request<proto::UpgradeStatusRequest>,
+    ) -> Result<Response<proto::UpgradeStatusResponse>, Status> {
+        let node = self.node()?;
+        Ok(Response::new(super::versions::upgrade_status(&node).await?))
+    }
+
+    async fn finalize_upgrade(
+        &self,
+        req: Request<proto::FinalizeUpgradeRequest>,
+    ) -> Result<Response<proto::FinalizeUpgradeResponse>, Status> {
+        let node = self.node()?;
+        Ok(Response::new(super::versions::finalize_upgrade(&node, &req.into_inner().version).await?))
     }
 
     async fn bootstrap(&self, req: Request<proto::BootstrapRequest>) -> Result<Response<proto::BootstrapResponse>, Status> {

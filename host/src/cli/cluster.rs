@@ -1,5 +1,6 @@
 //! `chitin cluster status|drain|instances|cleanup-stale` (and `chitin admin
-//! drain`); the rollout verbs live in `rollout.rs`.
+//! drain`); the rollout verbs live in `rollout.rs`, the upgrade verbs in
+//! `upgrade.rs`.
 
 use std::process::ExitCode;
 
@@ -10,7 +11,7 @@ use super::client::{NodeAddr, admin, runtime};
 
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {
-    /// Nodes (name, UUID, state, last heartbeat), shards per node and unowned shards.
+    /// Nodes (name, UUID, state, version, last heartbeat), shards per node and unowned shards.
     Status {
         #[command(flatten)]
         addr: NodeAddr,
@@ -30,6 +31,23 @@ pub enum ClusterCommand {
     CleanupStale {
         #[command(flatten)]
         addr: NodeAddr,
+    },
+    /// Each live node's version, the finalized cluster version, each version gate, and whether
+    /// finalize-upgrade would succeed now.
+    UpgradeStatus {
+        #[command(flatten)]
+        addr: NodeAddr,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Finalize a rolling upgrade once every live node runs the new release: raises the cluster
+    /// version and turns its gates on. Cannot be undone (docs/upgrades.md).
+    FinalizeUpgrade {
+        #[command(flatten)]
+        addr: NodeAddr,
+        /// The release line to finalize at (e.g. 0.2); default: the asked node's release.
+        #[arg(long)]
+        version: Option<String>,
     },
     #[command(flatten)]
     Rollout(super::rollout::RolloutCommand),
@@ -52,6 +70,8 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<ExitCode> {
         ClusterCommand::CleanupStale { addr } => super::coord::cleanup_stale(addr),
         ClusterCommand::Status { addr, json } => runtime()?.block_on(status(&addr.node, json)),
         ClusterCommand::Drain(args) => runtime()?.block_on(drain(args)),
+        ClusterCommand::UpgradeStatus { addr, json } => runtime()?.block_on(super::upgrade::status(&addr.node, json)),
+        ClusterCommand::FinalizeUpgrade { addr, version } => runtime()?.block_on(super::upgrade::finalize(&addr.node, version)),
     }
 }
 
@@ -69,6 +89,7 @@ async fn status(address: &str, json: bool) -> anyhow::Result<ExitCode> {
             "nodes": s.nodes.iter().map(|n| serde_json::json!({
                 "name": n.name, "uuid": n.uuid, "state": n.state, "address": n.address,
                 "last_heartbeat_ms_ago": n.last_seen_ms_ago, "shards_held": n.shards_held,
+                "version": n.version, "protocol": n.protocol,
             })).collect::<Vec<_>>(),
             "leases": s.leases.iter().map(|l| serde_json::json!({
                 "shard": l.shard, "application": l.application, "holder": l.holder,
@@ -88,11 +109,13 @@ async fn status(address: &str, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     println!();
-    println!("{:<16} {:<36} {:<8} {:>14} {:>7}  ADDRESS", "NODE", "UUID", "STATE", "HEARTBEAT", "SHARDS");
+    println!("{:<16} {:<36} {:<8} {:<10} {:>14} {:>7}  ADDRESS", "NODE", "UUID", "STATE", "VERSION", "HEARTBEAT", "SHARDS");
     for n in &s.nodes {
+        // A 0.1.0 node answering reports no versions at all.
+        let version = if n.version.is_empty() { "?" } else { &n.version };
         println!(
-            "{:<16} {:<36} {:<8} {:>11} ms {:>7}  {}",
-            n.name, n.uuid, n.state, n.last_seen_ms_ago, n.shards_held, n.address
+            "{:<16} {:<36} {:<8} {:<10} {:>11} ms {:>7}  {}",
+            n.name, n.uuid, n.state, version, n.last_seen_ms_ago, n.shards_held, n.address
         );
     }
     println!();

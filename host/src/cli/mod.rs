@@ -10,6 +10,7 @@ mod node;
 mod policy;
 mod scaffold;
 mod rollout;
+mod upgrade;
 
 use std::process::ExitCode;
 

@@ -35,6 +35,13 @@ const MIGRATIONS: &[(i64, &str, &str, &str, &str)] = &[
         include_str!("../../migrations/mysql/0003_handoff_budget.sql"),
         include_str!("../../migrations/sqlite/0003_handoff_budget.sql"),
     ),
+    (
+        4,
+        "versions",
+        include_str!("../../migrations/postgres/0004_versions.sql"),
+        include_str!("../../migrations/mysql/0004_versions.sql"),
+        include_str!("../../migrations/sqlite/0004_versions.sql"),
+    ),
 ];
 
 /// The versions of `applied` this binary has no migration for.
@@ -71,7 +78,7 @@ mod tests {
 
     #[test]
     fn unknown_versions_are_those_without_a_migration() {
-        let cases: &[(&[i64], &[i64])] = &[(&[], &[]), (&[1, 2], &[]), (&[1, 2, 3], &[3]), (&[1, 7, 9], &[7, 9])];
+        let cases: &[(&[i64], &[i64])] = &[(&[], &[]), (&[1, 2, 3, 4], &[]), (&[1, 2, 3, 4, 5], &[5]), (&[1, 7, 9], &[7, 9])];
         for (applied, unknown) in cases {
             assert_eq!(unknown_versions(applied), *unknown, "{applied:?}");
         }

@@ -64,6 +64,8 @@ pub enum NodeError {
          name without `:`"
     )]
     InvalidName { name: String, why: &'static str },
+    #[error(transparent)]
+    Upgrade(#[from] crate::upgrade::JoinError),
     #[error("Redis coordination: {0}")]
     Coordination(#[from] crate::coord::CoordError),
     #[error("this node has no cluster config yet (UNPROVISIONED); bootstrap it first")]
@@ -221,6 +223,7 @@ impl Node {
             .check_cluster_meta(shard_count as u64, settings.lease_ttl(), settings.renew_interval())
             .await?;
         let uuid = store.register_node(&name, &address).await?;
+        crate::upgrade::join(&store, uuid).await?;
         tracing::info!(%name, %uuid, %address, standalone, "registered; joining");
 
         let coord = if standalone { None } else { Some(coordinator(&settings, uuid, &address)?) };

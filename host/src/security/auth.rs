@@ -199,8 +199,10 @@ impl tonic::service::Interceptor for Guard {
     }
 }
 
-/// The client side: adds `authorization: Bearer <token>` to every call when
-/// a token is set (the CLI, the rollout executor, node-to-node calls).
+/// The client side of every chitin call (the CLI, the rollout executor,
+/// node-to-node calls): this binary's protocol metadata
+/// (`upgrade::wire::stamp`), and `authorization: Bearer <token>` when a
+/// token is set.
 #[derive(Clone, Debug, Default)]
 pub struct BearerAuth(Option<MetadataValue<Ascii>>);
 
@@ -212,6 +214,7 @@ impl BearerAuth {
 
 impl tonic::service::Interceptor for BearerAuth {
     fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        crate::upgrade::wire::stamp(req.metadata_mut());
         if let Some(v) = &self.0 {
             req.metadata_mut().insert("authorization", v.clone());
         }
