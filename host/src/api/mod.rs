@@ -5,10 +5,13 @@
 //!   `Ownership` (for the application beside the node), `Admin`;
 //! - [`coordination`]: the `Coordination` gRPC service (Redis affinity,
 //!   registry, deployments);
-//! - [`http`]: `/health`, `/readyz` and `/metrics` on `[metrics] listen`.
+//! - [`http`]: `/health`, `/readyz`, `/metrics` and the status page on
+//!   `[metrics] listen`;
+//! - [`status_page`]: the HTML of the status page at `/`.
 
 pub mod coordination;
 pub mod grpc;
 pub mod http;
+pub mod status_page;
 
 pub use crate::proto;

@@ -231,7 +231,14 @@ impl Leases {
     /// once its parent is retired. `None` when it cannot be granted now.
     pub async fn acquire(&self, shard: &str, parent: Option<&str>) -> Result<Option<Lease>, LeaseError> {
         let sent = Instant::now();
-        let granted = self.store.try_acquire(shard, self.me, parent).await?;
+        let result = self.store.try_acquire(shard, self.me, parent).await;
+        let outcome = match &result {
+            Ok(Some(_)) => "granted",
+            Ok(None) => "refused",
+            Err(_) => "failed",
+        };
+        self.metrics.takeover_seconds.observe(outcome, sent);
+        let granted = result?;
         if let Some(lease) = &granted {
             self.insert(lease.clone(), sent);
         }
@@ -281,6 +288,13 @@ impl Leases {
     /// Drains `shard` and hands its lease to `to` with a new epoch: no new
     /// write starts, in-flight writes finish, then the lease moves.
     pub async fn hand_over(&self, shard: &str, to: Uuid) -> Result<Lease, LeaseError> {
+        let started = Instant::now();
+        let result = self.hand_over_untimed(shard, to).await;
+        self.metrics.handoff_seconds.observe(if result.is_ok() { "ok" } else { "failed" }, started);
+        result
+    }
+
+    async fn hand_over_untimed(&self, shard: &str, to: Uuid) -> Result<Lease, LeaseError> {
         let (gate, lease) = self
             .mark_draining(shard)?
             .ok_or_else(|| LeaseError::InvalidArgument(format!("shard `{shard}` is not held by this node")))?;
