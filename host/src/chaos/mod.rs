@@ -119,6 +119,8 @@ pub struct ChaosOptions {
     pub kinds: Vec<FaultKind>,
     /// Logs, settings and the private servers' data; kept after the run.
     pub dir: PathBuf,
+    /// Told the kind of each fault once it is done (for a progress bar).
+    pub progress: Option<tokio::sync::mpsc::UnboundedSender<&'static str>>,
 }
 
 impl ChaosOptions {
@@ -347,6 +349,9 @@ async fn run_in(
         match nemesis::inject(&mut lab, &mut rng, index, kind, start).await {
             Ok((record, death)) => {
                 tracing::info!(index, detail = %record.detail, recovered_ms = record.recovered_ms, "fault done");
+                if let Some(progress) = &opts.progress {
+                    let _ = progress.send(kind.name());
+                }
                 faults.push(record);
                 deaths.extend(death);
             }
