@@ -411,6 +411,12 @@ fn http(method: &str, path: &str, authorization: Option<&str>) -> String {
     format!("{method} {path} HTTP/1.0\r\nHost: chitin\r\nContent-Length: 0\r\n{auth}\r\n")
 }
 
+/// `Authorization: Basic` of `user:password`.
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
+}
+
 /// (name, request text, status, body substring).
 fn http_cases() -> Vec<(&'static str, String, u16, &'static str)> {
     let bearer = |t: &str| format!("Bearer {t}");
@@ -436,8 +442,16 @@ fn http_cases() -> Vec<(&'static str, String, u16, &'static str)> {
         // hyper answers before any route: the status alone says it.
         ("not HTTP at all", "HELLO\r\n\r\n".to_string(), 400, ""),
         // Controls: the right token and the open probe pass.
-        ("GET /health, right token", http("GET", "/health", Some(&right)), 200, "\"status\":\"ok\""),
+        ("GET /health, right token", http("GET", "/health", Some(&right)), 200, "\"status\":\"healthy\""),
         ("GET /readyz without a token", http("GET", "/readyz", None), 200, "ready"),
+        // The status page: the token as bearer or as the Basic-auth password.
+        ("GET / without a token", http("GET", "/", None), 401, "the status page needs the metrics token"),
+        ("GET /, Basic with a wrong password", http("GET", "/", Some(&basic("x", "nope"))), 401, "the status page needs"),
+        ("GET /, Basic without a colon", http("GET", "/", Some("Basic bm9jb2xvbg==")), 401, "the status page needs"),
+        ("GET /, Basic not base64", http("GET", "/", Some("Basic %%%")), 401, "the status page needs"),
+        ("POST /", http("POST", "/", Some(&right)), 405, "method POST is not allowed on `/`"),
+        ("GET /, Basic with the token", http("GET", "/", Some(&basic("anyone", TOKEN))), 200, "<!doctype html>"),
+        ("GET /, bearer token", http("GET", "/", Some(&right)), 200, "id=\"nodes\""),
     ]
 }
 

@@ -77,7 +77,7 @@ async fn a_standalone_node_appends_reads_and_stops_cleanly() {
     assert_eq!(http_get(&metrics, "/health", Some("wrong")).await.unwrap().0, 401);
     let (code, body) = http_get(&metrics, "/health", Some("s3cret")).await.unwrap();
     assert_eq!(code, 200);
-    assert!(body.contains("\"status\":\"ok\""), "{body}");
+    assert!(body.contains("\"status\":\"healthy\""), "{body}");
     let (code, body) = http_get(&metrics, "/metrics", Some("s3cret")).await.unwrap();
     assert_eq!(code, 200);
     assert!(body.contains("chitin_leases_held 16"), "{body}");

@@ -1,7 +1,10 @@
-//! `/health`, `/readyz` and `/metrics` on the metrics listener.
+//! `/health`, `/readyz`, `/metrics` and the status page `/` on the metrics
+//! listener.
 //!
 //! When `[metrics] auth_token` is set, `/health` and `/metrics` require
 //! `Authorization: Bearer <token>`; `/readyz` stays open for load balancers.
+//! The status page takes the token as a bearer token too, or as the
+//! password of HTTP Basic auth, which a browser asks for.
 //! Any other path answers 404 and any other method 405, each with a body
 //! naming what is served.
 
@@ -14,13 +17,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
-use crate::node::metrics::gauge;
+use crate::node::metrics;
 use crate::node::control::Control;
 
 use super::grpc::UNPROVISIONED;
+use super::status_page;
 
 pub fn router(control: Arc<Control>) -> Router {
     Router::new()
+        .route("/", get(status_page))
         .route("/health", get(health))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -32,7 +37,7 @@ pub fn router(control: Arc<Control>) -> Router {
 async fn unknown_path(uri: Uri) -> Response {
     (
         StatusCode::NOT_FOUND,
-        format!("no such path `{}`; this listener serves GET /health, /readyz and /metrics\n", uri.path()),
+        format!("no such path `{}`; this listener serves GET /health, /readyz, /metrics and / (the status page)\n", uri.path()),
     )
         .into_response()
 }
@@ -64,34 +69,65 @@ fn authorized(control: &Control, headers: &HeaderMap) -> Result<(), Response> {
 }
 
 pub(crate) use crate::security::auth::constant_time_eq;
+/// The status page's check: the metrics token as a bearer token or as the
+/// Basic-auth password (any user name), so that a browser can log in.
+fn page_authorized(control: &Control, headers: &HeaderMap) -> Result<(), Response> {
+    let Some(token) = control.settings.metrics.auth_token.as_deref() else {
+        return Ok(());
+    };
+    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let password = if let Some(bearer) = given.strip_prefix("Bearer ") {
+        Some(bearer.to_string())
+    } else if let Some(basic) = given.strip_prefix("Basic ") {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(basic.trim())
+            .ok()
+            .and_then(|raw| String::from_utf8(raw).ok())
+            .and_then(|pair| pair.split_once(':').map(|(_, p)| p.to_string()))
+    } else {
+        None
+    };
+    match password {
+        Some(p) if constant_time_eq(p.as_bytes(), token.as_bytes()) => Ok(()),
+        _ => Err((
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Basic realm=\"chitin\", charset=\"UTF-8\"")],
+            "the status page needs the metrics token: as the password when the browser asks (any user name), or as \
+             `Authorization: Bearer <metrics.auth_token>`\n",
+        )
+            .into_response()),
+    }
+}
 
 async fn health(State(control): State<Arc<Control>>, headers: HeaderMap) -> Response {
     if let Err(denied) = authorized(&control, &headers) {
         return denied;
     }
+    (StatusCode::OK, axum::Json(health_body(&control).await)).into_response()
+}
+
+/// `/health` as the reference documents it: `status` (`healthy` while the
+/// node takes work, else `unhealthy`), `instance_id`, `version`, and a
+/// `cluster` object only when clustering is enabled. Counts that cannot be
+/// read (Redis down, no node yet) are `null`, never made up.
+async fn health_body(control: &Control) -> serde_json::Value {
+    let clustered = control.settings.cluster.enabled;
     let Some(node) = control.node() else {
-        let body = json!({
-            "status": UNPROVISIONED,
+        let mut body = json!({
+            "status": "unhealthy",
             "state": UNPROVISIONED,
             "version": env!("CARGO_PKG_VERSION"),
-            "cluster": {"healthy": false, "active_instances": 0},
+            "mode": "cluster",
             "insecure_listen": crate::security::exposure::insecure(&control.settings),
         });
-        return (StatusCode::OK, axum::Json(body)).into_response();
-    };
-    let cluster = match &node.coord {
-        Some(coord) => {
-            let m = coord.metrics_snapshot().await;
-            json!({
-                "healthy": m.healthy(),
-                "active_instances": m.active_instances,
-                "active_deployments": m.deployments_active,
-            })
+        if clustered {
+            body["cluster"] = json!({"healthy": false, "active_instances": null, "active_deployments": null});
         }
-        None => json!({"healthy": true, "active_instances": 1, "active_deployments": 0}),
+        return body;
     };
-    let body = json!({
-        "status": if node.is_ready() { "ok" } else { node.lifecycle().as_str() },
+    let mut body = json!({
+        "status": if node.is_ready() { "healthy" } else { "unhealthy" },
         "instance_id": node.uuid.to_string(),
         "name": node.name,
         "version": env!("CARGO_PKG_VERSION"),
@@ -99,10 +135,32 @@ async fn health(State(control): State<Arc<Control>>, headers: HeaderMap) -> Resp
         "mode": if node.standalone { "standalone" } else { "cluster" },
         "config_version": node.topology().config.version,
         "shards_held": node.leases.held().len(),
-        "cluster": cluster,
         "insecure_listen": crate::security::exposure::insecure(&control.settings),
     });
-    (StatusCode::OK, axum::Json(body)).into_response()
+    if let Some(coord) = node.coord.as_ref().filter(|_| clustered) {
+        let m = coord.metrics_snapshot().await;
+        body["cluster"] = json!({
+            "healthy": m.healthy(),
+            "active_instances": m.active_instances,
+            "active_deployments": m.deployments_active,
+        });
+    }
+    body
+}
+
+async fn status_page(State(control): State<Arc<Control>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = page_authorized(&control, &headers) {
+        return denied;
+    }
+    let html = match control.node() {
+        Some(node) => status_page::render(&status_page::view(&node).await),
+        None => status_page::render_unprovisioned(),
+    };
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")],
+        html,
+    )
+        .into_response()
 }
 
 async fn readyz(State(control): State<Arc<Control>>) -> Response {
@@ -117,23 +175,6 @@ async fn metrics(State(control): State<Arc<Control>>, headers: HeaderMap) -> Res
     if let Err(denied) = authorized(&control, &headers) {
         return denied;
     }
-    let Some(node) = control.node() else {
-        let mut out = String::new();
-        gauge(&mut out, "chitin_node_ready", "1 while the node takes work (joining or active).", 0);
-        return ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response();
-    };
-    let mut out = String::new();
-    gauge(&mut out, "chitin_leases_held", "Shard leases this node serves now.", node.leases.held().len());
-    gauge(
-        &mut out,
-        "chitin_node_ready",
-        "1 while the node takes work (joining or active).",
-        u8::from(node.is_ready()),
-    );
-    match &node.coord {
-        Some(coord) => out.push_str(&coord.metrics_snapshot().await.to_prometheus()),
-        None => gauge(&mut out, "chitin_cluster_active_instances", "Live instances (standalone: this one).", 1),
-    }
-    node.metrics.render_counters(&mut out);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+    let text = metrics::exposition(control.node().as_deref()).await;
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }

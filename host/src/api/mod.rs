@@ -5,13 +5,16 @@
 //!   `Ownership` (for the application beside the node), `Admin`;
 //! - [`coordination`]: the `Coordination` gRPC service (Redis affinity,
 //!   registry, deployments);
-//! - [`http`]: `/health`, `/readyz` and `/metrics` on `[metrics] listen`;
+//! - [`http`]: `/health`, `/readyz`, `/metrics` and the status page on
+//!   `[metrics] listen`;
+//! - [`status_page`]: the HTML of the status page at `/`;
 //! - [`versions`]: the protocol check every gRPC call passes first, and the
 //!   Admin calls of upgrades (status, finalize).
 
 pub mod coordination;
 pub mod grpc;
 pub mod http;
+pub mod status_page;
 pub mod versions;
 
 pub use crate::proto;

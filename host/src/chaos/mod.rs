@@ -125,6 +125,8 @@ pub struct ChaosOptions {
     pub plant: Option<Plant>,
     /// Failpoints every node arms (`CHITIN_FAILPOINTS`, see [`crate::failpoint`]).
     pub failpoints: Option<String>,
+    /// Told the kind of each fault once it is done (for a progress bar).
+    pub progress: Option<tokio::sync::mpsc::UnboundedSender<&'static str>>,
 }
 
 impl ChaosOptions {
@@ -378,6 +380,9 @@ async fn run_in(
         match nemesis::inject(&mut lab, &mut rng, index, kind, start).await {
             Ok((record, death)) => {
                 tracing::info!(index, detail = %record.detail, recovered_ms = record.recovered_ms, "fault done");
+                if let Some(progress) = &opts.progress {
+                    let _ = progress.send(kind.name());
+                }
                 faults.push(record);
                 deaths.extend(death);
             }

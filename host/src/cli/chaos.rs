@@ -7,6 +7,8 @@ use std::time::Duration;
 use chitin::chaos::{ChaosOptions, Database, FaultKind};
 use chitin::plant::Plant;
 
+use super::progress::Progress;
+
 #[derive(clap::Args, Debug)]
 pub struct ChaosArgs {
     /// Node processes to start (3 to 5).
@@ -116,18 +118,31 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         dir: dir.clone(),
         plant: args.plant,
         failpoints: args.failpoints,
+        progress: None,
     };
     eprintln!("chaos: seed {seed}; logs and data in {}", dir.display());
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     // On Ctrl-C or SIGTERM the run is dropped mid-way: its nodes, servers
     // and network namespaces are removed by their destructors.
     let report = runtime.block_on(async {
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        let opts = ChaosOptions { progress: Some(done_tx), ..opts };
+        let progress = Progress::new(opts.faults as u64, "faults injected");
+        let shown = tokio::spawn(async move {
+            while let Some(kind) = done_rx.recv().await {
+                progress.inc(kind);
+            }
+            progress.finish("done");
+        });
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            report = chitin::chaos::run(opts) => Ok(report?),
+        let report = tokio::select! {
+            report = chitin::chaos::run(opts) => report?,
             _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the run's processes and namespaces were removed"),
             _ = term.recv() => anyhow::bail!("terminated; the run's processes and namespaces were removed"),
-        }
+        };
+        // The run dropped its sender: the display ends.
+        let _ = shown.await;
+        Ok::<_, anyhow::Error>(report)
     })?;
     print!("{}", chitin::security::redact(&report.table()));
     if let Some(path) = args.report {

@@ -8,6 +8,7 @@ use chitin::proto;
 use clap::Subcommand;
 
 use super::client::{NodeAddr, admin, runtime};
+use super::progress::Progress;
 
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {
@@ -137,11 +138,12 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .find(|n| n.name == args.name)
         .ok_or_else(|| anyhow::anyhow!("no live node named `{}` (live: {})", args.name, s.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ")))?;
-    let report = admin(&target.address).await?
-        .drain(proto::DrainRequest {})
-        .await
-        .map_err(|s| anyhow::anyhow!("drain failed: {}", s.message()))?
-        .into_inner();
+    let held = |s: &proto::StatusResponse| s.leases.iter().filter(|l| l.holder == args.name).count() as u64;
+    let before = held(&s);
+    let mut drain = admin(&target.address).await?;
+    let request = drain.drain(proto::DrainRequest {});
+    let report = with_drain_progress(request, &args.via, &args.name, before, held).await;
+    let report = report.map_err(|s| anyhow::anyhow!("drain failed: {}", s.message()))?.into_inner();
     println!(
         "drained {}: {} shards handed over in {} rounds; the node keeps running until stopped",
         args.name, report.handed_over, report.rounds
@@ -150,4 +152,35 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
         println!("  kept {}: {}", kept.shard, kept.why);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Awaits the drain `request`, showing how many of the `before` shards of
+/// node `name` were handed over, by the status of the node at `via`.
+async fn with_drain_progress<T>(
+    request: impl std::future::Future<Output = T>,
+    via: &str,
+    name: &str,
+    before: u64,
+    held: impl Fn(&proto::StatusResponse) -> u64,
+) -> T {
+    let progress = Progress::new(before, &format!("drain {name}: shards handed over"));
+    tokio::pin!(request);
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            done = &mut request => {
+                progress.finish("done");
+                return done;
+            }
+            _ = tick.tick() => {
+                let status = match admin(via).await {
+                    Ok(mut a) => a.status(proto::StatusRequest {}).await.ok().map(|r| r.into_inner()),
+                    Err(_) => None,
+                };
+                if let Some(s) = status {
+                    progress.set(before.saturating_sub(held(&s)), "");
+                }
+            }
+        }
+    }
 }

@@ -5,9 +5,11 @@ mod client;
 mod cluster;
 mod config;
 mod coord;
+mod dev;
 mod journal;
 mod node;
 mod policy;
+mod progress;
 mod scaffold;
 mod rollout;
 mod upgrade;
@@ -64,6 +66,10 @@ pub enum Command {
     /// Redis and database restarts, network cuts; then a check that no
     /// acknowledged append was lost.
     Chaos(chaos::ChaosArgs),
+    /// Local development: `chitin dev cluster --nodes 3` starts a cluster
+    /// with private Redis and PostgreSQL and stops it all on Ctrl-C.
+    #[command(subcommand)]
+    Dev(dev::DevCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -90,6 +96,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Deployments(cmd) => coord::deployments(cmd),
         Command::Policy(cmd) => policy::run(cmd),
         Command::Chaos(args) => chaos::run(args),
+        Command::Dev(cmd) => dev::run(cmd),
     }
 }
 

@@ -24,6 +24,7 @@ use chitin::topology::file;
 use chitin::topology::model::{ClusterConfig, Metadata};
 
 use super::client::runtime;
+use super::progress::Progress;
 
 const DEFAULT_FILE: &str = "cluster_config.json";
 
@@ -199,6 +200,14 @@ pub fn run(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The step number a progress line of [`exec::execute`] reports finished
+/// ("step 3/7: version …: … converged …").
+fn finished_step(line: &str) -> Option<u64> {
+    let rest = line.strip_prefix("step ")?;
+    let (done, _) = rest.split_once('/')?;
+    line.contains(" converged on ").then(|| done.parse().ok()).flatten()
+}
+
 /// Plans (or resumes) and runs one control sequence.
 fn sequence(
     config: &Path,
@@ -216,8 +225,18 @@ fn sequence(
         }
         Prepared::Run { checkpoint, from, resumed } => {
             let opts = run.options();
-            let mut print = |line: &str| println!("{line}");
-            let outcome = runtime()?.block_on(exec::execute(config, *checkpoint, from, resumed, &opts, &mut print))?;
+            let total = checkpoint.plan().map_or(0, |p| p.steps.len());
+            let progress = Progress::new(total as u64, &format!("`{command}` steps"));
+            progress.set(from as u64, "");
+            let mut print = |line: &str| {
+                progress.println(line);
+                if let Some(done) = finished_step(line) {
+                    progress.set(done, "");
+                }
+            };
+            let outcome = runtime()?.block_on(exec::execute(config, *checkpoint, from, resumed, &opts, &mut print));
+            progress.finish(if outcome.is_ok() { "done" } else { "stopped" });
+            let outcome = outcome?;
             println!(
                 "done: `{command}`: version {} on all {} node(s) ({} of {} step(s) run now); {} updated",
                 outcome.version,
@@ -309,4 +328,16 @@ fn get_config(address: &str, output: Option<&Path>) -> anyhow::Result<ExitCode> 
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::finished_step;
+
+    #[test]
+    fn progress_follows_the_converged_step_lines() {
+        assert_eq!(finished_step("step 3/7: version 12: add node-04: pushed to 4 node(s), converged on 4 node(s) in 1.2 s"), Some(3));
+        assert_eq!(finished_step("step 2/7: baking 5s before: remove node-01"), None);
+        assert_eq!(finished_step("`add-node`: 7 step(s), version 1 → 8 (checkpoint x)"), None);
+    }
 }

@@ -1,7 +1,11 @@
 //! Cluster figures for `/metrics` and `/health`.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
 
 use redis::AsyncCommands;
 use serde::Serialize;
@@ -43,20 +47,38 @@ impl MetricsSnapshot {
         self.active_instances.is_some()
     }
 
-    /// Prometheus text exposition (gauges missing when Redis is down).
-    pub fn to_prometheus(&self) -> String {
-        let mut s = String::new();
-        let mut put = |name: &str, kind: &str, help: &str, v: Option<u64>| {
-            if let Some(v) = v {
-                let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    /// Registers the figures in `registry` (the gauges only when Redis
+    /// answered; counter names get `_total` from the encoder).
+    pub fn register(&self, registry: &mut Registry) {
+        let gauges = [
+            ("chitin_cluster_active_instances", "Registered instances whose key has not expired.", self.active_instances),
+            ("chitin_affinity_owned_targets", "Targets this instance owns.", self.owned_targets),
+            ("chitin_affinity_orphaned_targets", "Affinity claims whose owner's instance key is gone.", self.orphaned_targets),
+            ("chitin_deployments_active", "Deployments in the active set.", self.deployments_active),
+        ];
+        for (name, help, value) in gauges {
+            if let Some(v) = value {
+                registry.register(name, help, ConstGauge::new(v as i64));
             }
-        };
-        put("chitin_cluster_active_instances", "gauge", "Registered instances whose key has not expired.", self.active_instances);
-        put("chitin_affinity_owned_targets", "gauge", "Targets this instance owns.", self.owned_targets);
-        put("chitin_affinity_orphaned_targets", "gauge", "Affinity claims whose owner's instance key is gone.", self.orphaned_targets);
-        put("chitin_affinity_fail_open_total", "counter", "Dispatches that proceeded without an affinity check because Redis was unreachable.", Some(self.fail_open_total));
-        put("chitin_deployments_active", "gauge", "Deployments in the active set.", self.deployments_active);
-        put("chitin_deployments_orphaned_total", "counter", "Deployments this node's health monitor marked failed because their owner died.", Some(self.deployments_orphaned_total));
+        }
+        registry.register(
+            "chitin_affinity_fail_open",
+            "Dispatches that proceeded without an affinity check because Redis was unreachable.",
+            ConstCounter::new(self.fail_open_total),
+        );
+        registry.register(
+            "chitin_deployments_orphaned",
+            "Deployments this node's health monitor marked failed because their owner died.",
+            ConstCounter::new(self.deployments_orphaned_total),
+        );
+    }
+
+    /// The figures alone in the Prometheus text format.
+    pub fn to_prometheus(&self) -> String {
+        let mut registry = Registry::default();
+        self.register(&mut registry);
+        let mut s = String::new();
+        prometheus_text::encode(&mut s, &registry).expect("writing to a String cannot fail");
         s
     }
 }

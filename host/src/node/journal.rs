@@ -68,6 +68,15 @@ fn holder_text(holder: &Option<HolderHint>) -> String {
 }
 
 impl AppendError {
+    /// The outcome label of this error in the append and forward histograms.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            AppendError::Invalid(_) => "invalid",
+            AppendError::NotApplied { .. } => "not_applied",
+            AppendError::OutcomeUnknown(_) => "unknown",
+        }
+    }
+
     /// Certainly not applied, with no holder to name.
     pub fn not_applied(reason: impl Into<String>) -> AppendError {
         AppendError::NotApplied { reason: reason.into(), holder: None }
@@ -116,8 +125,22 @@ impl Node {
         self.settings.lease_ttl() + self.settings.renew_interval() + Duration::from_secs(1)
     }
 
-    /// Appends to `stream`; see the module docs for the outcomes.
+    /// Appends to `stream`; see the module docs for the outcomes. Timed
+    /// into `chitin_append_duration_seconds` by outcome.
     pub async fn append(
+        &self,
+        stream: &str,
+        request_id: &str,
+        payload: &[u8],
+        forwarded: bool,
+    ) -> Result<Acknowledged, AppendError> {
+        let started = Instant::now();
+        let result = self.append_untimed(stream, request_id, payload, forwarded).await;
+        self.metrics.append_seconds.observe(result.as_ref().map_or_else(AppendError::outcome, |_| "applied"), started);
+        result
+    }
+
+    async fn append_untimed(
         &self,
         stream: &str,
         request_id: &str,
@@ -245,7 +268,27 @@ impl Node {
 
     /// Sends the append to the holder at `address`, once. The outer error
     /// ends the append; the inner one says it was certainly not applied.
+    /// Timed into `chitin_forward_duration_seconds` by outcome.
     async fn forward(
+        &self,
+        address: &str,
+        expires_at: Option<chrono::DateTime<chrono::Utc>>,
+        stream: &str,
+        request_id: &str,
+        payload: &[u8],
+    ) -> Result<Result<Acknowledged, Bounced>, AppendError> {
+        let started = Instant::now();
+        let result = self.forward_untimed(address, expires_at, stream, request_id, payload).await;
+        let outcome = match &result {
+            Ok(Ok(_)) => "applied",
+            Ok(Err(_)) => "not_applied",
+            Err(e) => e.outcome(),
+        };
+        self.metrics.forward_seconds.observe(outcome, started);
+        result
+    }
+
+    async fn forward_untimed(
         &self,
         address: &str,
         expires_at: Option<chrono::DateTime<chrono::Utc>>,

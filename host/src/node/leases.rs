@@ -231,7 +231,14 @@ impl Leases {
     /// once its parent is retired. `None` when it cannot be granted now.
     pub async fn acquire(&self, shard: &str, parent: Option<&str>) -> Result<Option<Lease>, LeaseError> {
         let sent = Instant::now();
-        let granted = self.store.try_acquire(shard, self.me, parent).await?;
+        let result = self.store.try_acquire(shard, self.me, parent).await;
+        let outcome = match &result {
+            Ok(Some(_)) => "granted",
+            Ok(None) => "refused",
+            Err(_) => "failed",
+        };
+        self.metrics.takeover_seconds.observe(outcome, sent);
+        let granted = result?;
         if let Some(lease) = &granted {
             self.insert(lease.clone(), sent);
         }
@@ -283,6 +290,18 @@ impl Leases {
     /// database-wide handoff budget is spent it refuses
     /// ([`LeaseError::HandoffBudget`]) before it stops any write.
     pub async fn hand_over(&self, shard: &str, to: Uuid) -> Result<Lease, LeaseError> {
+        let started = Instant::now();
+        let result = self.hand_over_untimed(shard, to).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(LeaseError::HandoffBudget { .. }) => "deferred",
+            Err(_) => "failed",
+        };
+        self.metrics.handoff_seconds.observe(outcome, started);
+        result
+    }
+
+    async fn hand_over_untimed(&self, shard: &str, to: Uuid) -> Result<Lease, LeaseError> {
         self.store.handoff_budget().await?;
         let (gate, lease) = self
             .mark_draining(shard)?

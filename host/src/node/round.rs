@@ -163,7 +163,10 @@ impl Node {
             })
         };
         loop {
-            if let Err(e) = self.round().await {
+            let started = std::time::Instant::now();
+            let result = self.round().await;
+            self.metrics.round_seconds.observe(if result.is_ok() { "ok" } else { "failed" }, started);
+            if let Err(e) = result {
                 tracing::warn!(error = %e, "lease round failed; retrying next round");
             }
             if *self.fatal.borrow() {

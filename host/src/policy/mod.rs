@@ -222,6 +222,20 @@ pub enum PolicyCallError {
     Load(#[from] PolicyLoadError),
 }
 
+impl PolicyCallError {
+    /// The outcome label of this failure in `chitin_policy_call_duration_seconds`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            PolicyCallError::Refused { .. } => "refused",
+            PolicyCallError::Timeout { .. } => "timeout",
+            PolicyCallError::OutOfMemory { .. } => "out_of_memory",
+            PolicyCallError::Trap { .. } => "trap",
+            PolicyCallError::InvalidName { .. } => "invalid",
+            PolicyCallError::Load(_) => "load",
+        }
+    }
+}
+
 /// The four loaded slots of a node.
 pub struct Policies {
     instance_id: SlotRunner,

@@ -60,6 +60,8 @@ pub struct Plugin {
     name: String,
     component: Component,
     exports: Vec<ExportedInterface>,
+    /// Hex SHA-256 of the component's bytes: what tells two nodes' policies apart.
+    sha256: String,
 }
 
 impl Plugin {
@@ -105,12 +107,18 @@ impl Plugin {
             }
         };
         let exports = exported_interfaces(&component);
-        Ok(Plugin { name, component, exports })
+        let sha256 = super::cache::hex(&<sha2::Sha256 as sha2::Digest>::digest(bytes));
+        Ok(Plugin { name, component, exports, sha256 })
     }
 
     /// The name used in errors and logs: the file path or `default (embedded)`.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Hex SHA-256 of the component's bytes.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
     }
 
     /// The compiled component.

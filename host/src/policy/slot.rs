@@ -169,7 +169,19 @@ impl SlotRunner {
     }
 
     /// Runs `f` on the warm instance (made when missing) under the limits.
+    /// Timed into `chitin_policy_call_duration_seconds` by slot and outcome.
     fn call<T>(&self, f: impl FnOnce(&mut Store<State>, &Exports) -> Answer<T>) -> Result<T, PolicyCallError> {
+        let started = std::time::Instant::now();
+        let result = self.call_untimed(f);
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.outcome(),
+        };
+        crate::node::metrics::observe_policy_call(self.slot, outcome, started);
+        result
+    }
+
+    fn call_untimed<T>(&self, f: impl FnOnce(&mut Store<State>, &Exports) -> Answer<T>) -> Result<T, PolicyCallError> {
         let mut slot = self.warm.lock().unwrap_or_else(|p| p.into_inner());
         let mut warm = match slot.take() {
             Some(warm) => warm,

@@ -72,6 +72,10 @@ impl NodeProc {
             }
             None => Command::new(&self.exe),
         };
+        // Its own process group: a Ctrl-C at the terminal reaches only the
+        // parent (`chitin dev cluster`, `chitin chaos`), which stops the
+        // nodes in order rather than all at once.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let child = cmd
             .args(["node", "--settings"])
             .arg(&self.settings)

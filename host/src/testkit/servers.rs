@@ -47,7 +47,10 @@ impl PrivateRedis {
             .open(&self.log)
             .map_err(KitError::io(format!("open {}", self.log.display())))?;
         let err_log = log.try_clone().map_err(KitError::io("duplicate the log handle"))?;
-        let child = Command::new("redis-server")
+        let mut cmd = Command::new("redis-server");
+        // Out of the terminal's process group, like the nodes (see NodeProc::start).
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let child = cmd
             .args(["--port", &self.port.to_string(), "--bind"])
             .args(&self.binds)
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
@@ -83,12 +86,16 @@ impl Drop for PrivateRedis {
 /// postgres refuse to run as root).
 fn pg_tool(bin: &Path, tool: &str, args: &[&str]) -> Result<(), KitError> {
     let exe = bin.join(tool);
-    let out = if is_root() {
-        Command::new("runuser").args(["-u", "postgres", "--"]).arg(&exe).args(args).output()
+    let mut cmd = if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(&exe);
+        c
     } else {
-        Command::new(&exe).args(args).output()
-    }
-    .map_err(|source| KitError::Spawn { program: exe.display().to_string(), hint: "", source })?;
+        Command::new(&exe)
+    };
+    // The server pg_ctl starts stays out of the terminal's process group.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let out = cmd.args(args).output().map_err(|source| KitError::Spawn { program: exe.display().to_string(), hint: "", source })?;
     if !out.status.success() {
         return Err(KitError::Tool {
             command: format!("{tool} {args:?}"),
