@@ -221,6 +221,9 @@ fn raw(channel: &Channel, path: &str, bytes: Vec<u8>, streaming: bool, authoriza
     Box::pin(async move {
         grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
         let mut request = tonic::Request::new(bytes);
+        // A caller of this release: the protocol layer lets it through to
+        // the plane's guard and the decoder, which the sweep is about.
+        chitin::upgrade::wire::stamp(request.metadata_mut());
         if let Some(value) = authorization {
             request.metadata_mut().insert("authorization", value.parse().expect("an ASCII header value"));
         }
@@ -612,6 +615,7 @@ struct RawAuthorization(String);
 
 impl Interceptor for RawAuthorization {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        chitin::upgrade::wire::stamp(request.metadata_mut());
         request.metadata_mut().insert("authorization", self.0.parse().expect("an ASCII header value"));
         Ok(request)
     }
