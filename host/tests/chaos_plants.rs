@@ -11,10 +11,11 @@ use serde_json::Value;
 /// One run at a time: two clusters on two cores would stretch takeovers.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Parks one append in twenty for 2.5 s after the node's own lease check:
-/// a paused holder resumes with appends that passed its check under a
-/// lease it lost meanwhile. Only the database fence stops them.
-const BEFORE_FENCE: &str = "append.before_fence=0.05:2500";
+/// Parks three appends in ten for 2.5 s after the node's own lease check: with
+/// eight clients, a paused holder is all but certain to hold some of them,
+/// and it resumes with appends that passed its check under a lease it lost
+/// meanwhile. Only the database fence stops them.
+const BEFORE_FENCE: &str = "append.before_fence=0.3:2500";
 /// Parks one append in fifty for 8 s holding the lease row shared: a holder
 /// paused there keeps its transaction open. Only the session bounds end it
 /// before the taker has waited past the takeover bound.
@@ -26,12 +27,15 @@ fn run(plant: Option<&str>, failpoints: &str, faults: &str, seed: &str) -> (Valu
     run_on("postgres://postgres@127.0.0.1:5432/postgres", plant, failpoints, faults, seed)
 }
 
+/// Eight clients: enough appends in flight that every pause catches some.
+const CLIENTS: &str = "8";
+
 fn run_on(server: &str, plant: Option<&str>, failpoints: &str, faults: &str, seed: &str) -> (Value, String) {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::Builder::new().prefix("chitin-plant-").tempdir().unwrap();
     let report = dir.path().join("report.json");
     let mut args =
-        vec!["chaos", "--faults", faults, "--seed", seed, "--kinds", "pause", "--failpoints", failpoints, "--database-url", server];
+        vec!["chaos", "--faults", faults, "--seed", seed, "--kinds", "pause", "--clients", CLIENTS, "--failpoints", failpoints, "--database-url", server];
     if let Some(p) = plant {
         args.extend(["--plant", p]);
     }
@@ -53,7 +57,7 @@ fn count(r: &Value, key: &str) -> u64 {
 
 #[test]
 fn without_a_plant_the_same_runs_pass() {
-    let (r, stdout) = run(None, &format!("{BEFORE_FENCE},{BEFORE_COMMIT}"), "2", "71");
+    let (r, stdout) = run(None, &format!("{BEFORE_FENCE},{BEFORE_COMMIT}"), "3", "71");
     assert_eq!(r["passed"], true, "the control run failed, so a plant's failure would prove nothing:\n{stdout}");
     assert!(count(&r, "resent") > 0, "{stdout}");
 }
@@ -75,7 +79,7 @@ fn on_mariadb_a_holder_stuck_mid_append_does_not_stall_the_taker() {
 
 #[test]
 fn the_fence_plant_is_caught_as_stale_epoch_commits() {
-    let (r, stdout) = run(Some("fence"), BEFORE_FENCE, "2", "71");
+    let (r, stdout) = run(Some("fence"), BEFORE_FENCE, "3", "71");
     assert_eq!(r["passed"], false, "{stdout}");
     assert_eq!(r["plant"], "fence");
     assert!(count(&r, "stale_epoch") > 0, "no stale-epoch commit caught:\n{stdout}");
@@ -84,7 +88,8 @@ fn the_fence_plant_is_caught_as_stale_epoch_commits() {
 
 #[test]
 fn the_dedup_plant_is_caught_as_acknowledgements_that_disagree_with_the_store() {
-    let (r, stdout) = run(Some("dedup"), BEFORE_FENCE, "1", "72");
+    // No failpoint: every client's sixteenth append is re-sent.
+    let (r, stdout) = run(Some("dedup"), "", "1", "72");
     assert_eq!(r["passed"], false, "{stdout}");
     assert!(count(&r, "mismatched") > 0, "no re-sent request got a wrong sequence:\n{stdout}");
 }
