@@ -335,16 +335,9 @@ where
 
     /// Reads a `recent_handoffs` row against the cap.
     fn budget_left(&self, row: &DbRow<B>) -> Result<(), LeaseError> {
-        let window = self.options.handoff_window;
         let recent: i64 = row.try_get("n")?;
-        let cap = self.options.max_handoffs_per_round;
-        if recent < i64::from(cap) {
-            return Ok(());
-        }
         let (oldest, now) = (B::time(row, "oldest")?, required_time::<B>(row, "now")?);
-        let frees_at = oldest.map_or(now, |o| o + window);
-        let retry_after = (frees_at - now).to_std().unwrap_or_default();
-        Err(LeaseError::HandoffBudget { cap, window, retry_after })
+        budget_verdict(recent, oldest, now, self.options.max_handoffs_per_round, self.options.handoff_window)
     }
 
     async fn retired_in(conn: &mut <B::Db as Database>::Connection, shard: &str) -> Result<bool, LeaseError> {
@@ -815,6 +808,18 @@ fn seed_step(parent: &LeaseRow, retired: bool, node: Uuid, held: Option<&LeaseTo
     }
 }
 
+/// The budget's rule: with `recent` handovers in the last `window`, the
+/// oldest at `oldest`, one more fits under `cap` now, or once the oldest
+/// leaves the window.
+fn budget_verdict(recent: i64, oldest: Option<DateTime<Utc>>, now: DateTime<Utc>, cap: u32, window: std::time::Duration) -> Result<(), LeaseError> {
+    if recent < i64::from(cap) {
+        return Ok(());
+    }
+    let frees_at = oldest.map_or(now, |o| o + window);
+    let retry_after = (frees_at - now).to_std().unwrap_or_default();
+    Err(LeaseError::HandoffBudget { cap, window, retry_after })
+}
+
 fn required_time<B: Backend>(row: &DbRow<B>, col: &str) -> Result<DateTime<Utc>, LeaseError> {
     B::time(row, col)?.ok_or_else(|| LeaseError::Corrupt(format!("`{col}` is NULL")))
 }
@@ -822,6 +827,33 @@ fn required_time<B: Backend>(row: &DbRow<B>, col: &str) -> Result<DateTime<Utc>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn budget_verdict_table() {
+        let now = DateTime::<Utc>::from_timestamp(1_000, 0).unwrap();
+        let window = std::time::Duration::from_millis(500);
+        let ms = |m: i64| now - chrono::Duration::milliseconds(m);
+        // (recent, oldest, cap, the wait when refused)
+        let cases = [
+            (0, None, 4, None),
+            (3, Some(ms(100)), 4, None),
+            (4, Some(ms(100)), 4, Some(400)),
+            (9, Some(ms(499)), 4, Some(1)),
+            // The oldest just left the window (clocks read apart): no wait.
+            (4, Some(ms(700)), 4, Some(0)),
+        ];
+        for (recent, oldest, cap, wait) in cases {
+            let got = match budget_verdict(recent, oldest, now, cap, window) {
+                Ok(()) => None,
+                Err(LeaseError::HandoffBudget { retry_after, cap: c, .. }) => {
+                    assert_eq!(c, cap);
+                    Some(retry_after.as_millis() as i64)
+                }
+                Err(e) => panic!("{e}"),
+            };
+            assert_eq!(got, wait, "recent {recent}, oldest {oldest:?}, cap {cap}");
+        }
+    }
 
     #[test]
     fn seed_step_table() {
