@@ -20,9 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use chitin::node::shard_map::ShardMap;
 use chitin::proto::{self, journal_client::JournalClient};
-use chitin::topology::ClusterConfig;
 use cluster_common::*;
 use tonic::transport::Channel;
 
@@ -90,15 +88,10 @@ fn figures(samples: &[Sample], from: Instant, to: Instant) -> Figures {
     Figures { count: window.len(), failed: window.iter().filter(|s| !s.ok).count(), p50: at(0.5), p99: at(0.99), max: took.last().copied().unwrap_or_default() }
 }
 
-fn stream_on(map: &ShardMap, shard: &str, salt: &str) -> String {
-    (0..200_000).map(|i| format!("{salt}-{i}")).find(|s| map.route_stream(s).unwrap().id == shard).unwrap()
-}
-
 async fn run() {
     let mut c = Cluster::new(Dialect::Postgres, 3, 16, 3, |_, _| {}).await.unwrap();
     let status = c.wait_settled(Duration::from_secs(60)).await.unwrap();
-    let config = ClusterConfig::from_json(&std::fs::read_to_string(&c.config).unwrap()).unwrap();
-    let map = ShardMap::from_config(&config);
+    let map = c.shard_map();
     let streams: Vec<String> = map.shards().iter().map(|s| stream_on(&map, &s.id, "h")).collect();
     let apis: Vec<String> = c.nodes.iter().map(|n| n.api.clone()).collect();
     let stop = Arc::new(AtomicBool::new(false));

@@ -273,6 +273,7 @@ const METHODS: &[(&str, First, bool)] = &[
     ("/chitin.v1.Coordination/DeploymentShow", First::Str, false),
     ("/chitin.v1.Coordination/DeploymentList", First::BoolThenStr, false),
     ("/chitin.v1.Peer/Notice", First::Str, false),
+    ("/chitin.v1.Peer/NodeDown", First::Str, false),
 ];
 
 /// A node's tokens, by plane.

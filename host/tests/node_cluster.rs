@@ -12,53 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
 use chitin::api::proto;
-use chitin::lease::{Store, StoreOptions};
-use chitin::node::shard_map::ShardMap;
-use chitin::topology::ClusterConfig;
 use cluster_common::*;
 
 /// Cluster tests run one at a time: each starts three processes with a 2 s
 /// lease TTL, and on two cores several at once would starve each other.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A stream whose appends land on `shard`.
-fn stream_on(map: &ShardMap, shard: &str) -> String {
-    (0..100_000).map(|i| format!("s-{i}")).find(|s| map.route_stream(s).unwrap().id == shard).unwrap()
-}
-
-fn shard_map(c: &Cluster) -> ShardMap {
-    ShardMap::from_config(&ClusterConfig::from_json(&std::fs::read_to_string(&c.config).unwrap()).unwrap())
-}
-
-async fn store(c: &Cluster) -> Store {
-    Store::connect_with(&c.db.as_ref().unwrap().url, StoreOptions { lease_ttl: TTL, liveness_timeout: TTL, ..StoreOptions::default() })
-        .await
-        .unwrap()
-}
-
-/// Every entry of `stream` committed under the epoch that was current at its
-/// commit, by the lease history (both times by the database clock).
-async fn assert_epochs_current(store: &Store, stream: &str) -> Result<usize> {
-    let entries = store.read(stream, 1, 100_000).await?;
-    for e in &entries {
-        let history = store.history(Some(&e.shard)).await?;
-        let granted = history.iter().find(|h| h.epoch == e.epoch);
-        ensure!(granted.is_some(), "entry {} of {stream} has epoch {} that was never granted", e.seq, e.epoch);
-        ensure!(granted.unwrap().acquired_at <= e.committed_at, "entry {} committed before its epoch", e.seq);
-        if let Some(next) = history.iter().find(|h| h.epoch > e.epoch) {
-            ensure!(
-                e.committed_at <= next.acquired_at,
-                "entry {} of {stream} committed at {} under epoch {}, after epoch {} was granted at {}",
-                e.seq,
-                e.committed_at,
-                e.epoch,
-                next.epoch,
-                next.acquired_at
-            );
-        }
-    }
-    Ok(entries.len())
-}
 
 async fn append(node: &NodeProc, stream: &str, request_id: &str) -> Result<proto::AppendResponse, tonic::Status> {
     let mut client = node.journal().await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
@@ -81,7 +39,7 @@ async fn takeover_after_kill(dialect: Dialect) -> Result<()> {
     let victim = c.nodes[v].name.clone();
     let survivor = (v + 1) % c.nodes.len();
     let victims: Vec<String> = status.leases.iter().filter(|l| l.holder == victim).map(|l| l.shard.clone()).collect();
-    let store = store(&c).await;
+    let store = c.store().await;
 
     let killed_at = store.now().await?;
     c.nodes[v].kill9().unwrap();
@@ -104,9 +62,9 @@ async fn takeover_after_kill(dialect: Dialect) -> Result<()> {
         ensure!(took <= bound, "shard {shard} taken over after {took:?}, more than {bound:?}");
     }
     // Every shard writable again.
-    let map = shard_map(&c);
+    let map = c.shard_map();
     for shard in &victims {
-        let stream = stream_on(&map, shard);
+        let stream = stream_on(&map, shard, "s");
         let ack = append(&c.nodes[survivor], &stream, "after-kill").await?;
         ensure!(&ack.shard == shard && ack.holder != victim);
     }
@@ -145,7 +103,7 @@ async fn a_paused_holder_commits_nothing_under_its_stale_epoch() {
     let paused = c.nodes[p].name.clone();
     let other = (p + 1) % c.nodes.len();
     let lease = status.leases.iter().find(|l| l.holder == paused).unwrap().clone();
-    let stream = stream_on(&shard_map(&c), &lease.shard);
+    let stream = stream_on(&c.shard_map(), &lease.shard, "s");
     let first = append(&c.nodes[p], &stream, "before").await.unwrap();
     assert_eq!(first.epoch, lease.epoch);
 
@@ -171,7 +129,7 @@ async fn a_paused_holder_commits_nothing_under_its_stale_epoch() {
     if let Ok(ack) = parked.await.unwrap() {
         assert!(ack.get_ref().epoch >= during.epoch, "the parked append committed under a stale epoch: {ack:?}");
     }
-    let store = store(&c).await;
+    let store = c.store().await;
     let n = assert_epochs_current(&store, &stream).await.unwrap();
     assert!(n >= 2);
     let stale: Vec<_> = store.read(&stream, 1, 1000).await.unwrap().into_iter().filter(|e| e.request_id == "parked" && e.epoch <= lease.epoch as i64).collect();
@@ -255,7 +213,7 @@ async fn drain_and_graceful_stop_lose_no_acknowledged_append() {
     let (acked, longest) = load.await.unwrap();
     assert!(acked.len() > 20, "too few appends to prove anything: {}", acked.len());
 
-    let store = store(&c).await;
+    let store = c.store().await;
     let mut seen: HashMap<String, HashSet<String>> = HashMap::new();
     for stream in &streams {
         let entries = store.read(stream, 1, 100_000).await.unwrap();
@@ -279,7 +237,7 @@ async fn a_joining_node_receives_at_most_four_shards_per_round_across_the_databa
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new(Dialect::Postgres, 3, 32, 2, |_, _| {}).await.unwrap();
     c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
-    let store = store(&c).await;
+    let store = c.store().await;
     let joined_at = store.now().await.unwrap();
     c.node("node-03").start().unwrap();
     c.node("node-03").wait_ready(Duration::from_secs(60)).await.unwrap();
@@ -342,7 +300,7 @@ async fn a_watcher_sees_draining_then_lost_for_every_shard_handed_away() {
         events.push(e);
     }
     use proto::ownership_event::Kind;
-    let store = store(&c).await;
+    let store = c.store().await;
     for (shard, epoch) in &mine {
         let kinds: Vec<i32> = events.iter().filter(|e| &e.shard == shard && e.epoch == *epoch).map(|e| e.kind).collect();
         assert_eq!(kinds, vec![Kind::Draining as i32, Kind::Lost as i32], "events of {shard}: {events:?}");

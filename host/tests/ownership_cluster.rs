@@ -43,13 +43,7 @@ fn config_of(c: &Cluster) -> ClusterConfig {
     ClusterConfig::from_json(&std::fs::read_to_string(&c.config).unwrap()).unwrap()
 }
 
-async fn store(c: &Cluster) -> Store {
-    Store::connect(&c.db.as_ref().unwrap().url).await.unwrap()
-}
 
-fn stream_on(map: &ShardMap, shard: &str, salt: &str) -> String {
-    (0..200_000).map(|i| format!("{salt}-{i}")).find(|s| map.route_stream(s).unwrap().id == shard).unwrap()
-}
 
 /// What a client of the journal saw.
 #[derive(Debug, Default)]
@@ -256,7 +250,7 @@ async fn a_split_leaves_exactly_one_valid_token_per_key() {
         let row = sqlx::query(SqlDialect::Postgres.fence_sql()).bind(&t.shard).bind(holder).bind(t.epoch as i64).fetch_optional(&pool).await.unwrap();
         assert!(row.is_none(), "the retired parent's token {t:?} still passes the fence");
     }
-    let store = store(&c).await;
+    let store = c.store().await;
     let retired: Vec<String> = store.retirements().await.unwrap().into_iter().map(|r| r.shard).collect();
     assert_eq!(retired, parents.iter().map(|p| p.to_string()).collect::<Vec<_>>());
     // Every fenced write after the retirement went to a child.
@@ -355,7 +349,7 @@ async fn a_split_interrupted_between_versions_keeps_one_holder_per_key() {
     let after = config_of(&c);
     assert!(versions(&c).await.values().all(|v| *v == after.version), "not every node finished: {:?}", versions(&c).await);
     assert_one_holder_per_key(&after, &samples, &load, written, &url).await;
-    let store = store(&c).await;
+    let store = c.store().await;
     let retired: Vec<String> = store.retirements().await.unwrap().into_iter().map(|r| r.shard).collect();
     assert_eq!(retired, vec![parent.to_string()]);
     let s = c.status().await.unwrap();
@@ -406,7 +400,7 @@ async fn a_drain_is_held_to_the_database_cap_and_keeps_only_what_it_cannot_place
         std::fs::write(&c.config, config.to_string()).unwrap();
         id
     };
-    let store = store(&c).await;
+    let store = c.store().await;
     for name in ["node-01", "node-04"] {
         c.node(name).start().unwrap();
         c.node(name).wait_ready(Duration::from_secs(60)).await.unwrap();

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use chitin::api::proto;
-use chitin::lease::{Store, StoreOptions};
 use chitin::node::shard_map::ShardMap;
 use chitin::topology::{ClusterConfig, ShardState};
 use cluster_common::*;
@@ -141,15 +140,7 @@ async fn assert_all_at(c: &Cluster, extra: &[&NodeProc], version: u64) {
     assert!(v.iter().all(|(_, ver, _)| *ver == version), "not all nodes at version {version}: {v:?}");
 }
 
-fn stream_on(map: &ShardMap, shard: &str) -> String {
-    (0..200_000).map(|i| format!("s-{i}")).find(|s| map.route_stream(s).unwrap().id == shard).unwrap()
-}
 
-async fn store(c: &Cluster) -> Store {
-    Store::connect_with(&c.db.as_ref().unwrap().url, StoreOptions { lease_ttl: TTL, liveness_timeout: TTL, ..StoreOptions::default() })
-        .await
-        .unwrap()
-}
 
 /// A client appending round-robin over `streams` until `stop`; on failure it
 /// retries the same request id on the next node. Returns the acknowledged
@@ -205,7 +196,7 @@ async fn client(
 /// Every acknowledged append is in the journal once, and committed under an
 /// epoch that was current at its commit.
 async fn check_journal(c: &Cluster, streams: &[String], acked: &[(String, String, String)]) {
-    let store = store(c).await;
+    let store = c.store().await;
     let mut seen: HashMap<String, HashSet<String>> = HashMap::new();
     for stream in streams {
         let entries = store.read(stream, 1, 100_000).await.unwrap();
@@ -290,7 +281,7 @@ async fn bootstrap_add_move_split_under_load() {
     let map = ShardMap::from_config(&load(&c.config));
     let streams: Vec<String> = ["journal_00_1f", "journal_20_3f", "journal_40_5f", "journal_60_7f", "journal_80_9f"]
         .iter()
-        .flat_map(|s| [stream_on(&map, s), format!("{}-b", stream_on(&map, s))])
+        .flat_map(|s| [stream_on(&map, s, "s"), format!("{}-b", stream_on(&map, s, "s"))])
         .filter(|s| map.route_stream(s).is_ok())
         .collect();
     let apis: Vec<String> = c.nodes.iter().map(|n| n.api.clone()).collect();

@@ -356,9 +356,6 @@ async fn client(apis: Vec<String>, streams: Vec<String>, stop: Arc<AtomicBool>) 
     load
 }
 
-fn stream_on(map: &ShardMap, shard: &str) -> String {
-    (0..200_000).map(|i| format!("u-{shard}-{i}")).find(|s| map.route_stream(s).unwrap().id == shard).unwrap()
-}
 
 /// Every acknowledged append is in the journal once, at its sequence
 /// number, and every stream's sequence numbers are gapless.
@@ -439,7 +436,7 @@ where
     F: AsyncFnOnce(&mut Cluster) -> Result<Vec<Replacement>>,
 {
     let map = ShardMap::from_config(&ClusterConfig::from_json(&std::fs::read_to_string(&c.config)?)?);
-    let streams: Vec<String> = map.shards().iter().map(|s| stream_on(&map, &s.id)).collect();
+    let streams: Vec<String> = map.shards().iter().map(|s| stream_on(&map, &s.id, &format!("u-{}", s.id))).collect();
     let apis: Vec<String> = c.nodes.iter().map(|n| n.api.clone()).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let load = tokio::spawn(client(apis, streams, stop.clone()));

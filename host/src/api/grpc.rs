@@ -404,6 +404,11 @@ impl peer_server::Peer for Api {
         self.node()?.on_notice(&n.shard, epoch, holder).await;
         Ok(Response::new(proto::NoticeAck {}))
     }
+
+    async fn node_down(&self, req: Request<proto::NodeDownNotice>) -> Result<Response<proto::NoticeAck>, Status> {
+        self.node()?.on_node_down(&req.into_inner().node);
+        Ok(Response::new(proto::NoticeAck {}))
+    }
 }
 
 /// The state names of the admin plane besides the lifecycle states.

@@ -11,8 +11,11 @@
 //!   stored;
 //! - every entry's epoch was the shard's current epoch (the newest grant in
 //!   the lease history) when it committed;
-//! - after a node dies, each shard it held is granted again within the bound
-//!   (lease TTL + renew interval + slack).
+//! - after a node crashes (`kill -9`: its liveness session ends), each shard
+//!   it held is granted again within the crash bound (session liveness: a
+//!   second and the slack); after it stalls (a pause, a network cut: it
+//!   keeps its session), within the lease TTL + renew interval + slack, and
+//!   not before its leases can have expired (TTL − renew interval − margin).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -48,6 +51,35 @@ pub struct Death {
     pub node: String,
     pub at_us: i64,
     pub shards: Vec<String>,
+    /// The process died (its session ended), rather than stalled.
+    #[serde(default)]
+    pub crash: bool,
+}
+
+/// How soon a dead node's shards must be granted again, and how soon they may.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bounds {
+    /// After a crash: within this (session liveness).
+    pub crash_ms: u64,
+    /// After a stall: within this (TTL + renew interval + slack).
+    pub stall_ms: u64,
+    /// After a stall: not before this (the stalled node keeps its session,
+    /// and its last renewal's TTL runs).
+    pub stall_floor_ms: u64,
+}
+
+impl Bounds {
+    /// The bounds of a run's lease timing: a crash is seen by its session
+    /// within a second (and the slack); a stalled node's last renewal was at
+    /// most a renew interval and a round (250 ms) before it stalled.
+    pub fn of(ttl: std::time::Duration, renew: std::time::Duration, slack: std::time::Duration) -> Bounds {
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        Bounds {
+            crash_ms: ms(slack) + 1_000,
+            stall_ms: ms(ttl + renew + slack),
+            stall_floor_ms: ms(ttl).saturating_sub(ms(renew) + 250),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -58,6 +90,9 @@ pub enum Violation {
     Duplicate { request_id: String, copies: Vec<(String, i64)> },
     StaleEpoch { stream: String, seq: i64, request_id: String, shard: String, epoch: i64, current: Option<i64>, committed_us: i64 },
     SlowTakeover { fault: usize, node: String, shard: String, died_us: i64, granted_us: Option<i64>, bound_ms: u64 },
+    /// A stalled node's shard granted elsewhere before its lease could have
+    /// expired: something judged it dead that should not have.
+    EarlyTakeover { fault: usize, node: String, shard: String, died_us: i64, granted_us: i64, floor_ms: u64 },
     /// A request answered "not applied" (and given up) was stored after all.
     NotAppliedStored { stream: String, request_id: String, seq: i64 },
 }
@@ -80,17 +115,18 @@ pub struct Verdict {
     pub stale_epoch: usize,
     pub mismatched: usize,
     pub slow_takeovers: usize,
+    pub early_takeovers: usize,
     pub not_applied_stored: usize,
 }
 
 /// Judges a run.
-pub fn check(acks: &[Ack], abandoned: &[Abandoned], rows: &[Row], grants: &[Grant], deaths: &[Death], bound_ms: u64) -> Verdict {
+pub fn check(acks: &[Ack], abandoned: &[Abandoned], rows: &[Row], grants: &[Grant], deaths: &[Death], bounds: Bounds) -> Verdict {
     let mut v = Verdict::default();
     check_acks(acks, rows, &mut v);
     check_abandoned(abandoned, rows, &mut v);
     check_duplicates(rows, &mut v);
     check_epochs(rows, grants, &mut v);
-    check_takeovers(grants, deaths, bound_ms, &mut v);
+    check_takeovers(grants, deaths, bounds, &mut v);
     v
 }
 
@@ -178,7 +214,7 @@ fn check_epochs(rows: &[Row], grants: &[Grant], v: &mut Verdict) {
     }
 }
 
-fn check_takeovers(grants: &[Grant], deaths: &[Death], bound_ms: u64, v: &mut Verdict) {
+fn check_takeovers(grants: &[Grant], deaths: &[Death], bounds: Bounds, v: &mut Verdict) {
     let by = grants_by_shard(grants);
     let none = Vec::new();
     for d in deaths {
@@ -192,6 +228,20 @@ fn check_takeovers(grants: &[Grant], deaths: &[Death], bound_ms: u64, v: &mut Ve
             }
             let next = list.iter().find(|g| g.acquired_us > d.at_us).map(|g| g.acquired_us);
             let ms = next.map(|t| ((t - d.at_us).max(0) / 1000) as u64);
+            let bound_ms = if d.crash { bounds.crash_ms } else { bounds.stall_ms };
+            if let (Some(granted_us), Some(ms)) = (next, ms) {
+                if !d.crash && ms < bounds.stall_floor_ms {
+                    v.early_takeovers += 1;
+                    v.violations.push(Violation::EarlyTakeover {
+                        fault: d.fault,
+                        node: d.node.clone(),
+                        shard: shard.clone(),
+                        died_us: d.at_us,
+                        granted_us,
+                        floor_ms: bounds.stall_floor_ms,
+                    });
+                }
+            }
             match ms {
                 Some(ms) if ms <= bound_ms => {
                     v.takeovers.push(Takeover { fault: d.fault, node: d.node.clone(), shard: shard.clone(), ms });
@@ -246,18 +296,21 @@ pub fn percentile(values: &[u64], p: f64) -> Option<u64> {
 mod tests {
     use super::*;
 
-    fn check_no_abandoned(acks: &[Ack], rows: &[Row], grants: &[Grant], deaths: &[Death], bound_ms: u64) -> Verdict {
-        check(acks, &[], rows, grants, deaths, bound_ms)
+    /// Stalls within 3.5 s and not before 1 s; crashes within 1.5 s.
+    const BOUNDS: Bounds = Bounds { crash_ms: 1_500, stall_ms: 3_500, stall_floor_ms: 1_000 };
+
+    fn check_no_abandoned(acks: &[Ack], rows: &[Row], grants: &[Grant], deaths: &[Death]) -> Verdict {
+        check(acks, &[], rows, grants, deaths, BOUNDS)
     }
 
     #[test]
     fn a_request_answered_not_applied_must_not_be_stored() {
         let gave_up = [Abandoned { stream: "x".into(), request_id: "r2".into() }];
         let rows = [row("x", "r1", 1, 1, 10), row("x", "r2", 2, 1, 20)];
-        let v = check(&[ack("x", "r1", 1, 1)], &gave_up, &rows, &[grant(1, "a", 0)], &[], 1);
+        let v = check(&[ack("x", "r1", 1, 1)], &gave_up, &rows, &[grant(1, "a", 0)], &[], BOUNDS);
         assert_eq!(v.not_applied_stored, 1);
         assert_eq!(v.violations, vec![Violation::NotAppliedStored { stream: "x".into(), request_id: "r2".into(), seq: 2 }]);
-        let v = check(&[ack("x", "r1", 1, 1)], &gave_up, &rows[..1], &[grant(1, "a", 0)], &[], 1);
+        let v = check(&[ack("x", "r1", 1, 1)], &gave_up, &rows[..1], &[grant(1, "a", 0)], &[], BOUNDS);
         assert!(v.violations.is_empty());
     }
 
@@ -287,22 +340,22 @@ mod tests {
         let grants = [grant(1, "a", 0), grant(2, "b", 5_000_000)];
         let rows = [row("x", "r1", 1, 1, 1_000), row("x", "r2", 2, 2, 5_000_001)];
         let acks = [ack("x", "r1", 1, 1), ack("x", "r2", 2, 2)];
-        let deaths = [Death { fault: 0, node: "a".into(), at_us: 3_000_000, shards: vec!["s".into()] }];
-        let v = check_no_abandoned(&acks, &rows, &grants, &deaths, 3_500);
+        let deaths = [Death { fault: 0, node: "a".into(), at_us: 3_000_000, shards: vec!["s".into()], crash: false }];
+        let v = check_no_abandoned(&acks, &rows, &grants, &deaths);
         assert!(v.violations.is_empty(), "{:?}", v.violations);
         assert_eq!(v.takeovers, vec![Takeover { fault: 0, node: "a".into(), shard: "s".into(), ms: 2_000 }]);
     }
 
     #[test]
     fn an_acknowledged_append_missing_is_lost() {
-        let v = check_no_abandoned(&[ack("x", "r1", 1, 1)], &[], &[grant(1, "a", 0)], &[], 1);
+        let v = check_no_abandoned(&[ack("x", "r1", 1, 1)], &[], &[grant(1, "a", 0)], &[]);
         assert_eq!(v.lost, 1);
         assert!(matches!(&v.violations[0], Violation::Lost { request_id, .. } if request_id == "r1"));
     }
 
     #[test]
     fn an_ack_that_disagrees_with_the_store_is_reported() {
-        let v = check_no_abandoned(&[ack("x", "r1", 1, 1)], &[row("x", "r1", 2, 1, 10)], &[grant(1, "a", 0)], &[], 1);
+        let v = check_no_abandoned(&[ack("x", "r1", 1, 1)], &[row("x", "r1", 2, 1, 10)], &[grant(1, "a", 0)], &[]);
         assert_eq!(v.mismatched, 1);
         assert_eq!(v.lost, 0);
     }
@@ -310,7 +363,7 @@ mod tests {
     #[test]
     fn a_request_id_stored_twice_is_a_duplicate() {
         let rows = [row("x", "r1", 1, 1, 10), row("y", "r1", 1, 1, 20)];
-        let v = check_no_abandoned(&[], &rows, &[grant(1, "a", 0)], &[], 1);
+        let v = check_no_abandoned(&[], &rows, &[grant(1, "a", 0)], &[]);
         assert_eq!(v.duplicates, 1);
         assert!(matches!(&v.violations[0], Violation::Duplicate { copies, .. } if copies.len() == 2));
     }
@@ -319,28 +372,50 @@ mod tests {
     fn a_commit_under_a_superseded_epoch_is_stale() {
         // Epoch 2 was granted at t=100; a commit under epoch 1 at t=150 is stale.
         let grants = [grant(1, "a", 0), grant(2, "b", 100)];
-        let v = check_no_abandoned(&[], &[row("x", "r1", 1, 1, 150)], &grants, &[], 1);
+        let v = check_no_abandoned(&[], &[row("x", "r1", 1, 1, 150)], &grants, &[]);
         assert_eq!(v.stale_epoch, 1);
         assert!(matches!(&v.violations[0], Violation::StaleEpoch { current: Some(2), epoch: 1, .. }));
         // A commit before any grant is stale too.
-        let v = check_no_abandoned(&[], &[row("x", "r1", 1, 1, 5)], &[grant(1, "a", 10)], &[], 1);
+        let v = check_no_abandoned(&[], &[row("x", "r1", 1, 1, 5)], &[grant(1, "a", 10)], &[]);
         assert_eq!(v.stale_epoch, 1);
     }
 
     #[test]
     fn a_slow_or_missing_takeover_is_reported() {
-        let death = Death { fault: 3, node: "a".into(), at_us: 1_000_000, shards: vec!["s".into()] };
-        let slow = check_no_abandoned(&[], &[], &[grant(1, "a", 0), grant(2, "b", 6_000_000)], std::slice::from_ref(&death), 3_500);
+        let death = Death { fault: 3, node: "a".into(), at_us: 1_000_000, shards: vec!["s".into()], crash: false };
+        let slow = check_no_abandoned(&[], &[], &[grant(1, "a", 0), grant(2, "b", 6_000_000)], std::slice::from_ref(&death));
         assert_eq!(slow.slow_takeovers, 1);
         assert_eq!(slow.takeovers[0].ms, 5_000);
-        let never = check_no_abandoned(&[], &[], &[grant(1, "a", 0)], std::slice::from_ref(&death), 3_500);
+        let never = check_no_abandoned(&[], &[], &[grant(1, "a", 0)], std::slice::from_ref(&death));
         assert!(matches!(&never.violations[0], Violation::SlowTakeover { granted_us: None, .. }));
     }
 
     #[test]
+    fn a_crash_is_held_to_the_session_bound_and_a_stall_to_the_ttl_both_ways() {
+        let died = |crash| Death { fault: 0, node: "a".into(), at_us: 1_000_000, shards: vec!["s".into()], crash };
+        let after = |ms: i64| [grant(1, "a", 0), grant(2, "b", 1_000_000 + ms * 1000)];
+        // A crash taken over in 2 s is slow for its session bound, fine for a stall's.
+        assert_eq!(check_no_abandoned(&[], &[], &after(2_000), &[died(true)]).slow_takeovers, 1);
+        assert!(check_no_abandoned(&[], &[], &after(2_000), &[died(false)]).violations.is_empty());
+        // A crash taken over at once is what session liveness is for; a
+        // stall taken over at once means something judged a live node dead.
+        assert!(check_no_abandoned(&[], &[], &after(50), &[died(true)]).violations.is_empty());
+        let early = check_no_abandoned(&[], &[], &after(50), &[died(false)]);
+        assert_eq!(early.early_takeovers, 1);
+        assert!(matches!(&early.violations[0], Violation::EarlyTakeover { floor_ms: 1_000, .. }));
+    }
+
+    #[test]
+    fn bounds_follow_the_lease_timing() {
+        use std::time::Duration;
+        let b = Bounds::of(Duration::from_secs(2), Duration::from_millis(500), Duration::from_secs(1));
+        assert_eq!(b, Bounds { crash_ms: 2_000, stall_ms: 3_500, stall_floor_ms: 1_250 });
+    }
+
+    #[test]
     fn a_shard_handed_away_before_the_death_is_not_judged() {
-        let death = Death { fault: 0, node: "a".into(), at_us: 1_000_000, shards: vec!["s".into()] };
-        let v = check_no_abandoned(&[], &[], &[grant(1, "a", 0), grant(2, "b", 500_000)], &[death], 3_500);
+        let death = Death { fault: 0, node: "a".into(), at_us: 1_000_000, shards: vec!["s".into()], crash: false };
+        let v = check_no_abandoned(&[], &[], &[grant(1, "a", 0), grant(2, "b", 500_000)], &[death]);
         assert!(v.violations.is_empty());
         assert!(v.takeovers.is_empty());
     }

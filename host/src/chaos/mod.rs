@@ -408,9 +408,9 @@ async fn run_in(
     let all_streams: Vec<String> = streams.iter().flatten().cloned().collect();
     let evidence = evidence::read(&store, &lab.database_url, &all_streams).await?;
     store.close().await;
-    let bound = opts.lease_ttl + opts.renew_interval + opts.takeover_slack;
+    let bounds = checker::Bounds::of(opts.lease_ttl, opts.renew_interval, opts.takeover_slack);
     let answers: Vec<clients::Ack> = log.acks.iter().chain(&log.resends).cloned().collect();
-    let verdict = checker::check(&answers, &log.abandoned, &evidence.rows, &evidence.grants, &deaths, bound.as_millis() as u64);
+    let verdict = checker::check(&answers, &log.abandoned, &evidence.rows, &evidence.grants, &deaths, bounds);
     let facts = report::RunFacts {
         run: report::RunInfo {
             seed: opts.seed,
@@ -435,7 +435,7 @@ async fn run_in(
             Duration::from_millis(duration_ms),
             opts.append_interval + opts.failpoints.as_deref().map_or(Duration::ZERO, crate::failpoint::expected_append_pause),
         ),
-        takeover_bound_ms: bound.as_millis() as u64,
+        takeover_bounds: bounds,
         supervisor_restarts: std::mem::take(&mut lab.supervisor_restarts),
     };
     Ok((facts, verdict))

@@ -206,7 +206,7 @@ pub async fn inject(
     };
     let ended_ms = ms();
     let recovered = lab.wait_recovered(Duration::from_secs(90)).await?;
-    let death = node.clone().filter(|_| kind.is_death()).map(|node| Death { fault: index, node, at_us: died_at, shards: held.clone() });
+    let death = node.clone().filter(|_| kind.is_death()).map(|node| Death { fault: index, node, at_us: died_at, shards: held.clone(), crash: kind == FaultKind::Kill });
     let record = FaultRecord {
         index,
         kind,

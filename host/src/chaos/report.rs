@@ -63,7 +63,17 @@ pub struct Report {
     /// Requests answered "not applied" that the clients gave up.
     #[serde(default)]
     pub abandoned: usize,
+    /// Stalls (pause, cut) are taken over within this.
     pub takeover_bound_ms: u64,
+    /// Crashes (kill) are taken over within this.
+    #[serde(default)]
+    pub crash_takeover_bound_ms: u64,
+    /// Stalls are taken over no sooner than this.
+    #[serde(default)]
+    pub stall_takeover_floor_ms: u64,
+    /// Stalled nodes' shards taken over before their leases could expire.
+    #[serde(default)]
+    pub early_takeovers: usize,
     pub takeovers: usize,
     pub takeover_p50_ms: Option<u64>,
     pub takeover_p99_ms: Option<u64>,
@@ -129,7 +139,7 @@ pub struct RunFacts {
     pub stored: usize,
     pub evidence: Basis,
     pub ack_floor: u64,
-    pub takeover_bound_ms: u64,
+    pub takeover_bounds: crate::chaos::checker::Bounds,
     pub supervisor_restarts: Vec<String>,
 }
 
@@ -171,7 +181,10 @@ impl Report {
             slow_takeovers: verdict.slow_takeovers,
             not_applied_stored: verdict.not_applied_stored,
             abandoned: f.log.abandoned.len(),
-            takeover_bound_ms: f.takeover_bound_ms,
+            takeover_bound_ms: f.takeover_bounds.stall_ms,
+            crash_takeover_bound_ms: f.takeover_bounds.crash_ms,
+            stall_takeover_floor_ms: f.takeover_bounds.stall_floor_ms,
+            early_takeovers: verdict.early_takeovers,
             takeovers: takeover_ms.len(),
             takeover_p50_ms: percentile(&takeover_ms, 50.0),
             takeover_p99_ms: percentile(&takeover_ms, 99.0),
@@ -226,7 +239,17 @@ impl Report {
             ("stale-epoch commits", self.stale_epoch.to_string()),
             ("acks that disagree with the store", self.mismatched.to_string()),
             ("rejected as invalid", self.rejected.to_string()),
-            (&format!("takeovers over {} ms", self.takeover_bound_ms), self.slow_takeovers.to_string()),
+            (
+                &format!(
+                    "takeovers over {} ms after a kill, over {} ms after a pause or cut",
+                    self.crash_takeover_bound_ms, self.takeover_bound_ms
+                ),
+                self.slow_takeovers.to_string(),
+            ),
+            (
+                &format!("takeovers of a paused or cut node sooner than {} ms", self.stall_takeover_floor_ms),
+                self.early_takeovers.to_string(),
+            ),
             ("takeovers measured", self.takeovers.to_string()),
             ("takeover p50", ms(self.takeover_p50_ms)),
             ("takeover p99", ms(self.takeover_p99_ms)),

@@ -87,6 +87,12 @@ pub enum LeaseError {
     #[error("node registration {0} is unknown or down; register again")]
     NodeNotRegistered(Uuid),
 
+    #[error(
+        "the liveness lock of registration {node} stayed taken for {waited:?}: another session holds it (a peer \
+         judging this node, or a pooler in transaction mode sharing one server session between clients)"
+    )]
+    SessionLockHeld { node: Uuid, waited: std::time::Duration },
+
     #[error("node registration {0} is not live (down, or not seen within the liveness timeout)")]
     NodeNotLive(Uuid),
 

@@ -100,6 +100,7 @@ mod schema;
 mod sqlite;
 
 pub mod checks;
+pub mod session;
 
 use std::fmt;
 use std::str::FromStr;

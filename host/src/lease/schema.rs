@@ -42,6 +42,13 @@ const MIGRATIONS: &[(i64, &str, &str, &str, &str)] = &[
         include_str!("../../migrations/mysql/0004_versions.sql"),
         include_str!("../../migrations/sqlite/0004_versions.sql"),
     ),
+    (
+        5,
+        "node sessions",
+        include_str!("../../migrations/postgres/0005_node_sessions.sql"),
+        include_str!("../../migrations/mysql/0005_node_sessions.sql"),
+        include_str!("../../migrations/sqlite/0005_node_sessions.sql"),
+    ),
 ];
 
 /// The versions of `applied` this binary has no migration for.

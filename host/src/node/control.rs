@@ -54,6 +54,9 @@ impl Control {
     pub async fn activate(&self, node: Arc<Node>) {
         let rounds = tokio::spawn(node.clone().run_rounds(self.shutdown.subscribe()));
         let mut tasks = vec![rounds];
+        if let Some(session) = node.take_session() {
+            tasks.push(tokio::spawn(node.clone().run_liveness(session, self.shutdown.subscribe())));
+        }
         if let Some(coord) = &node.coord {
             let background = coord.start(self.shutdown.subscribe()).await;
             tasks.extend([background.heartbeat, background.monitor]);

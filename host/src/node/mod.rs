@@ -8,6 +8,7 @@
 //! - [`drain`]: handing every shard over (drain, graceful stop);
 //! - [`journal`]: the reference journal (fenced appends, forwarding);
 //! - [`peers`]: pooled channels to the other nodes, ownership notices;
+//! - [`liveness`]: the liveness session and the watch of the next node;
 //! - [`control`]: the process's control block (the node once it exists);
 //! - [`metrics`]: counters;
 //! - this module: start-up (checks, identity, registration).
@@ -20,6 +21,7 @@ pub mod control;
 pub mod drain;
 pub mod journal;
 pub mod leases;
+pub mod liveness;
 pub mod metrics;
 pub mod peers;
 pub mod plan;
@@ -154,6 +156,10 @@ pub struct Node {
     /// Set when the node must stop on its own: its registration is gone.
     fatal: watch::Sender<bool>,
     started: std::time::Instant,
+    /// The liveness session opened at start, until its task takes it.
+    session: Mutex<Option<lease::session::LiveSession>>,
+    /// False while the liveness session is lost: the node serves nothing.
+    session_up: std::sync::atomic::AtomicBool,
 }
 
 impl Node {
@@ -224,7 +230,12 @@ impl Node {
             .await?;
         let uuid = store.register_node(&name, &address).await?;
         crate::upgrade::join(&store, uuid).await?;
-        tracing::info!(%name, %uuid, %address, standalone, "registered; joining");
+        let session = if !standalone && settings.cluster.session_liveness && lease::session::supported(store.dialect()) {
+            Some(store.open_session(uuid, settings.lease_ttl(), liveness::OWN_LOCK_WAIT).await?)
+        } else {
+            None
+        };
+        tracing::info!(%name, %uuid, %address, standalone, session = session.is_some(), "registered; joining");
 
         let coord = if standalone { None } else { Some(coordinator(&settings, uuid, &address)?) };
         let metrics = Arc::new(Metrics::default());
@@ -250,7 +261,15 @@ impl Node {
             kick: Notify::new(),
             fatal: watch::channel(false).0,
             started: std::time::Instant::now(),
+            session: Mutex::new(session),
+            session_up: std::sync::atomic::AtomicBool::new(true),
         }))
+    }
+
+    /// The liveness session opened at start, for [`Node::run_liveness`]
+    /// (`None` without one, or once taken).
+    pub fn take_session(&self) -> Option<lease::session::LiveSession> {
+        self.session.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// The policy components in use.

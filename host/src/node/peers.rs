@@ -105,10 +105,37 @@ impl super::Node {
         }
     }
 
+    /// Tells every other live node that `dead`'s liveness session ended and
+    /// its leases are free, so that each runs a round now instead of at its
+    /// next interval (a peer of a release without `Peer.NodeDown` answers
+    /// UNIMPLEMENTED and finds the same at its next round).
+    pub fn announce_down(&self, dead: &crate::lease::NodeRecord) {
+        let notice = crate::proto::NodeDownNotice { node_uuid: dead.id.to_string(), node: dead.name.clone() };
+        for peer in self.registry().into_iter().filter(|r| r.live && r.id != self.uuid && r.id != dead.id) {
+            let (peers, notice) = (self.peers.clone(), notice.clone());
+            tokio::spawn(async move {
+                let Ok(channel) = peers.channel(&peer.address).await else { return };
+                let mut request = tonic::Request::new(notice);
+                request.set_timeout(CONNECT_TIMEOUT);
+                if let Err(status) = crate::proto::peer_client::PeerClient::new(channel).node_down(request).await {
+                    tracing::debug!(peer = %peer.name, error = %status, "node-down notice not delivered");
+                    peers.forget(&peer.address);
+                }
+            });
+        }
+    }
+
+    /// A peer found a node dead: run a round now, which reads the freed
+    /// leases and takes those this node is preferred for.
+    pub fn on_node_down(&self, node: &str) {
+        tracing::info!(%node, "a peer found a node dead; running a round now");
+        self.kick.notify_one();
+    }
+
     /// A peer's notice: a lease handed to this node is taken up now (renewing
     /// it first proves it); any other change wakes waiting requests.
     pub async fn on_notice(&self, shard: &str, epoch: i64, holder: uuid::Uuid) {
-        if holder == self.uuid && self.is_ready() && !self.leases.held_ids().contains(shard) {
+        if holder == self.uuid && self.is_ready() && self.session_up() && !self.leases.held_ids().contains(shard) {
             match self.leases.adopt(self.own_lease(shard, epoch)).await {
                 Ok(()) => tracing::info!(%shard, epoch, "took up a handed-over lease on notice"),
                 Err(e) => tracing::debug!(%shard, error = %e, "cannot take up a lease on notice"),

@@ -32,6 +32,11 @@ impl Node {
         }
         self.leases.renew_all().await;
         let registry = self.refresh_registry().await?;
+        if !self.session_up() {
+            // Without its liveness session the node takes nothing: a peer may
+            // be judging it dead this very moment.
+            return Ok(());
+        }
         let rows = self.store.holders().await?;
         self.take_up_handed_over(&rows).await;
 

@@ -63,6 +63,13 @@ pub struct ClusterSettings {
     /// Must exceed 2 × `heartbeat_interval_secs`.
     #[serde(deserialize_with = "secs")]
     pub liveness_timeout_secs: f64,
+    /// Session-bound liveness: the node holds a session lock in the shared
+    /// database for its lifetime and watches the next node's, so that a
+    /// crashed node's shards are taken over in milliseconds rather than
+    /// after their TTL. Turn off only behind a pooler in transaction mode
+    /// (PgBouncer), which breaks session locks; takeovers then wait for the
+    /// TTL.
+    pub session_liveness: bool,
     /// The node's name; else the `instance-id` policy decides.
     pub instance_id: Option<String>,
     /// Reserved for node-to-node traffic (today peers call each other on
@@ -89,6 +96,7 @@ impl Default for ClusterSettings {
             namespace: "chitin".to_owned(),
             heartbeat_interval_secs: 10.0,
             liveness_timeout_secs: 30.0,
+            session_liveness: true,
             instance_id: None,
             listen: "127.0.0.1:7946".to_owned(),
             advertise: None,

@@ -59,6 +59,66 @@ impl NodeClients for NodeProc {
     }
 }
 
+pub async fn append_via(api: &str, stream: &str, request_id: &str) -> Result<proto::AppendResponse> {
+    let mut client = proto::journal_client::JournalClient::connect(format!("http://{api}")).await?;
+    let request = proto::AppendRequest {
+        stream: stream.into(),
+        request_id: request_id.into(),
+        payload: request_id.as_bytes().to_vec(),
+        forwarded: false,
+    };
+    Ok(client.append(request).await?.into_inner())
+}
+
+/// Appends `request_id` to `stream` through the nodes at `apis` in turn,
+/// retrying the same id at once after any error, as a client does; how long
+/// it took.
+pub async fn append_until_acked(apis: Vec<String>, stream: String, request_id: &str, within: Duration) -> Result<Duration> {
+    let started = Instant::now();
+    let mut errors = Vec::new();
+    for api in apis.iter().cycle() {
+        match append_via(api, &stream, request_id).await {
+            Ok(_) => return Ok(started.elapsed()),
+            Err(e) => errors.push(e.to_string()),
+        }
+        if started.elapsed() > within {
+            bail!("{stream} not writable within {within:?}; errors: {errors:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    unreachable!("cycle never ends")
+}
+
+/// A stream whose appends land on `shard`: the first `{salt}-{i}` that routes there.
+pub fn stream_on(map: &chitin::node::shard_map::ShardMap, shard: &str, salt: &str) -> String {
+    (0..200_000).map(|i| format!("{salt}-{i}")).find(|s| map.route_stream(s).unwrap().id == shard).unwrap()
+}
+
+/// Every entry of `stream` committed under the epoch that was current at its
+/// commit, by the lease history (both times by the database clock); the
+/// number of entries.
+pub async fn assert_epochs_current(store: &chitin::lease::Store, stream: &str) -> Result<usize> {
+    let entries = store.read(stream, 1, 100_000).await?;
+    for e in &entries {
+        let history = store.history(Some(&e.shard)).await?;
+        let granted = history.iter().find(|h| h.epoch == e.epoch);
+        anyhow::ensure!(granted.is_some(), "entry {} of {stream} has epoch {} that was never granted", e.seq, e.epoch);
+        anyhow::ensure!(granted.unwrap().acquired_at <= e.committed_at, "entry {} committed before its epoch", e.seq);
+        if let Some(next) = history.iter().find(|h| h.epoch > e.epoch) {
+            anyhow::ensure!(
+                e.committed_at <= next.acquired_at,
+                "entry {} of {stream} committed at {} under epoch {}, after epoch {} was granted at {}",
+                e.seq,
+                e.committed_at,
+                e.epoch,
+                next.epoch,
+                next.acquired_at
+            );
+        }
+    }
+    Ok(entries.len())
+}
+
 /// A cluster config with `nodes` nodes and one `journal` application of
 /// `shards` equal shards (a power of two), each with a replica on every node.
 pub fn cluster_config(nodes: &[(String, String)], shards: u32) -> String {
@@ -85,8 +145,18 @@ impl Cluster {
         start: usize,
         edit: impl Fn(&str, &mut chitin::settings::Settings),
     ) -> Result<Cluster> {
+        Cluster::on(TestDb::create(dialect).await?, count, shards, start, edit).await
+    }
+
+    /// [`Cluster::new`] on a given database (of a private server, say).
+    pub async fn on(
+        db: TestDb,
+        count: usize,
+        shards: u32,
+        start: usize,
+        edit: impl Fn(&str, &mut chitin::settings::Settings),
+    ) -> Result<Cluster> {
         let dir = tempfile::tempdir()?;
-        let db = TestDb::create(dialect).await?;
         // The config always names three nodes, so that a cluster started
         // with fewer has replicas waiting for the rest.
         let ports = free_ports(2 * count.max(3))?;
@@ -193,6 +263,18 @@ impl Cluster {
             db.drop_db().await?;
         }
         Ok(())
+    }
+
+    /// The shard map of the cluster's config file.
+    pub fn shard_map(&self) -> chitin::node::shard_map::ShardMap {
+        let config = chitin::topology::ClusterConfig::from_json(&std::fs::read_to_string(&self.config).unwrap()).unwrap();
+        chitin::node::shard_map::ShardMap::from_config(&config)
+    }
+
+    /// A store on the cluster's database, to check it directly.
+    pub async fn store(&self) -> chitin::lease::Store {
+        let options = chitin::lease::StoreOptions { lease_ttl: TTL, liveness_timeout: TTL, ..Default::default() };
+        chitin::lease::Store::connect_with(&self.db.as_ref().unwrap().url, options).await.unwrap()
     }
 
     pub fn config_path(&self) -> &Path {

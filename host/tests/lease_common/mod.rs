@@ -51,7 +51,12 @@ impl TestDb {
                 return Ok(TestDb { dialect, url, fresh: None, _dir: Some(dir) });
             }
         };
-        let fresh = FreshDb::create(&admin, "chitin_t_").await.with_context(|| format!("a fresh {dialect:?} database"))?;
+        TestDb::create_on(dialect, &admin).await
+    }
+
+    /// A fresh database on the server of `admin_url` (a private server).
+    pub async fn create_on(dialect: Dialect, admin_url: &str) -> Result<TestDb> {
+        let fresh = FreshDb::create(admin_url, "chitin_t_").await.with_context(|| format!("a fresh {dialect:?} database"))?;
         Ok(TestDb { dialect, url: fresh.url.clone(), fresh: Some(fresh), _dir: None })
     }
 

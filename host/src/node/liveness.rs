@@ -1,0 +1,219 @@
+//! The node's side of session-bound liveness (`lease::session`): hold this
+//! registration's session for the process's lifetime, and watch the next
+//! live registration's, freeing its leases the moment its session ends.
+//!
+//! Every node watches one peer, the next live registration after its own by
+//! name (a ring), so the cluster holds two dedicated connections per node
+//! whatever its size, and a dead node is seen by exactly one peer. That peer
+//! frees the leases, tells every node to run a round now (`Peer.NodeDown`),
+//! and watches the next registration from its next read of the registry on.
+//! A node whose watcher died with it is judged by the one after, or by the
+//! TTL, as before.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use super::Node;
+use crate::lease::NodeRecord;
+use crate::lease::session::{LiveSession, SessionLost, Verdict, Watch};
+
+/// How long one wait for a peer's lock lasts before the watcher looks at
+/// the registry again (a new ring successor, or a stop).
+const WAIT: Duration = Duration::from_secs(1);
+
+/// How long a node waits for its own lock at start or after reconnecting:
+/// a peer holds it only for the moment it takes to judge it.
+pub const OWN_LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// The registration `me` watches: the next live one after it by (name, id),
+/// wrapping around; `None` when no other is live.
+pub fn watch_target(registry: &[NodeRecord], me: Uuid) -> Option<&NodeRecord> {
+    let mut live: Vec<&NodeRecord> = registry.iter().filter(|r| r.live || r.id == me).collect();
+    live.sort_by(|a, b| (&a.name, a.id).cmp(&(&b.name, b.id)));
+    let at = live.iter().position(|r| r.id == me)?;
+    let next = live[(at + 1) % live.len()];
+    (next.id != me).then_some(next)
+}
+
+/// How often the node checks its own session: a lost session stops this
+/// node serving within one check.
+fn check_interval(renew: Duration) -> Duration {
+    (renew / 4).clamp(Duration::from_millis(20), Duration::from_millis(250))
+}
+
+impl Node {
+    /// Whether this node's liveness session is up (always, when the node
+    /// runs without one). While it is down the node serves nothing and takes
+    /// no lease.
+    pub fn session_up(&self) -> bool {
+        self.session_up.load(Ordering::Acquire)
+    }
+
+    /// Runs the liveness session and the watch of the next registration
+    /// until `shutdown`, which comes after the graceful stop deregistered
+    /// this node, so that closing the session leaves peers nothing to judge.
+    pub async fn run_liveness(self: Arc<Self>, session: LiveSession, shutdown: watch::Receiver<bool>) {
+        let watcher = tokio::spawn(self.clone().watch_peers(shutdown.clone()));
+        self.keep_session(session, shutdown).await;
+        watcher.abort();
+    }
+
+    async fn keep_session(&self, mut session: LiveSession, mut shutdown: watch::Receiver<bool>) {
+        let tick = check_interval(self.settings.renew_interval());
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = tokio::time::sleep(tick) => {}
+            }
+            match session.check().await {
+                Ok(()) => {}
+                Err(e @ SessionLost::Pooled { .. }) => {
+                    // Safety never rested on it: run on without it, as with
+                    // `cluster.session_liveness = false`.
+                    tracing::error!(error = %e, "liveness session unusable; takeovers of this node wait for the TTL");
+                    return;
+                }
+                Err(e) => {
+                    self.session_lost(&e);
+                    match self.reopen_session(&mut shutdown).await {
+                        Some(fresh) => session = fresh,
+                        None => break,
+                    }
+                    self.session_up.store(true, Ordering::Release);
+                    tracing::info!("liveness session back; serving again from the next round");
+                    self.kick.notify_one();
+                }
+            }
+        }
+        session.close().await;
+    }
+
+    /// The session ended while this process lives (the connection broke, the
+    /// server restarted, or someone ended it): stop serving at once. A peer
+    /// may already be taking this node's shards; the fence refuses any write
+    /// of ours from then on, and what we no longer serve we cannot ack.
+    fn session_lost(&self, e: &SessionLost) {
+        tracing::warn!(error = %e, "liveness session lost; serving nothing until it is back");
+        self.session_up.store(false, Ordering::Release);
+        self.leases.forget_all();
+        self.leases.notify_change();
+    }
+
+    /// Opens the session again, retrying with backoff; `None` on shutdown.
+    /// If a peer marked this registration down meanwhile, the next round's
+    /// heartbeat finds it and the node stops.
+    async fn reopen_session(&self, shutdown: &mut watch::Receiver<bool>) -> Option<LiveSession> {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return None,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            match self.store.open_session(self.uuid, self.settings.lease_ttl(), OWN_LOCK_WAIT).await {
+                Ok(session) => return Some(session),
+                Err(e) => tracing::debug!(error = %e, "liveness session not back yet"),
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    async fn watch_peers(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let idle = self.settings.renew_interval();
+        let mut watch: Option<Watch> = None;
+        loop {
+            let pause = match self.watch_once(&mut watch).await {
+                Ok(true) => Duration::ZERO,
+                Ok(false) => idle,
+                Err(e) => {
+                    tracing::debug!(error = %e, "liveness watch failed; reconnecting");
+                    watch = None;
+                    Duration::from_millis(250)
+                }
+            };
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// One wait on the ring successor's lock: true to wait again at once
+    /// (the target lives, or it died and the next one is due), false when
+    /// there is nothing to watch or the free lock proved nothing yet (look
+    /// again after a round).
+    async fn watch_once(&self, slot: &mut Option<Watch>) -> Result<bool, crate::lease::LeaseError> {
+        let Some(target) = watch_target(&self.registry(), self.uuid).cloned() else { return Ok(false) };
+        let watch = match slot {
+            Some(w) => w,
+            None => slot.insert(self.store.open_watch().await?),
+        };
+        if !watch.wait(target.id, WAIT).await? {
+            return Ok(true);
+        }
+        let verdict = self.store.declare_dead(watch, target.id).await;
+        watch.release().await?;
+        match verdict? {
+            Verdict::Dead { freed } => {
+                tracing::warn!(
+                    node = %target.name, uuid = %target.id, freed,
+                    "peer's liveness session ended: marked it down and freed its leases"
+                );
+                self.metrics.session_takeovers.inc();
+                self.refresh_registry().await?;
+                self.announce_down(&target);
+                self.kick.notify_one();
+                Ok(true)
+            }
+            Verdict::NoEvidence { recorded, now } => {
+                tracing::debug!(node = %target.name, ?recorded, ?now, "peer's free liveness lock proves nothing yet");
+                Ok(false)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::NodeState;
+
+    fn record(name: &str, live: bool) -> NodeRecord {
+        NodeRecord {
+            id: Uuid::new_v4(),
+            name: name.to_string(),
+            address: String::new(),
+            state: if live { NodeState::Active } else { NodeState::Down },
+            started_at: Default::default(),
+            last_seen: Default::default(),
+            live,
+        }
+    }
+
+    #[test]
+    fn each_node_watches_the_next_live_one_by_name_around_the_ring() {
+        let (a, b, c, d) = (record("a", true), record("b", true), record("c", false), record("d", true));
+        let registry = vec![d.clone(), c.clone(), b.clone(), a.clone()];
+        let target = |me: &NodeRecord| watch_target(&registry, me.id).map(|r| r.name.clone());
+        assert_eq!(target(&a).as_deref(), Some("b"));
+        assert_eq!(target(&b).as_deref(), Some("d"), "c is down: skipped");
+        assert_eq!(target(&d).as_deref(), Some("a"), "wraps around");
+    }
+
+    #[test]
+    fn a_lone_node_watches_nothing() {
+        let me = record("a", true);
+        assert_eq!(watch_target(&[me.clone(), record("b", false)], me.id), None);
+        assert_eq!(watch_target(&[], me.id), None, "not in the registry yet");
+    }
+
+    #[test]
+    fn the_check_interval_stays_between_20_and_250_ms() {
+        assert_eq!(check_interval(Duration::from_secs(5)), Duration::from_millis(250));
+        assert_eq!(check_interval(Duration::from_millis(500)), Duration::from_millis(125));
+        assert_eq!(check_interval(Duration::from_millis(10)), Duration::from_millis(20));
+    }
+}
