@@ -96,14 +96,15 @@ pub enum SessionLost {
 
 impl Conn {
     /// `label` names the session where the server lists them
-    /// (PostgreSQL's `application_name`).
+    /// (PostgreSQL's `application_name`). Statements are not logged: a
+    /// watch's lock wait lasts a second by design, not a slow query.
     async fn open(store: &Store, label: &str) -> Result<Conn, LeaseError> {
         Ok(match store {
             Store::Postgres(s) => {
-                let options = (*s.pool.connect_options()).clone().application_name(label);
+                let options = (*s.pool.connect_options()).clone().application_name(label).disable_statement_logging();
                 Conn::Pg(options.connect().await?)
             }
-            Store::MySql(s) => Conn::My((*s.pool.connect_options()).clone().connect().await?),
+            Store::MySql(s) => Conn::My((*s.pool.connect_options()).clone().disable_statement_logging().connect().await?),
             Store::Sqlite(_) => {
                 return Err(LeaseError::InvalidArgument(
                     "session liveness needs PostgreSQL or MySQL/MariaDB (SQLite runs standalone)".into(),

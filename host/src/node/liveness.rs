@@ -122,12 +122,17 @@ impl Node {
     }
 
     async fn watch_peers(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let idle = self.settings.renew_interval();
+        let idle = check_interval(self.settings.renew_interval());
         let mut watch: Option<Watch> = None;
         loop {
             let pause = match self.watch_once(&mut watch).await {
                 Ok(true) => Duration::ZERO,
-                Ok(false) => idle,
+                // Nothing to watch yet, or a peer that has not recorded its
+                // session: read the registry again rather than wait a round.
+                Ok(false) => match self.refresh_registry().await {
+                    Ok(_) => idle,
+                    Err(_) => Duration::from_millis(250),
+                },
                 Err(e) => {
                     tracing::debug!(error = %e, "liveness watch failed; reconnecting");
                     watch = None;
@@ -143,8 +148,7 @@ impl Node {
 
     /// One wait on the ring successor's lock: true to wait again at once
     /// (the target lives, or it died and the next one is due), false when
-    /// there is nothing to watch or the free lock proved nothing yet (look
-    /// again after a round).
+    /// there is nothing to watch or the free lock proved nothing yet.
     async fn watch_once(&self, slot: &mut Option<Watch>) -> Result<bool, crate::lease::LeaseError> {
         let Some(target) = watch_target(&self.registry(), self.uuid).cloned() else { return Ok(false) };
         let watch = match slot {
