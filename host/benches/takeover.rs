@@ -47,7 +47,7 @@ async fn kill_once(c: &mut Cluster) -> Vec<Duration> {
     c.nodes[v].kill9().unwrap();
     let mut writes = tokio::task::JoinSet::new();
     for stream in streams {
-        writes.spawn(append_until_acked(survivors.clone(), stream, &id, Duration::from_secs(60)));
+        writes.spawn(append_until_acked(survivors.clone(), stream, id.clone(), Duration::from_secs(60)));
     }
     let mut took = Vec::new();
     while let Some(done) = writes.join_next().await {

@@ -45,7 +45,7 @@ async fn killed_holder_is_replaced_at_once(dialect: Dialect) -> Result<()> {
     c.nodes[v].kill9()?;
     let mut writes = tokio::task::JoinSet::new();
     for stream in streams {
-        writes.spawn(append_until_acked(survivors.clone(), stream, "after-kill", Duration::from_secs(30)));
+        writes.spawn(append_until_acked(survivors.clone(), stream, "after-kill".into(), Duration::from_secs(30)));
     }
     let mut took = Vec::new();
     while let Some(done) = writes.join_next().await {
@@ -141,7 +141,7 @@ async fn a_database_restart_marks_no_live_node_down() {
     let map = c.shard_map();
     for (i, lease) in before.leases.iter().enumerate() {
         let api = c.nodes[i % c.nodes.len()].api.clone();
-        append_until_acked(vec![api], stream_on(&map, &lease.shard, "r"), "after-restart", Duration::from_secs(30))
+        append_until_acked(vec![api], stream_on(&map, &lease.shard, "r"), "after-restart".into(), Duration::from_secs(30))
             .await
             .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
     }

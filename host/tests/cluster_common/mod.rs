@@ -73,11 +73,11 @@ pub async fn append_via(api: &str, stream: &str, request_id: &str) -> Result<pro
 /// Appends `request_id` to `stream` through the nodes at `apis` in turn,
 /// retrying the same id at once after any error, as a client does; how long
 /// it took.
-pub async fn append_until_acked(apis: Vec<String>, stream: String, request_id: &str, within: Duration) -> Result<Duration> {
+pub async fn append_until_acked(apis: Vec<String>, stream: String, request_id: String, within: Duration) -> Result<Duration> {
     let started = Instant::now();
     let mut errors = Vec::new();
     for api in apis.iter().cycle() {
-        match append_via(api, &stream, request_id).await {
+        match append_via(api, &stream, &request_id).await {
             Ok(_) => return Ok(started.elapsed()),
             Err(e) => errors.push(e.to_string()),
         }
