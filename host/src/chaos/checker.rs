@@ -70,14 +70,17 @@ pub struct Bounds {
 
 impl Bounds {
     /// The bounds of a run's lease timing: a crash is seen by its session
-    /// within a second (and the slack); a stalled node's last renewal was at
-    /// most a renew interval and a round (250 ms) before it stalled.
+    /// within a second (and the slack). A stalled node's last renewal was a
+    /// renew interval and a round before it stalled, at most: its shards may
+    /// go from TTL − 2 × renew interval (no later than half a TTL), wide
+    /// enough for slow rounds on loaded machines, far above the milliseconds
+    /// a wrongly judged session takes.
     pub fn of(ttl: std::time::Duration, renew: std::time::Duration, slack: std::time::Duration) -> Bounds {
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         Bounds {
             crash_ms: ms(slack) + 1_000,
             stall_ms: ms(ttl + renew + slack),
-            stall_floor_ms: ms(ttl).saturating_sub(ms(renew) + 250),
+            stall_floor_ms: ms(ttl).saturating_sub(2 * ms(renew)).min(ms(ttl) / 2),
         }
     }
 }
@@ -409,7 +412,9 @@ mod tests {
     fn bounds_follow_the_lease_timing() {
         use std::time::Duration;
         let b = Bounds::of(Duration::from_secs(2), Duration::from_millis(500), Duration::from_secs(1));
-        assert_eq!(b, Bounds { crash_ms: 2_000, stall_ms: 3_500, stall_floor_ms: 1_250 });
+        assert_eq!(b, Bounds { crash_ms: 2_000, stall_ms: 3_500, stall_floor_ms: 1_000 });
+        let b = Bounds::of(Duration::from_secs(15), Duration::from_secs(5), Duration::from_secs(1));
+        assert_eq!(b.stall_floor_ms, 5_000);
     }
 
     #[test]

@@ -16,8 +16,8 @@
 //! paused or partitioned process keeps its session (its kernel still answers
 //! for its socket), so its shards wait for the TTL as before. The server
 //! drops the session of a host that vanished after TCP keepalives (set here
-//! to about one TTL) give up; that only speeds a takeover the TTL makes
-//! anyway.
+//! to about one TTL on PostgreSQL; MySQL's `wait_timeout`, four TTLs and at
+//! least a minute) give up, by which time its leases have expired anyway.
 //!
 //! A pooler in transaction mode (PgBouncer) hands statements of one client
 //! connection to different server sessions, which breaks session locks:
@@ -229,8 +229,9 @@ impl Conn {
 
     /// TCP keepalives for the server's side of this session, so that the
     /// session of a host that vanished (no FIN ever comes) ends after about
-    /// `ttl`, not after the kernel's two hours; never much sooner, since a
-    /// partitioned node must keep its shards until their TTL.
+    /// `ttl` (PostgreSQL) or a few (MySQL), not after the kernel's two
+    /// hours; never sooner, since a partitioned node must keep its shards
+    /// until their TTL.
     async fn keep_alive(&mut self, ttl: Duration) -> Result<(), LeaseError> {
         let secs = |d: Duration| d.as_secs().max(1);
         match self {
@@ -251,10 +252,13 @@ impl Conn {
                     sqlx::query(sqlx::AssertSqlSafe(set)).execute(&mut *c).await?;
                 }
             }
-            // MySQL keeps the OS's keepalives; an idle session ends after
-            // `wait_timeout`, and the holder's checks keep it from idling.
+            // MySQL keeps the OS's keepalives (two hours) and has no
+            // per-session ones; an idle session ends after `wait_timeout`.
+            // A paused process is idle too, and must keep its session past
+            // its TTL: four TTLs, at least a minute.
             Conn::My(c) => {
-                sqlx::query(sqlx::AssertSqlSafe(format!("SET SESSION wait_timeout = {}", secs(ttl))))
+                let idle = secs(ttl * 4).max(60);
+                sqlx::query(sqlx::AssertSqlSafe(format!("SET SESSION wait_timeout = {idle}")))
                     .execute(c)
                     .await?;
             }
