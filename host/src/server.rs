@@ -220,10 +220,8 @@ pub async fn run(settings: Settings) -> Result<(), NodeError> {
             _ = tokio::signal::ctrl_c() => break,
             _ = hup.recv() => {
                 if let Some(node) = running.control.node() {
-                    match tokio::task::spawn_blocking(move || node.reload_policies()).await {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => tracing::error!(error = %e, "policy reload failed; the previous policies stay in use"),
-                        Err(e) => tracing::error!(error = %e, "policy reload task failed"),
+                    if let Err(e) = node.reload(false).await {
+                        tracing::error!(error = %e, "policy reload failed; the previous policies stay in use");
                     }
                 }
             }

@@ -208,3 +208,64 @@ fn scaffolding_refuses_an_unknown_slot_and_an_existing_crate() {
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
 }
+
+/// Six nodes in three zones, two each, in id order (`n1`, `n2` in `z1`, …):
+/// the default placement fills the least-loaded nodes by id and so puts
+/// two replicas of a shard in one zone; the zone plugin named in the
+/// `--settings` file never does. Without the flag the CLI would decide with
+/// the defaults, whatever the nodes run.
+#[test]
+fn add_application_places_with_the_placement_plugin_of_the_settings_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = examples_built().join("zone_placement.wasm");
+    let settings = dir.path().join("chitin.toml");
+    std::fs::write(&settings, format!("[policies]\nplacement = {:?}\n", wasm.display().to_string())).unwrap();
+    let zones_of_every_shard = |use_settings: bool| -> Vec<usize> {
+        let cfg = dir.path().join(format!("cluster-{use_settings}.json"));
+        let cfg = cfg.to_str().unwrap();
+        let mut init = vec!["config", "init", "--output", cfg];
+        let ids: Vec<String> = (1..=6).map(|i| format!("n{i}")).collect();
+        let addrs: Vec<String> = (1..=6).map(|i| format!("10.0.0.{i}:7000")).collect();
+        for (id, addr) in ids.iter().zip(&addrs) {
+            init.extend(["--node-id", id, "--node-address", addr]);
+        }
+        ok(chitin(&init));
+        let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(cfg).unwrap()).unwrap();
+        for (i, node) in json["nodes"].as_array_mut().unwrap().iter_mut().enumerate() {
+            node["metadata"] = serde_json::json!([{ "key": "zone", "value": format!("z{}", i / 2 + 1) }]);
+        }
+        std::fs::write(cfg, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+        let mut add = vec!["config", "add-application", "--config", cfg, "--name", "app", "--shards-count", "16"];
+        let s = settings.to_str().unwrap();
+        if use_settings {
+            add.extend(["--settings", s]);
+        }
+        ok(chitin(&add));
+        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(cfg).unwrap()).unwrap();
+        let zone = |node: &str| node[1..].parse::<usize>().unwrap().div_ceil(2);
+        json["applications"][0]["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|shard| {
+                let zones: std::collections::BTreeSet<usize> =
+                    shard["replicas"].as_array().unwrap().iter().map(|r| zone(r["node_id"].as_str().unwrap())).collect();
+                zones.len()
+            })
+            .collect()
+    };
+    let with_plugin = zones_of_every_shard(true);
+    assert!(with_plugin.iter().all(|&z| z == 3), "the zone plugin left shards in fewer zones: {with_plugin:?}");
+    let with_defaults = zones_of_every_shard(false);
+    assert!(with_defaults.iter().any(|&z| z < 3), "the defaults spread every shard too; the test shows nothing: {with_defaults:?}");
+}
+
+fn ok(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "chitin failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

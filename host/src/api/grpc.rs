@@ -275,6 +275,8 @@ impl admin_server::Admin for Api {
         let node = &node;
         let crate::node::ClusterView { registry, rows, now } = node.cluster_view().await.map_err(internal)?;
         let versions = crate::upgrade::store::node_versions(&node.store).await.map_err(internal)?;
+        let policies = crate::node::policy_hashes::by_node(&node.store).await.map_err(internal)?;
+        let cluster_policies = crate::node::policy_hashes::cluster(&node.store).await.map_err(internal)?;
         let members = crate::upgrade::members(&registry, &versions);
         let leases: Vec<proto::ShardLease> = rows.iter().filter(|r| r.live).map(|r| lease_message(node, r, now)).collect();
         let topology = node.topology();
@@ -297,6 +299,7 @@ impl admin_server::Admin for Api {
                 shards_held: rows.iter().filter(|l| l.live && l.holder == Some(r.id)).count() as u32,
                 version: members.iter().find(|m| m.id == r.id).map(|m| m.version.clone()).unwrap_or_default(),
                 protocol: members.iter().find(|m| m.id == r.id).map_or(0, |m| m.protocol),
+                policies: policies.get(&r.id).map(|p| p.hashes.clone()).unwrap_or_default().into_iter().collect(),
             })
             .collect();
         Ok(Response::new(proto::StatusResponse {
@@ -307,6 +310,8 @@ impl admin_server::Admin for Api {
             leases,
             unowned,
             insecure_listen: crate::security::exposure::insecure(&self.0.settings),
+            cluster_policies: cluster_policies.into_iter().collect(),
+            policy_mismatch: node.policy_mismatch().iter().map(ToString::to_string).collect(),
         }))
     }
 
@@ -366,14 +371,16 @@ impl admin_server::Admin for Api {
 
     async fn reload_policies(
         &self,
-        _req: Request<proto::ReloadPoliciesRequest>,
+        req: Request<proto::ReloadPoliciesRequest>,
     ) -> Result<Response<proto::ReloadPoliciesResponse>, Status> {
+        let adopt = req.into_inner().adopt;
         let node = self.node()?;
-        let slots = tokio::task::spawn_blocking(move || node.reload_policies())
+        let slots = node
+            .reload(adopt)
             .await
-            .map_err(|e| Status::internal(e.to_string()))?
             .map_err(|e| Status::failed_precondition(format!("reload failed, the previous policies stay in use: {e}")))?;
-        Ok(Response::new(proto::ReloadPoliciesResponse { slots }))
+        let mismatch = node.policy_mismatch().iter().map(ToString::to_string).collect();
+        Ok(Response::new(proto::ReloadPoliciesResponse { slots, mismatch }))
     }
 
     async fn get_config(&self, _req: Request<proto::GetConfigRequest>) -> Result<Response<proto::GetConfigResponse>, Status> {

@@ -136,6 +136,7 @@ async fn health_body(control: &Control) -> serde_json::Value {
         "config_version": node.topology().config.version,
         "shards_held": node.leases.held().len(),
         "insecure_listen": crate::security::exposure::insecure(&control.settings),
+        "policy_mismatch": node.policy_mismatch(),
     });
     if let Some(coord) = node.coord.as_ref().filter(|_| clustered) {
         let m = coord.metrics_snapshot().await;

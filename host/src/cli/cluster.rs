@@ -90,7 +90,7 @@ async fn status(address: &str, json: bool) -> anyhow::Result<ExitCode> {
             "nodes": s.nodes.iter().map(|n| serde_json::json!({
                 "name": n.name, "uuid": n.uuid, "state": n.state, "address": n.address,
                 "last_heartbeat_ms_ago": n.last_seen_ms_ago, "shards_held": n.shards_held,
-                "version": n.version, "protocol": n.protocol,
+                "version": n.version, "protocol": n.protocol, "policies": n.policies,
             })).collect::<Vec<_>>(),
             "leases": s.leases.iter().map(|l| serde_json::json!({
                 "shard": l.shard, "application": l.application, "holder": l.holder,
@@ -98,6 +98,8 @@ async fn status(address: &str, json: bool) -> anyhow::Result<ExitCode> {
             })).collect::<Vec<_>>(),
             "unowned": s.unowned,
             "insecure_listen": s.insecure_listen,
+            "cluster_policies": s.cluster_policies,
+            "policy_mismatch": s.policy_mismatch,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(ExitCode::SUCCESS);
@@ -124,7 +126,28 @@ async fn status(address: &str, json: bool) -> anyhow::Result<ExitCode> {
     for shard in &s.unowned {
         println!("  unowned: {shard}");
     }
+    print_policies(&s);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The cluster's component per slot, and every node whose differs.
+fn print_policies(s: &proto::StatusResponse) {
+    if s.cluster_policies.is_empty() {
+        return;
+    }
+    println!();
+    println!("policies (SHA-256 of each slot's component):");
+    let mut slots: Vec<_> = s.cluster_policies.iter().collect();
+    slots.sort();
+    for (slot, sha) in slots {
+        let differ: Vec<String> = s
+            .nodes
+            .iter()
+            .filter_map(|n| n.policies.get(slot).filter(|h| *h != sha).map(|h| format!("{} runs {h}", n.name)))
+            .collect();
+        let note = if differ.is_empty() { "every node".to_string() } else { format!("MISMATCH: {}", differ.join(", ")) };
+        println!("  {slot:<12} {sha}  {note}");
+    }
 }
 
 async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {

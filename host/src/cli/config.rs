@@ -9,7 +9,6 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use chitin::topology::diff::diff;
 use chitin::topology::file;
 use chitin::topology::model::{ClusterConfig, LoadError, Metadata};
@@ -63,6 +62,8 @@ pub enum ConfigCommand {
         shards_count: u32,
         #[arg(long, default_value_t = 3, value_name = "N")]
         replication_factor: u32,
+        #[command(flatten)]
+        policies: super::policy::PolicyArgs,
     },
     /// Check one config against every single-config rule.
     Validate {
@@ -122,10 +123,9 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             let what = format!("node `{node_id}` ({node_address})");
             write_result(&config, &old, ops::add_node(&old, &node_id, &node_address, metadata), &what)
         }
-        ConfigCommand::AddApplication { config, name, implementation, shards_count, replication_factor } => {
+        ConfigCommand::AddApplication { config, name, implementation, shards_count, replication_factor, policies } => {
             let Some(old) = load_or_report(&config, false) else { return Ok(ExitCode::FAILURE) };
-            let policies = chitin::policy::Policies::embedded_defaults()
-                .context("cannot load the embedded default policies")?;
+            let (policies, _) = policies.load()?;
             let spec = NewApplication {
                 implementation: implementation.unwrap_or_else(|| name.clone()),
                 name: name.clone(),

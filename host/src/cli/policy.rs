@@ -9,6 +9,35 @@ use anyhow::Context;
 use chitin::policy::{Limits, Plugin, PluginSource, Slot, fixture};
 use clap::Subcommand;
 
+/// The components a command that decides placement, rebalancing or split
+/// points calls: those of the nodes' chitin.toml, so that the CLI decides as
+/// the cluster does.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct PolicyArgs {
+    /// The chitin.toml whose `[policies]` the nodes run (its component
+    /// paths as the nodes see them); without it, the embedded defaults.
+    #[arg(long, env = "CHITIN_SETTINGS", value_name = "FILE")]
+    pub settings: Option<PathBuf>,
+}
+
+impl PolicyArgs {
+    /// Loads the components; with where they came from, for messages.
+    pub fn load(&self) -> anyhow::Result<(chitin::policy::Policies, String)> {
+        match &self.settings {
+            None => Ok((
+                chitin::policy::Policies::embedded_defaults().context("cannot load the embedded default policies")?,
+                "the embedded defaults".to_string(),
+            )),
+            Some(path) => {
+                let settings = chitin::settings::Settings::load_from_process(Some(path))?;
+                let policies = chitin::policy::Policies::load(&settings.policies, None)
+                    .with_context(|| format!("cannot load the policies of {}", path.display()))?;
+                Ok((policies, format!("the [policies] of {}", path.display())))
+            }
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum PolicyCommand {
     /// Show which policy slots a component exports, and at which interface version.
@@ -48,6 +77,11 @@ pub enum PolicyCommand {
     Reload {
         #[command(flatten)]
         addr: super::client::NodeAddr,
+        /// Record the reloaded components as the cluster's: the nodes still
+        /// running the previous ones take no leases until they reload too
+        /// (roll a new policy out node by node, this one first).
+        #[arg(long)]
+        adopt: bool,
     },
 }
 
@@ -59,7 +93,7 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
             deadline_ms,
             fixtures,
         } => test(&plugin, deadline_ms, &fixtures),
-        PolicyCommand::Reload { addr } => reload(&addr.node),
+        PolicyCommand::Reload { addr, adopt } => reload(&addr.node, adopt),
         PolicyCommand::New {
             slot,
             name,
@@ -133,19 +167,25 @@ fn test(plugin: &str, deadline_ms: u64, paths: &[PathBuf]) -> anyhow::Result<Exi
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn reload(address: &str) -> anyhow::Result<ExitCode> {
+fn reload(address: &str, adopt: bool) -> anyhow::Result<ExitCode> {
     use chitin::proto::ReloadPoliciesRequest;
     super::client::runtime()?.block_on(async {
-        let slots = super::client::admin(address).await?
-            .reload_policies(ReloadPoliciesRequest {})
+        let answer = super::client::admin(address).await?
+            .reload_policies(ReloadPoliciesRequest { adopt })
             .await
             .map_err(|s| anyhow::anyhow!("{}", s.message()))?
-            .into_inner()
-            .slots;
-        println!("reloaded:");
-        for slot in slots {
+            .into_inner();
+        println!("reloaded{}:", if adopt { " and adopted as the cluster's" } else { "" });
+        for slot in answer.slots {
             println!("  {slot}");
         }
-        Ok(ExitCode::SUCCESS)
+        if answer.mismatch.is_empty() {
+            return Ok(ExitCode::SUCCESS);
+        }
+        for m in &answer.mismatch {
+            eprintln!("mismatch: {m}");
+        }
+        eprintln!("this node takes no leases until its components are the cluster's (or run with --adopt)");
+        Ok(ExitCode::FAILURE)
     })
 }

@@ -24,6 +24,7 @@ use chitin::topology::file;
 use chitin::topology::model::{ClusterConfig, Metadata};
 
 use super::client::runtime;
+use super::policy::PolicyArgs;
 use super::progress::Progress;
 
 const DEFAULT_FILE: &str = "cluster_config.json";
@@ -65,6 +66,8 @@ pub enum RolloutCommand {
         #[arg(long, default_value_t = 4, value_name = "N")]
         max_handoffs_per_round: u32,
         #[command(flatten)]
+        policies: PolicyArgs,
+        #[command(flatten)]
         run: RunArgs,
     },
     /// Move a shard's replica to another node: add the new replica, bake, remove the old one.
@@ -93,6 +96,8 @@ pub enum RolloutCommand {
         #[arg(long, value_name = "N")]
         children: Option<u32>,
         #[command(flatten)]
+        policies: PolicyArgs,
+        #[command(flatten)]
         run: RunArgs,
     },
     /// Even out replicas across nodes as the placement policy's rebalance plan says.
@@ -102,6 +107,8 @@ pub enum RolloutCommand {
         /// Replica moves per round (each move hands a lease over).
         #[arg(long, default_value_t = 4, value_name = "N")]
         max_handoffs_per_round: u32,
+        #[command(flatten)]
+        policies: PolicyArgs,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -152,50 +159,76 @@ fn parse_metadata(s: &str) -> Result<Metadata, String> {
     }
 }
 
-fn policies() -> anyhow::Result<Policies> {
-    Policies::embedded_defaults().context("cannot load the embedded default policies")
+/// The components a sequence plans with, once they are known to be the
+/// cluster's: a plan from other components than the nodes run would be
+/// undone by their rounds (or thrash), so a difference refuses the sequence.
+fn cluster_policies(config: &Path, args: &PolicyArgs) -> anyhow::Result<Policies> {
+    let (policies, source) = args.load()?;
+    let cluster = runtime()?.block_on(recorded_policies(config))?;
+    if let Some(why) = chitin::node::policy_hashes::refuse_mismatch(&policies.hashes(), &cluster, &source) {
+        anyhow::bail!(why);
+    }
+    Ok(policies)
+}
+
+/// The cluster's recorded components, from the first node of the config
+/// that answers (none answering: nothing recorded to compare, and the
+/// sequence's own push reports the unreachable nodes).
+async fn recorded_policies(config: &Path) -> anyhow::Result<chitin::node::policy_hashes::Hashes> {
+    let config = file::load(config)?;
+    let token = exec::token_from_env();
+    for node in &config.nodes {
+        let Ok(mut admin) = exec::admin_client(&node.grpc_address, token.as_deref(), Duration::from_secs(5)) else { continue };
+        if let Ok(status) = admin.status(chitin::proto::StatusRequest {}).await {
+            return Ok(status.into_inner().cluster_policies.into_iter().collect());
+        }
+    }
+    Ok(Default::default())
+}
+
+fn policy_error(slot: &'static str) -> impl Fn(anyhow::Error) -> PlanError {
+    move |e| PlanError::Policy { slot, message: format!("{e:#}") }
 }
 
 pub fn run(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         RolloutCommand::BootstrapNodes { config, wait } => bootstrap(&config, None, &wait),
         RolloutCommand::BootstrapNode { config, node_id, wait } => bootstrap(&config, Some(&node_id), &wait),
-        RolloutCommand::AddNode { config, node_id, node_address, metadata, rebalance, max_handoffs_per_round, run } => {
+        RolloutCommand::AddNode { config, node_id, node_address, metadata, rebalance, max_handoffs_per_round, policies, run } => {
             let seq = Sequence::AddNode { node_id: node_id.clone(), node_address: node_address.clone(), rebalance };
-            sequence(&config, seq, &run, |c| {
-                if rebalance {
-                    let p = policies().map_err(|e| PlanError::Policy { slot: "placement", message: format!("{e:#}") })?;
-                    plan::add_node_and_rebalance(c, &node_id, &node_address, metadata, max_handoffs_per_round, |r| {
-                        p.rebalance(r)
-                    })
-                } else {
-                    plan::add_node(c, &node_id, &node_address, metadata)
-                }
+            let p = if rebalance { Some(cluster_policies(&config, &policies)?) } else { None };
+            sequence(&config, seq, &run, |c| match &p {
+                Some(p) => plan::add_node_and_rebalance(c, &node_id, &node_address, metadata, max_handoffs_per_round, |r| {
+                    p.rebalance(r)
+                }),
+                None => plan::add_node(c, &node_id, &node_address, metadata),
             })
         }
         RolloutCommand::MoveShard { config, shard_id, from_node, to_node, run } => {
             let seq = Sequence::MoveShard { shard_id: shard_id.clone(), from_node: from_node.clone(), to_node: to_node.clone() };
             sequence(&config, seq, &run, |c| plan::move_shard(c, &shard_id, &from_node, &to_node))
         }
-        RolloutCommand::SplitShard { config, shard_id, split_at, children, run } => {
+        RolloutCommand::SplitShard { config, shard_id, split_at, children, policies, run } => {
             let at = split_at.as_deref().map(plan::parse_split_at).transpose()?;
             let children = children.unwrap_or(2);
             let seq = Sequence::SplitShard { shard_id: shard_id.clone(), split_at: at.map(|a| format!("{a:08x}")), children };
             sequence(&config, seq, &run, |c| {
                 // The state and flag checks come before loading the policies.
                 plan::split_request(c, &shard_id, at, children)?;
-                let p = policies().map_err(|e| PlanError::Policy { slot: "split", message: format!("{e:#}") })?;
+                let p = cluster_policies(&config, &policies).map_err(policy_error("split"))?;
                 let points = plan::choose_split_points(c, &shard_id, at, children, |r| p.split_points(r))?;
                 plan::split_shard(c, &shard_id, &points)
             })
         }
-        RolloutCommand::Rebalance { config, max_handoffs_per_round, run } => sequence(&config, Sequence::Rebalance, &run, |c| {
-            let p = policies().map_err(|e| PlanError::Policy { slot: "placement", message: format!("{e:#}") })?;
-            let moves = p
-                .rebalance(plan::rebalance_request(c))
-                .map_err(|e| PlanError::Policy { slot: "placement", message: e.to_string() })?;
-            plan::rebalance(c, &moves, max_handoffs_per_round)
-        }),
+        RolloutCommand::Rebalance { config, max_handoffs_per_round, policies, run } => {
+            let p = cluster_policies(&config, &policies)?;
+            sequence(&config, Sequence::Rebalance, &run, |c| {
+                let moves = p
+                    .rebalance(plan::rebalance_request(c))
+                    .map_err(|e| PlanError::Policy { slot: "placement", message: e.to_string() })?;
+                plan::rebalance(c, &moves, max_handoffs_per_round)
+            })
+        }
         RolloutCommand::GetConfig { node_address, output } => get_config(&node_address, output.as_deref()),
     }
 }

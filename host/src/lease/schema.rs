@@ -49,6 +49,13 @@ const MIGRATIONS: &[(i64, &str, &str, &str, &str)] = &[
         include_str!("../../migrations/mysql/0005_node_sessions.sql"),
         include_str!("../../migrations/sqlite/0005_node_sessions.sql"),
     ),
+    (
+        6,
+        "policy hashes",
+        include_str!("../../migrations/postgres/0006_policy_hashes.sql"),
+        include_str!("../../migrations/mysql/0006_policy_hashes.sql"),
+        include_str!("../../migrations/sqlite/0006_policy_hashes.sql"),
+    ),
 ];
 
 /// The versions of `applied` this binary has no migration for.
@@ -85,7 +92,7 @@ mod tests {
 
     #[test]
     fn unknown_versions_are_those_without_a_migration() {
-        let cases: &[(&[i64], &[i64])] = &[(&[], &[]), (&[1, 2, 3, 4], &[]), (&[1, 2, 3, 4, 5], &[5]), (&[1, 7, 9], &[7, 9])];
+        let cases: &[(&[i64], &[i64])] = &[(&[], &[]), (&[1, 2, 3, 4, 5, 6], &[]), (&[1, 2, 3, 4, 5, 6, 7], &[7]), (&[1, 8, 9], &[8, 9])];
         for (applied, unknown) in cases {
             assert_eq!(unknown_versions(applied), *unknown, "{applied:?}");
         }

@@ -184,6 +184,17 @@ async fn register_node(registry: &mut Registry, node: &Node) {
             .set(1);
     }
     registry.register("chitin_policy_info", "The policy component in each slot (1 per slot), by file and SHA-256.", policies);
+    let mismatch = Family::<[(&'static str, String); 1], Gauge>::default();
+    let differing = node.policy_mismatch();
+    for slot in Slot::ALL {
+        let differs = differing.iter().any(|m| m.slot == slot.interface());
+        mismatch.get_or_create(&[("slot", slot.interface().to_string())]).set(i64::from(differs));
+    }
+    registry.register(
+        "chitin_policy_mismatch",
+        "1 for a slot whose component differs from the cluster's record; the node then takes no leases.",
+        mismatch,
+    );
     if let Ok(view) = node.cluster_view().await {
         let (unowned, draining) = shard_counts(node, &view);
         gauge(registry, "chitin_shards_unowned", "Shards of the served config with no live lease holder.", unowned);

@@ -9,6 +9,7 @@
 //! - [`journal`]: the reference journal (fenced appends, forwarding);
 //! - [`peers`]: pooled channels to the other nodes, ownership notices;
 //! - [`liveness`]: the liveness session and the watch of the next node;
+//! - [`policy_hashes`]: the same policy components on every node;
 //! - [`control`]: the process's control block (the node once it exists);
 //! - [`metrics`]: counters;
 //! - this module: start-up (checks, identity, registration).
@@ -25,6 +26,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod peers;
 pub mod plan;
+pub mod policy_hashes;
 pub mod round;
 pub mod shard_map;
 pub mod stored;
@@ -160,6 +162,8 @@ pub struct Node {
     session: Mutex<Option<lease::session::LiveSession>>,
     /// False while the liveness session is lost: the node serves nothing.
     session_up: std::sync::atomic::AtomicBool,
+    /// The slots whose component differs from the cluster's, as last read.
+    policy_mismatch: Mutex<Vec<policy_hashes::Mismatch>>,
 }
 
 impl Node {
@@ -243,7 +247,7 @@ impl Node {
         let safety = settings.renew_interval().min(ttl / 4);
         let leases = Leases::new(store.clone(), uuid, ttl, safety, metrics.clone());
         let peers = Arc::new(Peers::new(&settings));
-        Ok(Arc::new(Node {
+        let node = Arc::new(Node {
             name,
             uuid,
             address,
@@ -263,13 +267,80 @@ impl Node {
             started: std::time::Instant::now(),
             session: Mutex::new(session),
             session_up: std::sync::atomic::AtomicBool::new(true),
-        }))
+            policy_mismatch: Mutex::new(Vec::new()),
+        });
+        if !node.standalone {
+            node.record_policies(false).await?;
+        }
+        Ok(node)
     }
 
     /// The liveness session opened at start, for [`Node::run_liveness`]
     /// (`None` without one, or once taken).
     pub fn take_session(&self) -> Option<lease::session::LiveSession> {
         self.session.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// The slots whose component differs from the cluster's record.
+    pub fn policy_mismatch(&self) -> Vec<policy_hashes::Mismatch> {
+        self.policy_mismatch.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether this node may take leases: its components are the cluster's,
+    /// or `policies.allow_mismatch` lets it run with others.
+    pub fn takes_leases(&self) -> bool {
+        self.settings.policies.allow_mismatch || self.policy_mismatch.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+
+    /// Records this node's components (and, with `adopt`, makes them the
+    /// cluster's), then compares them with the cluster's record.
+    pub async fn record_policies(&self, adopt: bool) -> Result<(), lease::LeaseError> {
+        let allow = self.settings.policies.allow_mismatch;
+        let cluster = policy_hashes::record(&self.store, self.uuid, &self.name, &self.policies().hashes(), allow, adopt).await?;
+        self.compare_policies(&cluster);
+        Ok(())
+    }
+
+    /// Reads the cluster's record again (another node may have adopted new
+    /// components) and compares; the registrations that take no leases.
+    pub async fn check_policies(&self) -> Result<std::collections::HashSet<Uuid>, lease::LeaseError> {
+        let cluster = policy_hashes::cluster(&self.store).await?;
+        self.compare_policies(&cluster);
+        Ok(policy_hashes::refusing(&policy_hashes::by_node(&self.store).await?, &cluster))
+    }
+
+    fn compare_policies(&self, cluster: &policy_hashes::Hashes) {
+        let found = policy_hashes::mismatches(&self.policies().hashes(), cluster);
+        let mut current = self.policy_mismatch.lock().unwrap_or_else(|p| p.into_inner());
+        if *current != found {
+            for m in &found {
+                if self.settings.policies.allow_mismatch {
+                    tracing::warn!(%m, "policy mismatch allowed by policies.allow_mismatch; taking leases anyway");
+                } else {
+                    tracing::error!(
+                        %m,
+                        "policy mismatch: this node takes no leases until it runs the cluster's component (or \
+                         `chitin policy reload --adopt` makes this one the cluster's; policies.allow_mismatch = true \
+                         lets it run with others)"
+                    );
+                }
+            }
+            if found.is_empty() && !current.is_empty() {
+                tracing::info!("policies match the cluster's again");
+            }
+            *current = found;
+        }
+    }
+
+    /// Loads the configured components again and records them (with
+    /// `adopt`, as the cluster's); the slots loaded.
+    pub async fn reload(self: &Arc<Self>, adopt: bool) -> Result<Vec<String>, NodeError> {
+        let node = self.clone();
+        let slots = tokio::task::spawn_blocking(move || node.reload_policies()).await.expect("policy task")?;
+        if !self.standalone {
+            self.record_policies(adopt).await?;
+        }
+        Ok(slots)
     }
 
     /// The policy components in use.

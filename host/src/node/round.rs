@@ -37,8 +37,14 @@ impl Node {
             // be judging it dead this very moment.
             return Ok(());
         }
+        let refusing = if self.standalone { HashSet::new() } else { self.check_policies().await? };
+        // A node running other components than the cluster's would rank
+        // holders differently and pull leases back and forth: it takes none.
+        let takes = self.takes_leases();
         let rows = self.store.holders().await?;
-        self.take_up_handed_over(&rows).await;
+        if takes {
+            self.take_up_handed_over(&rows).await;
+        }
 
         let (nodes, shards, replicas) = self.policy_input(&registry);
         let rankings = self
@@ -51,7 +57,11 @@ impl Node {
             .map(|r| (r.shard, r.nodes))
             .collect();
 
-        let live = live_peers(&registry, &self.name);
+        let mut live = live_peers(&registry, &self.name);
+        // A peer that takes no leases is no recipient: as if it were leaving.
+        for peer in live.values_mut().filter(|p| refusing.contains(&p.uuid)) {
+            peer.leaving = true;
+        }
         let leases: HashMap<String, LeaseView> = rows
             .into_iter()
             .map(|r| (r.shard, LeaseView { live_holder: r.holder.filter(|_| r.live) }))
@@ -81,7 +91,9 @@ impl Node {
             max_handoffs: self.settings.leases.max_handoffs_per_round as usize,
         };
         for action in plan::plan_round(&input) {
-            self.apply(action).await;
+            if takes || matches!(action, Action::Handover { .. }) {
+                self.apply(action).await;
+            }
         }
         if lifecycle == Lifecycle::Joining {
             self.store.set_node_state(self.uuid, NodeState::Active).await?;

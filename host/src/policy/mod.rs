@@ -92,6 +92,10 @@ pub struct PolicySettings {
     pub split: String,
     /// The `drain` slot.
     pub drain: String,
+    /// Take leases even when a component differs from the one the cluster
+    /// records for its slot (during a deliberate, watched rollout of a new
+    /// component); off, such a node serves and takes nothing.
+    pub allow_mismatch: bool,
     /// Deadline of one call, in milliseconds (1 … 60000).
     pub deadline_ms: u32,
     /// Linear-memory limit of one instance, in MiB (1 … 4096). `u32`, so that
@@ -109,6 +113,7 @@ impl Default for PolicySettings {
             placement: "default".into(),
             split: "default".into(),
             drain: "default".into(),
+            allow_mismatch: false,
             deadline_ms: limits.deadline.as_millis() as u32,
             memory_limit_mib: (limits.memory_bytes >> 20) as u32,
             cache_dir: None,
@@ -275,6 +280,12 @@ impl Policies {
     /// The embedded default policies in every slot, with default limits and no disk cache.
     pub fn embedded_defaults() -> Result<Self, PolicyLoadError> {
         Self::load(&PolicySettings::default(), None)
+    }
+
+    /// The SHA-256 (hex) of the component in each slot, by the slot's
+    /// interface name.
+    pub fn hashes(&self) -> std::collections::BTreeMap<String, String> {
+        Slot::ALL.iter().map(|s| (s.interface().to_string(), self.slot(*s).plugin().sha256().to_string())).collect()
     }
 
     /// The runner of `slot`.

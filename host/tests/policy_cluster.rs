@@ -1,0 +1,87 @@
+//! The same policies on every node, through real node processes on one
+//! PostgreSQL database: a node whose component differs from the cluster's
+//! record takes no lease and says so (Status, /health, /metrics), a control
+//! sequence planned with other components than the cluster's is refused,
+//! and `policies.allow_mismatch` lets the node take leases anyway.
+
+mod cluster_common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use chitin::api::proto;
+use cluster_common::*;
+
+fn other_drain() -> String {
+    PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR")).join("drain_one_round.wasm").display().to_string()
+}
+
+async fn held_by(c: &Cluster, name: &str) -> usize {
+    c.status().await.unwrap().leases.iter().filter(|l| l.holder == name).count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_running_another_component_takes_no_lease_unless_allowed() {
+    let guest = other_drain();
+    let mut c = Cluster::new(Dialect::Postgres, 3, 16, 0, |name, s| {
+        if name == "node-03" {
+            s.policies.drain = guest.clone();
+        }
+    })
+    .await
+    .unwrap();
+    for n in &mut c.nodes[..2] {
+        n.start().unwrap();
+    }
+    for n in &mut c.nodes[..2] {
+        n.wait_ready(Duration::from_secs(60)).await.unwrap();
+    }
+    c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    c.nodes[2].start().unwrap();
+    c.nodes[2].wait_ready(Duration::from_secs(60)).await.unwrap();
+    // Rounds every 0.5 s: a node that took leases would hold some by now.
+    tokio::time::sleep(RENEW * 8).await;
+
+    let mut admin = c.nodes[2].admin().await.unwrap();
+    let status = admin.status(proto::StatusRequest {}).await.unwrap().into_inner();
+    let drain_cluster = status.cluster_policies.get("drain").cloned().unwrap();
+    let drain_ours = status.nodes.iter().find(|n| n.name == "node-03").unwrap().policies.get("drain").cloned().unwrap();
+    assert_ne!(drain_cluster, drain_ours);
+    assert_eq!(status.policy_mismatch.len(), 1, "{:?}", status.policy_mismatch);
+    for part in ["slot drain", &drain_cluster, &drain_ours] {
+        assert!(status.policy_mismatch[0].contains(part), "{:?}", status.policy_mismatch);
+    }
+    assert_eq!(held_by(&c, "node-03").await, 0, "a mismatched node took leases:\n{}", c.logs());
+    let (_, health) = http_get(&c.nodes[2].metrics, "/health", None).await.unwrap();
+    assert!(health.contains("\"policy_mismatch\":[{") && health.contains(&drain_ours), "{health}");
+    let (_, metrics) = http_get(&c.nodes[2].metrics, "/metrics", None).await.unwrap();
+    assert!(metrics.contains("chitin_policy_mismatch{slot=\"drain\"} 1"), "{metrics}");
+    assert!(metrics.contains("chitin_policy_mismatch{slot=\"placement\"} 0"), "{metrics}");
+
+    // A sequence planned with node-03's components is refused before it runs.
+    let out = std::process::Command::new(CHITIN)
+        .args(["cluster", "rebalance", "--config", c.config_path().to_str().unwrap(), "--settings"])
+        .arg(&c.nodes[2].settings)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    for part in ["slot drain", drain_cluster.as_str(), drain_ours.as_str(), "--settings"] {
+        assert!(stderr.contains(part), "{part} missing from: {stderr}");
+    }
+
+    // Allowed, the same node takes its share.
+    c.nodes[2].terminate(Duration::from_secs(30)).unwrap();
+    let path = c.nodes[2].settings.clone();
+    let mut s = chitin::settings::Settings::load(Some(&path), std::iter::empty::<(String, String)>()).unwrap();
+    s.policies.allow_mismatch = true;
+    node_settings::write(&path, &s).unwrap();
+    c.nodes[2].start().unwrap();
+    c.nodes[2].wait_ready(Duration::from_secs(60)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while held_by(&c, "node-03").await == 0 {
+        assert!(Instant::now() < deadline, "node-03 took no lease with allow_mismatch:\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    c.teardown().await.unwrap();
+}
