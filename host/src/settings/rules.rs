@@ -234,6 +234,11 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
             bad(key, q(v), "must be \"default\" or the path of a policy component".into());
         }
     }
+    for name in &p.instance_id_env {
+        if let Some(why) = crate::policy::env::invalid_var_reason(name) {
+            bad("policies.instance_id_env", q(name), format!("{why}: each entry names an environment variable"));
+        }
+    }
     out
 }
 
