@@ -288,6 +288,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn instance_id_env_names_variables() {
+        let load = |v: &str| crate::settings::Settings::load(None, [("CHITIN__POLICIES__INSTANCE_ID_ENV", v)]);
+        let ok = load(r#"["RACK", "ZONE_ID"]"#).unwrap();
+        assert_eq!(ok.policies.instance_id_env, ["RACK", "ZONE_ID"]);
+        let err = load(r#"["RACK-ID"]"#).unwrap_err().to_string();
+        assert!(err.contains("policies.instance_id_env") && err.contains("RACK-ID") && err.contains("letters, digits"), "{err}");
+    }
+
+    #[test]
     fn seconds_between_the_minimum_and_a_day() {
         const SMALL: &str = "too small";
         const LONG: &str = "must be at most 86400 seconds (one day)";
