@@ -35,6 +35,10 @@ fn main() {
         "bad_foreign",
         "future_version",
         "drain_one_round",
+        "sleepy",
+        "waits",
+        "random_bytes",
+        "env_leak",
     ];
     let built = build_guests(&root.join("tests/guests/Cargo.toml"), &guest_target_dir, &test_guests);
     let dir = built[0].parent().unwrap();

@@ -1,12 +1,20 @@
 //! The policy host against plugins that misbehave: each yields its own clear
 //! error, and the host keeps serving other calls (and the same slot) after.
+//! Each way out of the sandbox (waiting on the host, randomness, a second
+//! memory, the node's environment) has a guest under `tests/guests` that
+//! tries it; the sleeping and the leaking ones also run in a real node.
+
+mod cluster_common;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chitin::policy::sdk::{Node, NodeState, PlacementRequest, Shard, SplitRequest};
+use chitin::policy::sdk::{
+    InstanceContext, Node, NodeState, PlacementRequest, RankingRequest, RebalanceRequest, Replica, Shard, SplitRequest,
+};
 use chitin::policy::{Limits, Plugin, PluginSource, PolicyCallError, PolicyLoadError, Slot, SlotRunner};
+use cluster_common::{NodeClients, NodeProc, free_ports, http_get, node_settings};
 
 fn guest(name: &str) -> PathBuf {
     PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR")).join(format!("{name}.wasm"))
@@ -17,7 +25,11 @@ fn load(name: &str) -> Result<Plugin, PolicyLoadError> {
 }
 
 fn runner(name: &str, limits: Limits) -> SlotRunner {
-    SlotRunner::new(Arc::new(load(name).unwrap()), Slot::Placement, limits).unwrap()
+    slot_runner(name, Slot::Placement, limits)
+}
+
+fn slot_runner(name: &str, slot: Slot, limits: Limits) -> SlotRunner {
+    SlotRunner::new(Arc::new(load(name).unwrap()), slot, limits).unwrap()
 }
 
 fn request() -> PlacementRequest {
@@ -184,4 +196,242 @@ fn a_refusal_names_plugin_and_slot() {
 fn a_missing_file_is_named() {
     let err = Plugin::load(&PluginSource::File("/nonexistent/p.wasm".into()), None).err().unwrap();
     assert!(err.to_string().contains("/nonexistent/p.wasm"), "{err}");
+}
+
+/// A deadline of 100 ms, as a node has by default.
+fn short() -> Limits {
+    Limits::new(Duration::from_millis(100), 64 << 20).unwrap()
+}
+
+/// `call` fails as a blocked call naming `wasi_call`, well within the deadline:
+/// the host did not wait. Returns how long it took.
+fn stopped_at_once<T: std::fmt::Debug>(wasi_call: &str, call: impl FnOnce() -> Result<T, PolicyCallError>) -> Duration {
+    let started = Instant::now();
+    let result = call();
+    let took = started.elapsed();
+    match result {
+        Err(PolicyCallError::Blocked { call, slot, plugin }) => {
+            assert_eq!(call, wasi_call);
+            assert!(!plugin.is_empty());
+            let text = PolicyCallError::Blocked { call, slot, plugin }.to_string();
+            assert!(text.contains("may not block") && text.contains(wasi_call), "{text}");
+        }
+        other => panic!("expected a blocked call in {wasi_call}, got {other:?} after {took:?}"),
+    }
+    // The guest asked to wait 10 s or more; a host that waited would take that long.
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    took
+}
+
+#[test]
+fn a_sleeping_plugin_is_stopped_at_once() {
+    let r = runner("sleepy", short());
+    for _ in 0..2 {
+        // std's sleep blocks on a monotonic-clock subscription.
+        let took = stopped_at_once("wasi:io/poll.pollable.block", || r.place_replicas(request()));
+        eprintln!("sleepy place-replicas stopped after {took:?}");
+    }
+    // Every second ranking of an instance sleeps; the first of a fresh one answers.
+    let ranking = RankingRequest {
+        nodes: request().nodes,
+        shards: request().shards,
+        replicas: vec![Replica { id: "r".into(), shard: "s".into(), node: "n2".into() }],
+    };
+    for _ in 0..2 {
+        let ranked = r.preferred_holders(ranking.clone()).unwrap();
+        assert_eq!(ranked[0].nodes, ["n2"]);
+        stopped_at_once("wasi:io/poll.pollable.block", || r.preferred_holders(ranking.clone()));
+    }
+    defaults_still_serve();
+}
+
+#[test]
+fn a_plugin_waiting_on_a_clock_is_stopped_at_once_and_stdin_ends_at_once() {
+    let r = runner("waits", short());
+    // `poll` on a ten-second monotonic-clock subscription.
+    stopped_at_once("wasi:io/poll.poll", || r.place_replicas(request()));
+    // `pollable.block` on an instant that never comes.
+    stopped_at_once("wasi:io/poll.pollable.block", || r.rebalance(RebalanceRequest::default()));
+    // std's blocking read of stdin: closed, so it ends at once with nothing.
+    let started = Instant::now();
+    assert!(r.preferred_holders(RankingRequest::default()).unwrap().is_empty());
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn randomness_is_the_same_in_every_instance() {
+    let names: Vec<String> = (0..2)
+        .flat_map(|_| {
+            let r = slot_runner("random_bytes", Slot::InstanceId, short());
+            let first = r.resolve(InstanceContext::default()).unwrap();
+            r.reset();
+            [first, r.resolve(InstanceContext::default()).unwrap()]
+        })
+        .collect();
+    assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
+    // The documented generator: its first 16 bytes, then its next word.
+    let mut generator = chitin::policy::sandbox::Deterministic::new();
+    let bytes: String = generator.bytes(16).unwrap().iter().map(|b| format!("{b:02x}")).collect();
+    let word = generator.next_u64();
+    assert!(names[0].starts_with(&format!("{bytes}-{word:016x}-")), "{}", names[0]);
+}
+
+/// A core module in a store limited as a policy instance is.
+fn instantiate_limited(wat: &str, limit: u64) -> Result<(), String> {
+    use chitin::policy::budget::MemoryBudget;
+    let engine = chitin::policy::engine::engine();
+    let module = wasmtime::Module::new(engine, wat::parse_str(wat).unwrap()).unwrap();
+    let mut store = wasmtime::Store::new(engine, MemoryBudget::new(limit));
+    store.limiter(|b| b);
+    store.set_epoch_deadline(1_000);
+    let instance = wasmtime::Instance::new(&mut store, &module, &[]).map_err(|e| format!("{e:#}"))?;
+    if let Some(grow) = instance.get_func(&mut store, "grow") {
+        let mut out = [wasmtime::Val::I32(0)];
+        grow.call(&mut store, &[], &mut out).map_err(|e| format!("{e:#}"))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn memories_and_tables_share_one_limit() {
+    const LIMIT: u64 = 64 << 20;
+    // 600 pages are 37.5 MiB: one such memory fits, two do not, although
+    // each alone is within the limit.
+    instantiate_limited("(module (memory 600))", LIMIT).unwrap();
+    let err = instantiate_limited("(module (memory 600) (memory 600))", LIMIT).unwrap_err();
+    assert!(err.contains("memory limit of 67108864 bytes"), "{err}");
+    // Growing the second memory past the sum traps the same way.
+    let grow = "(module (memory 600) (memory $b 1) (func (export \"grow\") (result i32) (memory.grow $b (i32.const 500))))";
+    let err = instantiate_limited(grow, LIMIT).unwrap_err();
+    assert!(err.contains("memory limit"), "{err}");
+    // A table counts a pointer per element: 5 M elements are 40 MiB.
+    instantiate_limited("(module (table 5000000 funcref))", LIMIT).unwrap();
+    let err = instantiate_limited("(module (memory 600) (table 5000000 funcref))", LIMIT).unwrap_err();
+    assert!(err.contains("memory limit"), "{err}");
+}
+
+#[test]
+fn a_component_importing_what_the_sandbox_lacks_is_refused_by_name() {
+    let wat = r#"(component (import "wasi:filesystem/preopens@0.2.0" (instance)))"#;
+    let plugin = Plugin::from_bytes("files.wasm".into(), &wat::parse_str(wat).unwrap(), None).unwrap();
+    let err = chitin::policy::sandbox::check_imports(plugin.component()).unwrap_err();
+    assert!(err.contains("`wasi:filesystem/preopens@0.2.0`") && err.contains("wasi:io/poll"), "{err}");
+    for name in ["sleepy", "waits", "random_bytes", "env_leak", "bad_trap"] {
+        chitin::policy::sandbox::check_imports(load(name).unwrap().component()).unwrap();
+    }
+}
+
+#[test]
+fn the_instance_id_policy_gets_only_the_allow_list() {
+    let env: Vec<(String, String)> = [
+        ("PATH", "/usr/bin"),
+        ("CHITIN__DATABASE__URL", "postgres://chitin:pw@db/chitin"),
+        ("POD_NAME", "web-3"),
+        ("RACK", "r9"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let r = slot_runner("env_leak", Slot::InstanceId, short());
+    let all = r.resolve(InstanceContext { env: env.clone(), hostname: None }).unwrap();
+    assert!(all.contains("pw_db"), "the guest does leak what it is given: {all}");
+    let allowed = chitin::policy::env::allowed_env(env, &["RACK".to_string()]);
+    let name = r.resolve(InstanceContext { env: allowed, hostname: None }).unwrap();
+    assert_eq!(name, "leak.POD_NAME_web-3.RACK_r9");
+}
+
+/// A standalone node process in `dir` with `edit` applied, not started.
+fn standalone(dir: &std::path::Path, name: &str, edit: impl FnOnce(&mut chitin::settings::Settings)) -> NodeProc {
+    let ports = free_ports(2).unwrap();
+    let (api, metrics) = (format!("127.0.0.1:{}", ports[0]), format!("127.0.0.1:{}", ports[1]));
+    let mut s = node_settings::standalone(dir.join("data"), &api, &metrics);
+    s.leases.ttl_secs = 2.0;
+    s.leases.renew_interval_secs = 0.5;
+    edit(&mut s);
+    let settings = dir.join("chitin.toml");
+    node_settings::write(&settings, &s).unwrap();
+    NodeProc::new(cluster_common::CHITIN, name, api, metrics, settings, dir.join("node.log"))
+}
+
+/// Each held lease as `shard holder epoch`.
+async fn leases(node: &NodeProc) -> (String, Vec<String>) {
+    let status = node.admin().await.unwrap().status(chitin::api::proto::StatusRequest {}).await.unwrap().into_inner();
+    let mut held: Vec<String> =
+        status.leases.iter().map(|l| format!("{} {} {}", l.shard, l.holder_uuid, l.epoch)).collect();
+    held.sort();
+    (status.node, held)
+}
+
+/// [`leases`] once the node holds `count` of them.
+async fn holding(node: &NodeProc, count: usize) -> (String, Vec<String>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (name, held) = leases(node).await;
+        if held.len() == count {
+            return (name, held);
+        }
+        assert!(Instant::now() < deadline, "{} leases held, not {count}; log:\n{}", held.len(), node.log_tail(30));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The value of the sample `name` in a Prometheus text exposition.
+fn sample(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_whose_placement_plugin_sleeps_keeps_its_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = standalone(dir.path(), "sleeper", |s| {
+        s.cluster.instance_id = Some("sleeper".into());
+        s.policies.placement = guest("sleepy").display().to_string();
+    });
+    node.start().unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let (_, first) = holding(&node, 16).await;
+
+    // Rounds every 0.5 s, every second ranking sleeping for two minutes: a
+    // host that waited would stall the round and lose every lease within
+    // the 2 s TTL. Watch four TTLs: the same leases, never re-acquired.
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until {
+        let (_, now) = leases(&node).await;
+        assert_eq!(now, first, "the leases changed while the plugin slept; log:\n{}", node.log_tail(30));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (code, metrics) = http_get(&node.metrics, "/metrics", None).await.unwrap();
+    assert_eq!(code, 200);
+    let blocked = r#"chitin_policy_call_duration_seconds_count{slot="placement",outcome="blocked"}"#;
+    let count = sample(&metrics, blocked);
+    assert!(count >= 4.0, "the sleeping rankings were not reached ({blocked} = {count})");
+    let sum = sample(&metrics, &blocked.replace("_count", "_sum"));
+    eprintln!("{count} sleeping calls, stopped after {:.3} ms on average", sum / count * 1000.0);
+    assert!(sum / count < 0.1, "a blocked call took {} s on average", sum / count);
+    assert!(node.log_text().contains("tried to wait in `wasi:io/poll.pollable.block`"), "{}", node.log_tail(30));
+    assert!(node.terminate(Duration::from_secs(30)).unwrap().success(), "{}", node.log_tail(30));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_names_itself_from_the_allowed_variables_only() {
+    let dir = tempfile::tempdir().unwrap();
+    const SECRET: &str = "s3cr3t-t0ken-value";
+    let mut node = standalone(dir.path(), "leaker", |s| {
+        s.cluster.instance_id = None;
+        s.policies.instance_id = guest("env_leak").display().to_string();
+        s.policies.instance_id_env = vec!["RACK".into()];
+    })
+    .with_env("CHITIN_TEST_SECRET", SECRET)
+    .with_env("POD_NAME", "web-7")
+    .with_env("RACK", "r9");
+    node.start().unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let (name, _) = holding(&node, 16).await;
+    assert!(name.contains("POD_NAME_web-7") && name.contains("RACK_r9"), "{name}");
+    assert!(!name.contains(SECRET) && !name.contains("PATH_"), "the node's environment leaked into its name: {name}");
+    assert!(!node.log_text().contains(SECRET));
+    assert!(node.terminate(Duration::from_secs(30)).unwrap().success(), "{}", node.log_tail(30));
 }

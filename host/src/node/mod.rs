@@ -184,7 +184,7 @@ impl Node {
             None => {
                 let p = policies.clone();
                 let ctx = sdk::InstanceContext {
-                    env: std::env::vars().collect(),
+                    env: crate::policy::instance_env(&settings.policies),
                     hostname: hostname(),
                 };
                 tokio::task::spawn_blocking(move || p.instance_id(ctx)).await.expect("policy task")?

@@ -20,7 +20,7 @@ pub const TICK: Duration = Duration::from_millis(2);
 pub struct Limits {
     /// Longest a single call may run.
     pub deadline: Duration,
-    /// Most linear memory an instance may hold, in bytes.
+    /// Most bytes an instance may hold in all its linear memories and tables together.
     pub memory_bytes: u64,
 }
 

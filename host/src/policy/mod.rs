@@ -7,7 +7,12 @@
 //!
 //! Layout:
 //! - [`engine`]: the one wasmtime engine, its epoch ticker and the per-call limits;
-//! - [`cache`]: precompiled components on disk, keyed by content and engine;
+//! - [`cache`]: precompiled components on disk, keyed by content and engine,
+//!   loaded only with this node's authentication tag;
+//! - [`sandbox`]: the WASI interfaces a guest gets (none waits) and the
+//!   store data of an instance; [`budget`]: one memory limit across all of
+//!   an instance's memories and tables; [`env`]: the variables the
+//!   instance-id policy sees;
 //! - [`plugin`]: loading a component (file or embedded default), checking its exports;
 //! - [`wit`]: the supported interface versions, an enum arm each, and the
 //!   `latest` alias; [`since_v0_1_0`]: the bindings of version 0.1.0 and its
@@ -20,10 +25,13 @@
 //! through `tokio::task::spawn_blocking` (WASI host calls, such as a guest's
 //! panic message, block on a runtime of their own).
 
+pub mod budget;
 pub mod cache;
 pub mod engine;
+pub mod env;
 pub mod fixture;
 pub mod plugin;
+pub mod sandbox;
 pub mod since_v0_1_0;
 pub mod slot;
 pub mod wit;
@@ -38,6 +46,7 @@ use chitin_policy_sdk::{
     RebalanceRequest, ReplicaMove, ShardPlacement, SplitRequest,
 };
 pub use engine::Limits;
+pub use env::instance_env;
 pub use plugin::{Plugin, PluginSource};
 pub use slot::SlotRunner;
 
@@ -98,11 +107,16 @@ pub struct PolicySettings {
     pub allow_mismatch: bool,
     /// Deadline of one call, in milliseconds (1 … 60000).
     pub deadline_ms: u32,
-    /// Linear-memory limit of one instance, in MiB (1 … 4096). `u32`, so that
-    /// the conversion to bytes cannot overflow.
+    /// Memory limit of one instance, in MiB (1 … 4096): all its linear
+    /// memories and tables together. `u32`, so that the conversion to bytes
+    /// cannot overflow.
     pub memory_limit_mib: u32,
     /// Where precompiled components are cached; default `<data dir>/policy-cache`.
     pub cache_dir: Option<PathBuf>,
+    /// Environment variables the instance-id policy sees besides
+    /// [`env::INSTANCE_ENV`] (`CHITIN__CLUSTER__INSTANCE_ID`, `HOSTNAME`,
+    /// `POD_NAME`); no other variable reaches it.
+    pub instance_id_env: Vec<String>,
 }
 
 impl Default for PolicySettings {
@@ -117,6 +131,7 @@ impl Default for PolicySettings {
             deadline_ms: limits.deadline.as_millis() as u32,
             memory_limit_mib: (limits.memory_bytes >> 20) as u32,
             cache_dir: None,
+            instance_id_env: Vec::new(),
         }
     }
 }
@@ -202,7 +217,19 @@ pub enum PolicyCallError {
         slot: Slot,
         deadline_ms: u64,
     },
-    #[error("policy `{slot}` ({plugin}) exceeded its memory limit of {limit_mib} MiB and was stopped")]
+    #[error(
+        "policy `{slot}` ({plugin}) tried to wait in `{call}` (a sleep, or a wait on a clock or stream); \
+         policies may not block, so the call was stopped"
+    )]
+    Blocked {
+        plugin: String,
+        slot: Slot,
+        call: &'static str,
+    },
+    #[error(
+        "policy `{slot}` ({plugin}) exceeded its memory limit of {limit_mib} MiB (all its memories and \
+         tables together) and was stopped"
+    )]
     OutOfMemory {
         plugin: String,
         slot: Slot,
@@ -233,6 +260,7 @@ impl PolicyCallError {
         match self {
             PolicyCallError::Refused { .. } => "refused",
             PolicyCallError::Timeout { .. } => "timeout",
+            PolicyCallError::Blocked { .. } => "blocked",
             PolicyCallError::OutOfMemory { .. } => "out_of_memory",
             PolicyCallError::Trap { .. } => "trap",
             PolicyCallError::InvalidName { .. } => "invalid",
@@ -251,10 +279,17 @@ pub struct Policies {
 
 impl Policies {
     /// Loads the slots as `settings` map them; components are precompiled
-    /// once into `settings.cache_dir` (or `default_cache_dir`).
+    /// once into `settings.cache_dir` (or `default_cache_dir`, the node's
+    /// `<data dir>/policy-cache`). The cache's key is kept beside the
+    /// default dir in the data dir (`<data dir>/policy-cache.key`); without
+    /// a default dir the key lives only in this process.
     pub fn load(settings: &PolicySettings, default_cache_dir: Option<PathBuf>) -> Result<Self, PolicyLoadError> {
         let limits = settings.limits()?;
-        let cache = settings.cache_dir.clone().or(default_cache_dir).map(cache::Cache::new);
+        let key_file = default_cache_dir.as_ref().map(|d| d.with_extension("key"));
+        let cache = settings.cache_dir.clone().or(default_cache_dir).map(|dir| match &key_file {
+            Some(key) => cache::Cache::with_key_file(dir, key),
+            None => cache::Cache::new(dir),
+        });
         let mut loaded: Vec<(PluginSource, std::sync::Arc<Plugin>)> = Vec::new();
         let mut runner = |slot: Slot| -> Result<SlotRunner, PolicyLoadError> {
             let source = settings.source(slot);

@@ -8,7 +8,7 @@ use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre};
 
 use super::Slot;
-use super::slot::State;
+use super::sandbox::State;
 use super::wit::{Answer, wrong_slot};
 
 wasmtime::component::bindgen!({

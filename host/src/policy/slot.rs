@@ -1,92 +1,23 @@
 //! One policy slot served by one plugin: the sandbox, the warm instance, the
 //! deadline and memory limit of each call, and the mapping of failures.
 //!
-//! The sandbox grants nothing: WASI p2 is linked (a `wasm32-wasip2` guest
-//! imports it even when it does no I/O) with no arguments, environment,
-//! files or network, frozen clocks, and stdout/stderr captured into a small
-//! buffer whose text is added to a trap's message. A warm instance serves
-//! calls until one fails; a failed call drops it, so the next call starts
-//! from a fresh instance.
+//! The sandbox ([`super::sandbox`]) grants nothing: the WASI interfaces a
+//! `wasm32-wasip2` guest imports, with no arguments, environment, files or
+//! network, frozen clocks, deterministic randomness, calls that never wait,
+//! and stdout/stderr captured into a small buffer whose text is added to a
+//! trap's message. A warm instance serves calls until one fails; a failed
+//! call drops it, so the next call starts from a fresh instance.
 
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use chitin_policy_sdk as sdk;
-use wasmtime::component::{InstancePre, Linker, ResourceTable};
-use wasmtime::{ResourceLimiter, Store, Trap};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime::component::InstancePre;
+use wasmtime::{Store, Trap};
 
 use super::engine::{Limits, engine};
+use super::sandbox::{Blocked, State, check_imports, linker};
 use super::wit::{Answer, Exports, Indices};
 use super::{Plugin, PolicyCallError, PolicyLoadError, Slot, invalid_name_reason};
-
-/// Bytes of guest stdout/stderr kept for error messages.
-const OUTPUT_CAPACITY: usize = 4096;
-
-/// The store data of one instance.
-pub struct State {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    output: MemoryOutputPipe,
-    memory_limit: u64,
-    memory_exceeded: bool,
-}
-
-impl WasiView for State {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl ResourceLimiter for State {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        if desired as u64 > self.memory_limit {
-            // Trap rather than fail the grow: a guest that cannot allocate
-            // aborts anyway, and this way the error names the limit.
-            self.memory_exceeded = true;
-            wasmtime::bail!("memory limit of {} bytes reached", self.memory_limit);
-        }
-        Ok(true)
-    }
-
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= 100_000)
-    }
-}
-
-/// A clock that always reads zero: policies get time only through their input.
-struct Frozen;
-
-impl HostWallClock for Frozen {
-    fn resolution(&self) -> Duration {
-        Duration::from_secs(1)
-    }
-    fn now(&self) -> Duration {
-        Duration::ZERO
-    }
-}
-
-impl HostMonotonicClock for Frozen {
-    fn resolution(&self) -> u64 {
-        1_000_000_000
-    }
-    fn now(&self) -> u64 {
-        0
-    }
-}
-
-fn linker() -> &'static Linker<State> {
-    static LINKER: OnceLock<Linker<State>> = OnceLock::new();
-    LINKER.get_or_init(|| {
-        let mut linker = Linker::new(engine());
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).expect("link WASI p2");
-        linker
-    })
-}
 
 struct Warm {
     store: Store<State>,
@@ -113,6 +44,11 @@ impl SlotRunner {
             slot,
             reason: format!("{e:#}"),
         };
+        check_imports(plugin.component()).map_err(|reason| PolicyLoadError::Instantiate {
+            plugin: plugin.name().to_string(),
+            slot,
+            reason,
+        })?;
         let pre = linker().instantiate_pre(plugin.component()).map_err(instantiate_error)?;
         let indices = Indices::new(version, slot, &pre).map_err(instantiate_error)?;
         Ok(SlotRunner {
@@ -140,32 +76,18 @@ impl SlotRunner {
         self.warm.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
-    fn instantiate(&self) -> Result<Warm, wasmtime::Error> {
-        let output = MemoryOutputPipe::new(OUTPUT_CAPACITY);
-        let wasi = WasiCtxBuilder::new()
-            .stdout(output.clone())
-            .stderr(output.clone())
-            .wall_clock(Frozen)
-            .monotonic_clock(Frozen)
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
-        let mut store = Store::new(
-            engine(),
-            State {
-                wasi,
-                table: ResourceTable::new(),
-                output,
-                memory_limit: self.limits.memory_bytes,
-                memory_exceeded: false,
-            },
-        );
-        store.limiter(|s| s);
+    fn instantiate(&self) -> Result<Warm, PolicyCallError> {
+        let mut store = Store::new(engine(), State::new(self.limits.memory_bytes));
+        store.limiter(|s| &mut s.budget);
         store.set_epoch_deadline(self.limits.deadline_ticks());
-        let instance = self.pre.instantiate(&mut store)?;
-        let exports = self.indices.load(&mut store, &instance)?;
-        Ok(Warm { store, exports })
+        let loaded = self
+            .pre
+            .instantiate(&mut store)
+            .and_then(|instance| self.indices.load(&mut store, &instance));
+        match loaded {
+            Ok(exports) => Ok(Warm { store, exports }),
+            Err(e) => Err(self.failure(e, Some(store.data()))),
+        }
     }
 
     /// Runs `f` on the warm instance (made when missing) under the limits.
@@ -185,7 +107,7 @@ impl SlotRunner {
         let mut slot = self.warm.lock().unwrap_or_else(|p| p.into_inner());
         let mut warm = match slot.take() {
             Some(warm) => warm,
-            None => self.instantiate().map_err(|e| self.failure(e, None))?,
+            None => self.instantiate()?,
         };
         warm.store.set_epoch_deadline(self.limits.deadline_ticks());
         match f(&mut warm.store, &warm.exports) {
@@ -212,7 +134,14 @@ impl SlotRunner {
                 deadline_ms: self.limits.deadline.as_millis() as u64,
             };
         }
-        if state.is_some_and(|s| s.memory_exceeded) {
+        if let Some(blocked) = error.downcast_ref::<Blocked>() {
+            return PolicyCallError::Blocked {
+                plugin,
+                slot,
+                call: blocked.call,
+            };
+        }
+        if state.is_some_and(|s| s.budget.exceeded()) {
             return PolicyCallError::OutOfMemory {
                 plugin,
                 slot,
@@ -220,7 +149,7 @@ impl SlotRunner {
             };
         }
         let mut reason = format!("{error:#}");
-        if let Some(output) = state.map(|s| s.output.contents()).filter(|o| !o.is_empty()) {
+        if let Some(output) = state.map(State::output).filter(|o| !o.is_empty()) {
             reason.push_str("; guest output: ");
             reason.push_str(String::from_utf8_lossy(&output).trim());
         }

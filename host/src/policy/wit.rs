@@ -8,7 +8,7 @@ use chitin_policy_sdk as sdk;
 use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre};
 
-use super::slot::State;
+use super::sandbox::State;
 use super::{Slot, since_v0_1_0};
 
 /// The newest supported interface version.

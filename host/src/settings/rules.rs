@@ -234,6 +234,11 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
             bad(key, q(v), "must be \"default\" or the path of a policy component".into());
         }
     }
+    for name in &p.instance_id_env {
+        if let Some(why) = crate::policy::env::invalid_var_reason(name) {
+            bad("policies.instance_id_env", q(name), format!("{why}: each entry names an environment variable"));
+        }
+    }
     out
 }
 
@@ -281,6 +286,15 @@ pub(super) fn redact(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn instance_id_env_names_variables() {
+        let load = |v: &str| crate::settings::Settings::load(None, [("CHITIN__POLICIES__INSTANCE_ID_ENV", v)]);
+        let ok = load(r#"["RACK", "ZONE_ID"]"#).unwrap();
+        assert_eq!(ok.policies.instance_id_env, ["RACK", "ZONE_ID"]);
+        let err = load(r#"["RACK-ID"]"#).unwrap_err().to_string();
+        assert!(err.contains("policies.instance_id_env") && err.contains("RACK-ID") && err.contains("letters, digits"), "{err}");
+    }
 
     #[test]
     fn seconds_between_the_minimum_and_a_day() {
