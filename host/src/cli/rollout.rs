@@ -140,9 +140,14 @@ impl RunArgs {
         Options {
             timeout: Duration::from_secs(self.timeout_secs.max(1)),
             bake: Duration::from_secs(self.bake_secs),
-            ..Options::default()
+            ..defaults()
         }
     }
+}
+
+/// The executor's defaults, with this invocation's TLS to the nodes.
+fn defaults() -> Options {
+    Options { tls: super::client::tls(), ..Options::default() }
 }
 
 fn parse_metadata(s: &str) -> Result<Metadata, String> {
@@ -276,7 +281,7 @@ fn bootstrap(config_path: &Path, only: Option<&str>, wait: &WaitArgs) -> anyhow:
         }
         None => config.nodes.iter().map(|n| n.id.clone()).collect(),
     };
-    let opts = Options { timeout: Duration::from_secs(wait.timeout_secs.max(1)), ..Options::default() };
+    let opts = Options { timeout: Duration::from_secs(wait.timeout_secs.max(1)), ..defaults() };
     let mut failed = 0;
     runtime()?.block_on(async {
         for id in &ids {
@@ -303,7 +308,7 @@ fn bootstrap(config_path: &Path, only: Option<&str>, wait: &WaitArgs) -> anyhow:
 }
 
 fn get_config(address: &str, output: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let opts = Options { timeout: Duration::from_secs(10), ..Options::default() };
+    let opts = Options { timeout: Duration::from_secs(10), ..defaults() };
     let r = runtime()?.block_on(exec::get_config(address, &opts))?;
     if r.config_json.is_empty() {
         eprintln!(
