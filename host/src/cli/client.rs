@@ -5,10 +5,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use chitin::security::auth::token_from_env;
-use chitin::security::tls::{self, ClientTls, ClientTlsKeys};
+use chitin::security::tls::{self, ClientTls, ClientTlsKeys, NodeChannel};
 use chitin::security::{BearerAuth, Plane};
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 
 /// Where the CLI finds a node unless told otherwise.
 pub const DEFAULT_NODE: &str = "127.0.0.1:50051";
@@ -58,36 +57,16 @@ pub fn tls() -> Option<ClientTls> {
     TLS.get().cloned().flatten()
 }
 
-pub async fn connect(address: &str) -> anyhow::Result<Channel> {
-    tls::endpoint(address, tls().as_ref())
+pub async fn connect(address: &str) -> anyhow::Result<NodeChannel> {
+    let tls = tls();
+    let channel = tls::endpoint(address, tls.as_ref())
         .map_err(|e| anyhow::anyhow!(e))?
         .connect_timeout(Duration::from_secs(3))
         .timeout(Duration::from_secs(60))
         .connect()
         .await
-        .map_err(|e| anyhow::anyhow!("cannot reach the node at {address}: {}; is `chitin node` running there?{}", chain(&e), tls_hint(&e)))
-}
-
-/// An error with its causes, as `a: b: c` (tonic's own message is only
-/// "transport error").
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut next = e.source();
-    while let Some(cause) = next {
-        parts.push(cause.to_string());
-        next = cause.source();
-    }
-    parts.join(": ")
-}
-
-/// What to check when the failure was TLS's.
-fn tls_hint(e: &(dyn std::error::Error + 'static)) -> &'static str {
-    if tls::tls_cause(e).is_some() {
-        " (TLS failed: --ca must hold the CA of the node's certificate, whose names must include the address's host; \
-         a node with [tls] client_ca_file also needs --cert and --key)"
-    } else {
-        ""
-    }
+        .map_err(|e| anyhow::anyhow!("cannot reach the node at {address}: {}; is `chitin node` running there?", tls::connect_failure(&e)))?;
+    Ok(NodeChannel::new(channel, tls.as_ref()))
 }
 
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -102,7 +81,7 @@ pub async fn signed(address: &str, plane: Plane) -> anyhow::Result<Signed> {
 }
 
 /// A channel signed with a plane's token.
-pub type Signed = InterceptedService<Channel, BearerAuth>;
+pub type Signed = InterceptedService<NodeChannel, BearerAuth>;
 
 /// The Admin service of a node, sending `CHITIN_ADMIN_TOKEN` when it is set.
 pub async fn admin(address: &str) -> anyhow::Result<chitin::rollout::exec::Admin> {

@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use super::checkpoint::{Checkpoint, CheckpointError, Decision, Unfinished, decide, path_for};
@@ -121,7 +120,7 @@ pub enum ExecError {
 pub use crate::security::BearerAuth;
 
 /// An admin-plane client of one node.
-pub type Admin = AdminClient<InterceptedService<Channel, BearerAuth>>;
+pub type Admin = AdminClient<InterceptedService<crate::security::tls::NodeChannel, BearerAuth>>;
 
 /// A lazily connecting admin client of the node at `address` (`host:port`
 /// or a URL, over TLS with `tls`); each call times out after `rpc_timeout`.
@@ -135,7 +134,7 @@ pub fn admin_client(
         .connect_timeout(Duration::from_secs(3))
         .timeout(rpc_timeout)
         .connect_lazy();
-    Ok(AdminClient::with_interceptor(channel, BearerAuth::new(token)))
+    Ok(AdminClient::with_interceptor(crate::security::tls::NodeChannel::new(channel, tls), BearerAuth::new(token)))
 }
 
 /// What a node reports about its config.

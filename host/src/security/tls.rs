@@ -11,7 +11,8 @@
 //! - [`PeerCa`]: whether a caller's certificate was signed by the cluster
 //!   CA, which makes it a peer (see `auth::Guard`);
 //! - [`ClientTls`]: what a client (a node calling a peer, the CLI) trusts
-//!   and presents;
+//!   and presents; [`NodeChannel`]: the CLI's channel, whose failures say
+//!   what TLS refused;
 //! - [`tls_cause`]: the TLS error inside a store's connection error, so that
 //!   a wrong CA is reported as such instead of as an outage.
 //!
@@ -314,6 +315,8 @@ impl axum::serve::Listener for TlsListener {
 #[derive(Clone, Debug)]
 pub struct ClientTls {
     config: tonic::transport::ClientTlsConfig,
+    /// Whether a client certificate is presented.
+    presents_certificate: bool,
 }
 
 /// Where a client's TLS material comes from, for the error messages: the
@@ -338,7 +341,7 @@ impl ClientTls {
             private_key(keys.key, key)?;
             config = config.identity(Identity::from_pem(read(keys.cert, cert)?, read(keys.key, key)?));
         }
-        Ok(ClientTls { config })
+        Ok(ClientTls { config, presents_certificate: identity.is_some() })
     }
 
     /// A node's client side from `[tls]` (`peer_ca_file`, `cert_file`,
@@ -372,6 +375,89 @@ pub fn endpoint(address: &str, tls: Option<&ClientTls>) -> Result<tonic::transpo
         )),
         _ => Ok(endpoint),
     }
+}
+
+/// What to check when TLS to a node failed.
+const CLIENT_TLS_HINT: &str = "--ca (CHITIN_CA) must hold the CA of the node's certificate, whose names must include the \
+     address's host, and a node with [tls] client_ca_file needs --cert and --key (CHITIN_CERT, CHITIN_KEY) of a \
+     certificate its client CA signed";
+
+/// A channel to a node whose failures say what TLS refused, with what to
+/// check: tonic reports every transport failure as "transport error",
+/// hiding the cause.
+#[derive(Clone, Debug)]
+pub struct NodeChannel {
+    channel: tonic::transport::Channel,
+    /// Over TLS without a client certificate.
+    without_certificate: bool,
+}
+
+impl NodeChannel {
+    /// `channel`, made with `tls` (or without TLS).
+    pub fn new(channel: tonic::transport::Channel, tls: Option<&ClientTls>) -> NodeChannel {
+        NodeChannel { channel, without_certificate: tls.is_some_and(|t| !t.presents_certificate) }
+    }
+
+    /// The status tonic would make of `e`, its message naming the TLS
+    /// failure when there is one (the code stays tonic's).
+    fn explain(&self, e: tonic::transport::Error) -> tonic::Status {
+        let cause = tls_cause(&e);
+        let chain = error_chain(&e);
+        let status = tonic::Status::from_error(Box::new(e));
+        match cause {
+            Some(cause) => tonic::Status::new(status.code(), format!("TLS failed: {cause}; {CLIENT_TLS_HINT}")),
+            // A node that requires client certificates refuses a client
+            // without one after the handshake (TLS 1.3): the client sees
+            // its connection closed or reset under the first call, the
+            // node's alert read or not.
+            None if self.without_certificate && matches!(status.code(), tonic::Code::Cancelled | tonic::Code::Unknown) => {
+                tonic::Status::new(
+                    status.code(),
+                    format!(
+                        "{chain}: the node closed the connection; a node with [tls] client_ca_file (mutual TLS) does \
+                         so to a client without a certificate: pass --cert and --key (CHITIN_CERT, CHITIN_KEY)"
+                    ),
+                )
+            }
+            None => status,
+        }
+    }
+}
+
+impl tonic::codegen::Service<tonic::codegen::http::Request<tonic::body::Body>> for NodeChannel {
+    type Response = tonic::codegen::http::Response<tonic::body::Body>;
+    type Error = tonic::Status;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.channel.poll_ready(cx).map_err(|e| self.explain(e))
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<tonic::body::Body>) -> Self::Future {
+        let call = self.channel.call(request);
+        let this = self.clone();
+        Box::pin(async move { call.await.map_err(|e| this.explain(e)) })
+    }
+}
+
+/// What a connect error says, TLS failures explained (see [`NodeChannel`]).
+pub fn connect_failure(e: &tonic::transport::Error) -> String {
+    match tls_cause(e) {
+        Some(_) => format!("{} (TLS failed: {CLIENT_TLS_HINT})", error_chain(e)),
+        None => error_chain(e),
+    }
+}
+
+/// An error and its causes, as `a: b: c` (tonic's own message is only
+/// "transport error").
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut next = e.source();
+    while let Some(cause) = next {
+        parts.push(cause.to_string());
+        next = cause.source();
+    }
+    parts.join(": ")
 }
 
 /// The TLS error inside `error`, if the failure was TLS's (a certificate
