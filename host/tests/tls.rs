@@ -204,14 +204,14 @@ async fn a_tls_node_serves_grpc_and_http_over_tls_only() {
 
     // The CLI, with --ca, and with CHITIN_CA.
     let ca_file = ca.file.to_str().unwrap();
-    let (ok, out) = chitin(&["journal", "append", "--node", &node.api, "--ca", ca_file, "--stream", "tls-s", "--payload", "x"], &[]);
+    let (ok, out) = chitin(&["--ca", ca_file, "journal", "append", "--node", &node.api, "--stream", "tls-s", "--payload", "x"], &[]);
     assert!(ok, "{out}");
     let (ok, out) = chitin(&["journal", "read", "--node", &node.api, "--stream", "tls-s"], &[("CHITIN_CA", ca_file)]);
     assert!(ok && out.contains('x'), "{out}");
     let (ok, out) = chitin(&["journal", "read", "--node", &format!("https://{}", node.api), "--stream", "tls-s"], &[]);
     assert!(!ok && out.contains("--ca") && out.contains("CHITIN_CA"), "{out}");
     let other = other_ca.file.to_str().unwrap();
-    let (ok, out) = chitin(&["journal", "read", "--node", &node.api, "--ca", other, "--stream", "tls-s"], &[]);
+    let (ok, out) = chitin(&["--ca", other, "journal", "read", "--node", &node.api, "--stream", "tls-s"], &[]);
     assert!(!ok && out.contains("TLS failed"), "{out}");
     node.terminate(Duration::from_secs(30)).unwrap();
 }
@@ -260,7 +260,7 @@ async fn with_a_client_ca_only_clients_with_a_certificate_are_served() {
     // The CLI presents --cert and --key, or CHITIN_CERT and CHITIN_KEY.
     let (ca_file, cert, key) = (ca.file.to_str().unwrap(), client.cert.to_str().unwrap(), client.key.to_str().unwrap());
     let args = ["journal", "read", "--node", &node.api, "--stream", "mtls"];
-    let (ok, out) = chitin(&[&args[..], &["--ca", ca_file, "--cert", cert, "--key", key]].concat(), &[]);
+    let (ok, out) = chitin(&[&["--ca", ca_file, "--cert", cert, "--key", key][..], &args].concat(), &[]);
     assert!(ok, "{out}");
     let (ok, out) = chitin(&args, &[("CHITIN_CA", ca_file), ("CHITIN_CERT", cert), ("CHITIN_KEY", key)]);
     assert!(ok, "{out}");

@@ -20,19 +20,21 @@ pub struct NodeAddr {
     pub node: String,
 }
 
-/// TLS to the nodes, for every command that calls one.
+/// TLS to the nodes, for every command that calls one. Given before the
+/// command (`chitin --ca ca.pem journal read …`), or in the environment:
+/// not global flags, as `config route` has a `--key` of its own.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct TlsArgs {
     /// The CA certificates (PEM) that verify the node's certificate. With
     /// it, a node address without a scheme is dialled over https.
-    #[arg(long = "ca", global = true, env = "CHITIN_CA")]
+    #[arg(long = "ca", env = "CHITIN_CA")]
     pub ca: Option<PathBuf>,
     /// This client's certificate (PEM), for nodes that require client
     /// certificates ([tls] client_ca_file). Needs --key.
-    #[arg(long = "cert", global = true, env = "CHITIN_CERT", requires = "key")]
+    #[arg(long = "cert", env = "CHITIN_CERT", requires = "key")]
     pub cert: Option<PathBuf>,
     /// The private key (PEM) of --cert.
-    #[arg(long = "key", global = true, env = "CHITIN_KEY", requires = "cert")]
+    #[arg(long = "key", env = "CHITIN_KEY", requires = "cert")]
     pub key: Option<PathBuf>,
 }
 
