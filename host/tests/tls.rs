@@ -213,7 +213,7 @@ async fn a_tls_node_serves_grpc_and_http_over_tls_only() {
     let other = other_ca.file.to_str().unwrap();
     let (ok, out) = chitin(&["--ca", other, "journal", "read", "--node", &node.api, "--stream", "tls-s"], &[]);
     assert!(!ok && out.contains("TLS failed"), "{out}");
-    node.terminate(Duration::from_secs(30)).unwrap();
+    assert!(node.terminate(Duration::from_secs(30)).unwrap().success(), "{}", node.log_tail(20));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -266,7 +266,7 @@ async fn with_a_client_ca_only_clients_with_a_certificate_are_served() {
     assert!(ok, "{out}");
     let (ok, out) = chitin(&args, &[("CHITIN_CA", ca_file)]);
     assert!(!ok && out.contains("client_ca_file") && out.contains("--cert"), "{out}");
-    node.terminate(Duration::from_secs(30)).unwrap();
+    assert!(node.terminate(Duration::from_secs(30)).unwrap().success(), "{}", node.log_tail(20));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -330,7 +330,8 @@ async fn peers_call_each_other_over_mutual_tls_and_strangers_cannot_forward() {
         Err(e) => assert!(!matches!(e.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied), "{e:?}"),
     }
     for node in &mut cluster.nodes {
-        node.terminate(Duration::from_secs(60)).unwrap();
+        let status = node.terminate(Duration::from_secs(60)).unwrap();
+        assert!(status.success(), "{}: {status}\n{}", node.name, node.log_tail(20));
     }
     cluster.teardown().await.unwrap();
 }
@@ -391,7 +392,7 @@ async fn a_node_uses_postgres_and_redis_over_verified_tls() {
     journal.append(append("over-tls", "r-1", false)).await.with_context(|| node.log_text()).unwrap();
     // The registry lives in Redis: an instance seen there went over TLS.
     wait_for_instances(&metrics, Duration::from_secs(30)).await.with_context(|| node.log_text()).unwrap();
-    node.terminate(Duration::from_secs(30)).unwrap();
+    assert!(node.terminate(Duration::from_secs(30)).unwrap().success(), "{}", node.log_tail(20));
 
     for (db_ca, redis_ca, store, key) in [
         (&wrong.file, &ca.file, "TLS to the database failed", "database.ca_file"),

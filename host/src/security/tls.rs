@@ -505,6 +505,44 @@ mod tests {
         assert!(e.contains("`tls.key_file`") && e.contains("private key"), "{e}");
     }
 
+    /// A self-signed certificate for 127.0.0.1 and its key, in `dir`.
+    fn self_signed(dir: &Path) -> (PathBuf, PathBuf, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().self_signed(&key).unwrap();
+        let (cert_file, key_file) = (dir.join("node.crt"), dir.join("node.key"));
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        (cert_file, key_file, cert.pem())
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_holds_up_no_handshake_and_sockets_have_nodelay() {
+        use axum::serve::Listener as _;
+        let dir = tempfile::tempdir().unwrap();
+        let (cert_file, key_file, pem) = self_signed(dir.path());
+        let settings = TlsSettings { cert_file: Some(cert_file), key_file: Some(key_file), ..TlsSettings::default() };
+        let tls = NodeTls::load(&settings).unwrap().unwrap();
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let mut listener = TlsListener::new(tcp, tls.http()).unwrap();
+
+        // Connected first, and never says a word.
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        let mut roots = RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let dial = tokio::spawn(async move { connector.connect(name, TcpStream::connect(addr).await.unwrap()).await.unwrap() });
+        let (accepted, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept()).await.expect("the second client waited for the first");
+        assert!(accepted.get_ref().0.nodelay().unwrap(), "an accepted socket must not run Nagle's algorithm");
+        dial.await.unwrap();
+    }
+
     #[test]
     fn endpoints_pick_the_scheme() {
         assert_eq!(endpoint("127.0.0.1:1", None).unwrap().uri().scheme_str(), Some("http"));
