@@ -110,7 +110,15 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
     // never look unprovisioned (and accept a bootstrap) for a moment.
     match node {
         Some(node) => {
-            tracing::info!(%api_addr, %metrics_addr, name = %node.name, "node serving");
+            let t = &control.settings.tls;
+            tracing::info!(
+                %api_addr,
+                %metrics_addr,
+                name = %node.name,
+                tls = t.enabled(),
+                client_certificates = t.requires_client_certificates(),
+                "node serving"
+            );
             control.activate(node).await;
         }
         None => tracing::warn!(
