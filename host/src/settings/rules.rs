@@ -460,6 +460,12 @@ mod tests {
             with_database_ca("postgres://u@h/db?sslmode=verify-ca", ca),
             "postgres://u@h/db?sslmode=verify-ca&sslrootcert=/etc/chitin/my%20ca.pem"
         );
+        // The drivers read them back as verifying modes with that CA.
+        use std::str::FromStr;
+        let pg = sqlx::postgres::PgConnectOptions::from_str(&with_database_ca("postgres://u@h/db", ca)).unwrap();
+        assert!(matches!(pg.get_ssl_mode(), sqlx::postgres::PgSslMode::VerifyFull));
+        let my = sqlx::mysql::MySqlConnectOptions::from_str(&with_database_ca("mysql://root@h/db", ca)).unwrap();
+        assert!(format!("{my:?}").contains("VerifyIdentity") && format!("{my:?}").contains("my ca.pem"), "{my:?}");
     }
 
     #[test]
