@@ -10,7 +10,9 @@
 //!   not);
 //! - two nodes call each other over mutual TLS (forwards succeed), and a
 //!   caller with neither a node certificate nor the peer token cannot set
-//!   `forwarded` or call the Peer service;
+//!   `forwarded` or call the Peer service; with client certificates
+//!   required too, the nodes still reach each other and a client's
+//!   certificate is no peer's;
 //! - a node reaches a private PostgreSQL (`ssl = on`) and a private Redis
 //!   (`--tls-port`) over verified TLS, and refuses to start, naming the
 //!   setting, when the CA does not match.
@@ -276,34 +278,13 @@ async fn peers_call_each_other_over_mutual_tls_and_strangers_cannot_forward() {
     let leaf = ca.issue(certs.path(), "node", LOCAL);
     // Another CA's node certificate, for a caller that is no peer.
     let outsider = Ca::new(certs.path(), "outsider-ca").issue(certs.path(), "outsider", LOCAL);
-    let mut cluster = Cluster::new(Dialect::Postgres, 2, 4, 0, |_, s| {
+    let mut cluster = tls_cluster(&ca, None, |s| {
         set_tls(s, &leaf);
         s.tls.peer_ca_file = Some(ca.file.clone());
     })
-    .await
-    .unwrap();
-    let probe = https_tls(&ca, None);
-    let nodes = std::mem::take(&mut cluster.nodes);
-    cluster.nodes = nodes.into_iter().map(|n| n.with_https_probe(probe.clone())).collect();
-    for node in &mut cluster.nodes {
-        node.start().unwrap();
-    }
-    for k in 0..cluster.nodes.len() {
-        let ready = cluster.nodes[k].wait_ready(Duration::from_secs(60)).await;
-        ready.with_context(|| cluster.logs()).unwrap();
-    }
+    .await;
     let api: Vec<String> = cluster.nodes.iter().map(|n| n.api.clone()).collect();
-    all_held(&api[0], &ca, Duration::from_secs(60)).await.with_context(|| cluster.logs()).unwrap();
-
-    // Appends through both nodes: some are forwarded, over mutual TLS.
-    let mut forwarded = 0;
-    for i in 0..40 {
-        let via = i % 2;
-        let mut journal = JournalClient::new(channel(&api[via], Some(grpc_tls(&ca, None))).await.unwrap());
-        let ack = journal.append(append(&format!("s-{i}"), &format!("r-{i}"), false)).await.with_context(|| cluster.logs()).unwrap();
-        forwarded += usize::from(ack.into_inner().holder != cluster.nodes[via].name);
-    }
-    assert!(forwarded > 0, "no append was forwarded; the peers never called each other");
+    assert_forwards(&cluster, &ca, None).await;
 
     // No certificate, no peer token: neither `forwarded` nor the Peer service.
     let mut journal = JournalClient::new(channel(&api[0], Some(grpc_tls(&ca, None))).await.unwrap());
@@ -336,11 +317,69 @@ async fn peers_call_each_other_over_mutual_tls_and_strangers_cannot_forward() {
     cluster.teardown().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn under_mutual_tls_peers_still_call_each_other_and_clients_are_no_peers() {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, clients) = (Ca::new(certs.path(), "cluster-ca"), Ca::new(certs.path(), "clients-ca"));
+    let leaf = ca.issue(certs.path(), "node", LOCAL);
+    let client = clients.issue(certs.path(), "client", &["client.example"]);
+    let mut cluster = tls_cluster(&ca, Some(&client), |s| {
+        set_tls(s, &leaf);
+        s.tls.peer_ca_file = Some(ca.file.clone());
+        s.tls.client_ca_file = Some(clients.file.clone());
+    })
+    .await;
+    // Each node requires a certificate of the client CA or of the cluster
+    // CA: the peers' node certificates get through.
+    assert_forwards(&cluster, &ca, Some(&client)).await;
+    // A client certificate is no peer's.
+    let mut journal = JournalClient::new(channel(&cluster.nodes[0].api, Some(grpc_tls(&ca, Some(&client)))).await.unwrap());
+    let e = journal.append(append("s-x", "r-x", true)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    for node in &mut cluster.nodes {
+        let status = node.terminate(Duration::from_secs(60)).unwrap();
+        assert!(status.success(), "{}: {status}\n{}", node.name, node.log_tail(20));
+    }
+    cluster.teardown().await.unwrap();
+}
+
+/// Two TLS cluster nodes on a fresh PostgreSQL database with `edit`
+/// applied, started, probed and called as a client presenting `identity`;
+/// every shard held.
+async fn tls_cluster(ca: &Ca, identity: Option<&Leaf>, edit: impl Fn(&mut Settings)) -> Cluster {
+    let mut cluster = Cluster::new(Dialect::Postgres, 2, 4, 0, |_, s| edit(s)).await.unwrap();
+    let probe = https_tls(ca, identity);
+    let nodes = std::mem::take(&mut cluster.nodes);
+    cluster.nodes = nodes.into_iter().map(|n| n.with_https_probe(probe.clone())).collect();
+    for node in &mut cluster.nodes {
+        node.start().unwrap();
+    }
+    for k in 0..cluster.nodes.len() {
+        let ready = cluster.nodes[k].wait_ready(Duration::from_secs(60)).await;
+        ready.with_context(|| cluster.logs()).unwrap();
+    }
+    all_held(&cluster.nodes[0].api, ca, identity, Duration::from_secs(60)).await.with_context(|| cluster.logs()).unwrap();
+    cluster
+}
+
+/// Appends through both nodes: some are forwarded, which only works when
+/// the nodes' calls to each other get through.
+async fn assert_forwards(cluster: &Cluster, ca: &Ca, identity: Option<&Leaf>) {
+    let mut forwarded = 0;
+    for i in 0..40 {
+        let via = i % 2;
+        let mut journal = JournalClient::new(channel(&cluster.nodes[via].api, Some(grpc_tls(ca, identity))).await.unwrap());
+        let ack = journal.append(append(&format!("s-{i}"), &format!("r-{i}"), false)).await.with_context(|| cluster.logs()).unwrap();
+        forwarded += usize::from(ack.into_inner().holder != cluster.nodes[via].name);
+    }
+    assert!(forwarded > 0, "no append was forwarded; the peers never called each other");
+}
+
 /// Waits until every shard is held, asking the node at `addr` over TLS.
-async fn all_held(addr: &str, ca: &Ca, within: Duration) -> Result<()> {
+async fn all_held(addr: &str, ca: &Ca, identity: Option<&Leaf>, within: Duration) -> Result<()> {
     let deadline = Instant::now() + within;
     loop {
-        if let Ok(c) = channel(addr, Some(grpc_tls(ca, None))).await
+        if let Ok(c) = channel(addr, Some(grpc_tls(ca, identity))).await
             && let Ok(s) = AdminClient::new(c).status(proto::StatusRequest {}).await
         {
             let s = s.into_inner();
