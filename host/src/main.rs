@@ -10,7 +10,9 @@ use clap::Parser;
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     cli::init_logging(args.log_format);
-    match cli::run(args.command) {
+    // Before anything builds a TLS config (sqlx and redis use the default).
+    chitin::security::tls::install_crypto_provider();
+    match cli::client::configure_tls(&args.tls).and_then(|()| cli::run(args.command)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("{}", chitin::security::redact(&format!("error: {e:#}")));

@@ -20,6 +20,7 @@ use crate::api;
 use crate::node::control::Control;
 use crate::node::stored::{self, Provisioned};
 use crate::node::{Node, NodeError};
+use crate::security::tls::TlsListener;
 use crate::settings::Settings;
 use crate::topology;
 
@@ -92,6 +93,9 @@ fn secure(mut settings: Settings) -> Result<Settings, NodeError> {
 /// Binds the listeners and starts the node, or waits unprovisioned.
 pub async fn start(settings: Settings) -> Result<Running, NodeError> {
     let settings = secure(settings)?;
+    // Read before anything binds or connects: a bad certificate file is a
+    // settings mistake, reported as one.
+    let tls = crate::security::tls::NodeTls::load(&settings.tls)?;
     // Bind first: a port in use is reported before anything registers.
     let api_listener = bind(&settings.api.listen, "[api] listen, gRPC").await?;
     let metrics_listener = bind(&settings.metrics.listen, "[metrics] listen, HTTP").await?;
@@ -106,7 +110,15 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
     // never look unprovisioned (and accept a bootstrap) for a moment.
     match node {
         Some(node) => {
-            tracing::info!(%api_addr, %metrics_addr, name = %node.name, "node serving");
+            let t = &control.settings.tls;
+            tracing::info!(
+                %api_addr,
+                %metrics_addr,
+                name = %node.name,
+                tls = t.enabled(),
+                client_certificates = t.requires_client_certificates(),
+                "node serving"
+            );
             control.activate(node).await;
         }
         None => tracing::warn!(
@@ -115,12 +127,47 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
              only until `chitin cluster bootstrap-node` gives this node its id and config"
         ),
     }
-    let grpc = api::grpc::router(control.clone());
+    let grpc = api::grpc::router(control.clone(), tls.as_ref().and_then(|t| t.peer_ca()));
+    let http = api::http::router(control.clone());
+    let grpc_task = match &tls {
+        Some(t) => serve_grpc(grpc, TlsListener::new(api_listener, t.grpc()).map_err(listen_error(api_addr))?.into_stream(), &control),
+        None => serve_grpc(grpc, nodelay_incoming(api_listener), &control),
+    };
+    let http_task = match &tls {
+        Some(t) => serve_http(http, TlsListener::new(metrics_listener, t.http()).map_err(listen_error(metrics_addr))?, &control),
+        None => {
+            use axum::serve::ListenerExt;
+            let listener = metrics_listener.tap_io(|tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                }
+            });
+            serve_http(http, listener, &control)
+        }
+    };
+    control.keep(grpc_task);
+    control.keep(http_task);
+    Ok(Running {
+        control,
+        api_addr,
+        metrics_addr,
+    })
+}
+
+fn listen_error(addr: SocketAddr) -> impl FnOnce(std::io::Error) -> NodeError {
+    move |source| NodeError::Listen { addr: addr.to_string(), what: "TLS listener", source }
+}
+
+/// The gRPC server on `incoming` (plain or TLS connections) until the stop.
+fn serve_grpc<S, IO>(routes: tonic::service::Routes, incoming: S, control: &Control) -> tokio::task::JoinHandle<()>
+where
+    S: tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + tonic::transport::server::Connected + Unpin + Send + 'static,
+{
     let mut stop = control.shutdown_signal();
-    let grpc_task = tokio::spawn(async move {
-        let incoming = nodelay_incoming(api_listener);
+    tokio::spawn(async move {
         let result = tonic::transport::Server::builder()
-            .add_routes(grpc)
+            .add_routes(routes)
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = stop.changed().await;
             })
@@ -128,17 +175,18 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
         if let Err(e) = result {
             tracing::error!(error = %e, "gRPC server failed");
         }
-    });
-    let http = api::http::router(control.clone());
+    })
+}
+
+/// The HTTP server on `listener` (plain or TLS) until the stop.
+fn serve_http<L>(router: axum::Router, listener: L, control: &Control) -> tokio::task::JoinHandle<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let mut stop = control.shutdown_signal();
-    let http_task = tokio::spawn(async move {
-        use axum::serve::ListenerExt;
-        let listener = metrics_listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-            }
-        });
-        let result = axum::serve(listener, http)
+    tokio::spawn(async move {
+        let result = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 let _ = stop.changed().await;
             })
@@ -146,13 +194,6 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
         if let Err(e) = result {
             tracing::error!(error = %e, "HTTP server failed");
         }
-    });
-    control.keep(grpc_task);
-    control.keep(http_task);
-    Ok(Running {
-        control,
-        api_addr,
-        metrics_addr,
     })
 }
 

@@ -760,7 +760,7 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
     let nodes = Nodes {
         journal: JournalClient::new(signed(CLIENT_TOKEN)),
         ownership: OwnershipClient::new(signed(CLIENT_TOKEN)),
-        admin: AdminClient::with_interceptor(main.clone(), BearerAuth::new(Some(ADMIN_TOKEN))),
+        admin: AdminClient::with_interceptor(chitin::security::tls::NodeChannel::new(main.clone(), None), BearerAuth::new(Some(ADMIN_TOKEN))),
         coord: CoordinationClient::new(signed(CLIENT_TOKEN)),
         metrics: cluster.nodes[0].metrics.clone(),
         ns,

@@ -550,3 +550,41 @@ fn golden_rejections() {
         failures.join("\n")
     );
 }
+
+#[test]
+fn tls_keys_go_together_and_name_what_is_missing() {
+    let (_, rule, _) = bad_value("[tls]\ncert_file = \"/etc/chitin/node.pem\"\n", &[], "tls.key_file");
+    assert!(rule.contains("required with tls.cert_file"), "{rule}");
+    let (_, rule, _) = bad_value("[tls]\nkey_file = \"/etc/chitin/node.key\"\n", &[], "tls.cert_file");
+    assert!(rule.contains("required with tls.key_file"), "{rule}");
+    let (_, rule, _) = bad_value("[tls]\nclient_ca_file = \"/etc/chitin/clients.pem\"\n", &[], "tls.client_ca_file");
+    assert!(rule.contains("needs tls.cert_file and tls.key_file"), "{rule}");
+    let cluster = "[cluster]\nenabled = true\nredis_url = \"redis://127.0.0.1:6379\"\n\
+                   [database]\nurl = \"postgres://u@h/db\"\n\
+                   [tls]\ncert_file = \"/n.pem\"\nkey_file = \"/n.key\"\n";
+    let (_, rule, _) = bad_value(cluster, &[], "tls.peer_ca_file");
+    assert!(rule.contains("required when cluster.enabled = true"), "{rule}");
+    let ok = format!("{cluster}peer_ca_file = \"/ca.pem\"\n");
+    let s = load(&ok, &NO_ENV).unwrap();
+    assert!(s.tls.enabled() && s.tls.knows_peers() && !s.tls.requires_client_certificates());
+    let p = problems("[tls]\ncert = \"/n.pem\"\n", &[]);
+    assert_eq!(p[0].key(), "tls.cert", "an unknown key is refused: {p:?}");
+    // The environment sets them like any other key.
+    let s = load("", &[("CHITIN__TLS__CERT_FILE", "/n.pem"), ("CHITIN__TLS__KEY_FILE", "/n.key")]).unwrap();
+    assert_eq!(s.tls.cert_file.as_deref(), Some(Path::new("/n.pem")));
+}
+
+#[test]
+fn store_cas_need_a_tls_store() {
+    let (_, rule, _) = bad_value(
+        "[cluster]\nredis_url = \"redis://127.0.0.1:6379\"\nredis_ca_file = \"/ca.pem\"\n",
+        &[],
+        "cluster.redis_ca_file",
+    );
+    assert!(rule.contains("rediss://"), "{rule}");
+    load("[cluster]\nredis_url = \"rediss://127.0.0.1:6380\"\nredis_ca_file = \"/ca.pem\"\n", &NO_ENV).unwrap();
+    let (_, rule, _) = bad_value("[database]\nca_file = \"/ca.pem\"\n", &[], "database.ca_file");
+    assert!(rule.contains("SQLite"), "{rule}");
+    let s = load("[database]\nurl = \"postgres://u@h/db\"\nca_file = \"/ca.pem\"\n", &NO_ENV).unwrap();
+    assert_eq!(s.database_url(), "postgres://u@h/db?sslrootcert=/ca.pem&sslmode=verify-full");
+}

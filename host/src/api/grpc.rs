@@ -12,6 +12,7 @@ use crate::node::control::{BootstrapError, Control};
 use crate::node::journal::{MAX_STREAM, check_name};
 use crate::node::leases::OwnershipEvent;
 use crate::proto::{self, admin_server, journal_server, ownership_server, peer_server};
+use crate::security::tls::PeerCa;
 use crate::security::{Caller, Guard, Plane};
 use crate::topology::ClusterConfig;
 
@@ -20,10 +21,12 @@ pub const MAX_MESSAGE_BYTES: usize = 2 << 20;
 
 /// The services over one node, each behind the [`Guard`] of its plane
 /// (`crate::security::auth`): the token is checked before the body is decoded.
-pub fn router(control: Arc<Control>) -> tonic::service::Routes {
+/// `peer_ca` (`[tls] peer_ca_file`, loaded) makes a caller with a node
+/// certificate of the cluster a peer.
+pub fn router(control: Arc<Control>, peer_ca: Option<PeerCa>) -> tonic::service::Routes {
     use tonic::service::interceptor::InterceptedService;
     let settings = &control.settings;
-    let guard = |plane| Guard::new(plane, settings);
+    let guard = |plane| Guard::new(plane, settings).with_peer_ca(peer_ca.clone());
     let journal = InterceptedService::new(
         journal_server::JournalServer::new(Api(control.clone())).max_decoding_message_size(MAX_MESSAGE_BYTES),
         guard(Plane::Client),
@@ -51,13 +54,15 @@ pub fn router(control: Arc<Control>) -> tonic::service::Routes {
 }
 
 /// `forwarded = true` skips the holder's forwarding and leaving checks, so
-/// once the cluster has a peer token only a peer may set it.
+/// once the cluster can tell its nodes (a peer token, or TLS with the
+/// cluster CA) only a peer may set it.
 fn may_forward(caller: Caller, settings: &crate::settings::Settings) -> Result<(), Status> {
-    if settings.cluster.peer_token.is_none() || caller == Caller::Peer {
+    let peers_known = settings.cluster.peer_token.is_some() || settings.tls.knows_peers();
+    if !peers_known || caller == Caller::Peer {
         return Ok(());
     }
-    let why = "`forwarded = true` is for node-to-node calls and needs `authorization: Bearer <[cluster] peer_token>`; \
-               clients leave it false";
+    let why = "`forwarded = true` is for node-to-node calls and needs `authorization: Bearer <[cluster] peer_token>` \
+               or a node certificate of the cluster CA ([tls] peer_ca_file); clients leave it false";
     Err(match caller {
         Caller::Anonymous => Status::unauthenticated(why),
         _ => Status::permission_denied(why),

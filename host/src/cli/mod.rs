@@ -1,7 +1,7 @@
 //! The command groups of the `chitin` binary.
 
 mod chaos;
-mod client;
+pub mod client;
 mod cluster;
 mod config;
 mod coord;
@@ -25,6 +25,8 @@ pub struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value = "human", env = "CHITIN_LOG_FORMAT")]
     pub log_format: LogFormat,
+    #[command(flatten)]
+    pub tls: client::TlsArgs,
     #[command(subcommand)]
     pub command: Command,
 }

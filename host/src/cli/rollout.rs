@@ -147,9 +147,14 @@ impl RunArgs {
         Options {
             timeout: Duration::from_secs(self.timeout_secs.max(1)),
             bake: Duration::from_secs(self.bake_secs),
-            ..Options::default()
+            ..defaults()
         }
     }
+}
+
+/// The executor's defaults, with this invocation's TLS to the nodes.
+fn defaults() -> Options {
+    Options { tls: super::client::tls(), ..Options::default() }
 }
 
 fn parse_metadata(s: &str) -> Result<Metadata, String> {
@@ -176,9 +181,11 @@ fn cluster_policies(config: &Path, args: &PolicyArgs) -> anyhow::Result<Policies
 /// sequence's own push reports the unreachable nodes).
 async fn recorded_policies(config: &Path) -> anyhow::Result<chitin::node::policy_hashes::Hashes> {
     let config = file::load(config)?;
-    let token = exec::token_from_env();
+    let (token, tls) = (exec::token_from_env(), super::client::tls());
     for node in &config.nodes {
-        let Ok(mut admin) = exec::admin_client(&node.grpc_address, token.as_deref(), Duration::from_secs(5)) else { continue };
+        let Ok(mut admin) = exec::admin_client(&node.grpc_address, token.as_deref(), tls.as_ref(), Duration::from_secs(5)) else {
+            continue;
+        };
         if let Ok(status) = admin.status(chitin::proto::StatusRequest {}).await {
             return Ok(status.into_inner().cluster_policies.into_iter().collect());
         }
@@ -309,7 +316,7 @@ fn bootstrap(config_path: &Path, only: Option<&str>, wait: &WaitArgs) -> anyhow:
         }
         None => config.nodes.iter().map(|n| n.id.clone()).collect(),
     };
-    let opts = Options { timeout: Duration::from_secs(wait.timeout_secs.max(1)), ..Options::default() };
+    let opts = Options { timeout: Duration::from_secs(wait.timeout_secs.max(1)), ..defaults() };
     let mut failed = 0;
     runtime()?.block_on(async {
         for id in &ids {
@@ -336,7 +343,7 @@ fn bootstrap(config_path: &Path, only: Option<&str>, wait: &WaitArgs) -> anyhow:
 }
 
 fn get_config(address: &str, output: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let opts = Options { timeout: Duration::from_secs(10), ..Options::default() };
+    let opts = Options { timeout: Duration::from_secs(10), ..defaults() };
     let r = runtime()?.block_on(exec::get_config(address, &opts))?;
     if r.config_json.is_empty() {
         eprintln!(

@@ -5,7 +5,11 @@
 //! Redis is down at start still starts, and the first call after Redis
 //! comes up connects. Bounded connect and response timeouts make a dead or
 //! unreachable Redis fail fast, so dispatch can fail open instead of hanging.
+//!
+//! `rediss://` is TLS (rustls), verified against the system's roots or, with
+//! [`RedisSettings::ca_file`], against the CA certificates of that file.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,8 +19,11 @@ use tokio::sync::OnceCell;
 /// How to reach Redis.
 #[derive(Debug, Clone)]
 pub struct RedisSettings {
-    /// `redis://[:password@]host:port[/db]`
+    /// `redis://[:password@]host:port[/db]`, or `rediss://…` for TLS.
     pub url: String,
+    /// CA certificates (PEM) that verify a `rediss://` server
+    /// (`[cluster] redis_ca_file`); `None`: the system's roots.
+    pub ca_file: Option<PathBuf>,
     /// Each connection attempt gives up after this long (default 1 s).
     pub connection_timeout: Duration,
     /// Each command gives up after this long (default 1 s).
@@ -31,6 +38,7 @@ impl RedisSettings {
     pub fn new(url: impl Into<String>) -> Self {
         RedisSettings {
             url: url.into(),
+            ca_file: None,
             connection_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(1),
             reconnect_retries: 0,
@@ -38,13 +46,17 @@ impl RedisSettings {
     }
 }
 
-/// A Redis URL that cannot be used.
+/// A Redis URL (or CA file) that cannot be used.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid Redis URL {url:?}: {source}")]
-pub struct ConnError {
-    pub url: String,
-    #[source]
-    pub source: redis::RedisError,
+pub enum ConnError {
+    #[error("invalid Redis URL {url:?}: {source}")]
+    Url {
+        url: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("cannot read `cluster.redis_ca_file` = {}: {source}; point it at the PEM file of the CA that signed Redis' certificate", .path.display())]
+    CaFile { path: PathBuf, source: std::io::Error },
 }
 
 /// Cheap to clone; every clone shares the one connection.
@@ -66,10 +78,15 @@ impl std::fmt::Debug for RedisConn {
 impl RedisConn {
     /// Parses the URL; connects on first use.
     pub fn new(settings: RedisSettings) -> Result<Self, ConnError> {
-        let client = redis::Client::open(settings.url.as_str()).map_err(|source| ConnError {
-            url: redact(&settings.url),
-            source,
-        })?;
+        let bad_url = |source| ConnError::Url { url: redact(&settings.url), source };
+        let client = match &settings.ca_file {
+            Some(path) => {
+                let root_cert = std::fs::read(path).map_err(|source| ConnError::CaFile { path: path.clone(), source })?;
+                let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
+                redis::Client::build_with_tls(settings.url.as_str(), certificates).map_err(bad_url)?
+            }
+            None => redis::Client::open(settings.url.as_str()).map_err(bad_url)?,
+        };
         Ok(RedisConn {
             client,
             settings: Arc::new(settings),
@@ -103,6 +120,22 @@ impl RedisConn {
             })
             .await?;
         Ok(m.clone())
+    }
+}
+
+impl RedisConn {
+    /// For a `rediss://` URL: connects once, and answers the TLS error if
+    /// the handshake failed on a certificate (a wrong CA, a host name not in
+    /// the certificate). Any other failure (Redis down) is no answer here:
+    /// the connection is retried on use, as for plain Redis.
+    pub async fn check_tls(&self) -> Result<(), String> {
+        if !self.settings.url.starts_with("rediss://") {
+            return Ok(());
+        }
+        match self.get().await {
+            Err(e) => crate::security::tls::tls_cause(&e).map_or(Ok(()), Err),
+            Ok(_) => Ok(()),
+        }
     }
 }
 

@@ -89,6 +89,15 @@ pub enum NodeError {
     RegistrationLost { uuid: Uuid },
     #[error(transparent)]
     TokenFile(#[from] crate::security::auth::TokenFileError),
+    #[error(transparent)]
+    Tls(#[from] crate::security::tls::TlsError),
+    /// TLS to a store failed on a certificate: a settings mistake, not an
+    /// outage, so the node does not start.
+    #[error(
+        "TLS to {store} failed: {reason}; check that {key} holds the CA that signed the server's certificate, \
+         and that the host name of the URL is one of that certificate's names"
+    )]
+    StoreTls { store: &'static str, key: &'static str, reason: String },
     #[error("cannot listen on {addr} ({what}): {source}")]
     Listen {
         addr: String,
@@ -205,7 +214,10 @@ impl Node {
             handoff_window: settings.renew_interval(),
             ..StoreOptions::default()
         };
-        let store = Store::connect_with(&url, options).await?;
+        let store = Store::connect_with(&url, options).await.map_err(|e| match crate::security::tls::tls_cause(&e) {
+            Some(reason) => NodeError::StoreTls { store: "the database", key: "database.ca_file", reason },
+            None => e.into(),
+        })?;
         lease::checks::run(&store, !standalone).await?;
         store.migrate().await?;
 
@@ -242,11 +254,16 @@ impl Node {
         tracing::info!(%name, %uuid, %address, standalone, session = session.is_some(), "registered; joining");
 
         let coord = if standalone { None } else { Some(coordinator(&settings, uuid, &address)?) };
+        if let Some(c) = &coord {
+            // Redis is connected lazily and may be down at start; a
+            // certificate it refuses is no outage but a settings mistake.
+            c.conn.check_tls().await.map_err(|reason| NodeError::StoreTls { store: "Redis", key: "cluster.redis_ca_file", reason })?;
+        }
         let metrics = Arc::new(Metrics::default());
         let ttl = settings.lease_ttl();
         let safety = settings.renew_interval().min(ttl / 4);
         let leases = Leases::new(store.clone(), uuid, ttl, safety, metrics.clone());
-        let peers = Arc::new(Peers::new(&settings));
+        let peers = Arc::new(Peers::new(&settings)?);
         let node = Arc::new(Node {
             name,
             uuid,
@@ -533,6 +550,7 @@ fn coordinator(settings: &Settings, uuid: Uuid, address: &str) -> Result<crate::
     config.heartbeat_interval = settings.heartbeat_interval();
     config.liveness_timeout = settings.liveness_timeout();
     config.monitor_interval = settings.heartbeat_interval();
+    config.redis.ca_file = settings.cluster.redis_ca_file.clone();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
     let info = crate::coord::InstanceInfo {
         instance_id: uuid.to_string(),

@@ -1,16 +1,19 @@
 //! Channels to the other nodes: one per peer address, connected once and
 //! reused by every forward and notice, dropped after a transport failure so
 //! the next call connects afresh. Every call on them carries the cluster's
-//! peer token (`[cluster] peer_token`), when set.
+//! peer token (`[cluster] peer_token`), when set, and goes over TLS when
+//! `[tls]` is on: the node presents its certificate and verifies the peer's
+//! against the cluster CA (`[tls] peer_ca_file`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::security::BearerAuth;
+use crate::security::tls::{self, ClientTls, TlsError};
 
 /// A channel to a peer that signs every call with the peer token.
 pub type PeerChannel = InterceptedService<Channel, BearerAuth>;
@@ -23,6 +26,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct Peers {
     channels: Mutex<HashMap<String, Channel>>,
     auth: BearerAuth,
+    tls: Option<ClientTls>,
 }
 
 /// A peer that could not be reached: nothing was sent to it.
@@ -34,9 +38,14 @@ pub struct Unreachable {
 }
 
 impl Peers {
-    /// No channels yet; calls will carry `settings`' peer token.
-    pub fn new(settings: &crate::settings::Settings) -> Peers {
-        Peers { channels: Mutex::default(), auth: BearerAuth::new(settings.cluster.peer_token.as_deref()) }
+    /// No channels yet; calls will carry `settings`' peer token and use its
+    /// TLS (whose files are read now).
+    pub fn new(settings: &crate::settings::Settings) -> Result<Peers, TlsError> {
+        Ok(Peers {
+            channels: Mutex::default(),
+            auth: BearerAuth::new(settings.cluster.peer_token.as_deref()),
+            tls: ClientTls::for_peers(&settings.tls)?,
+        })
     }
 
     /// The channel to `address`, connecting when there is none. A failed
@@ -47,8 +56,8 @@ impl Peers {
             return Ok(signed(c.clone()));
         }
         let unreachable = |reason: String| Unreachable { address: address.to_string(), reason };
-        let channel = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| unreachable(e.to_string()))?
+        let channel = tls::endpoint(address, self.tls.as_ref())
+            .map_err(unreachable)?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .connect()

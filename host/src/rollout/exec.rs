@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use super::checkpoint::{Checkpoint, CheckpointError, Decision, Unfinished, decide, path_for};
@@ -44,6 +43,8 @@ pub struct Options {
     pub poll: Duration,
     /// The admin plane's bearer token.
     pub token: Option<String>,
+    /// TLS to the nodes (the CLI's `--ca`, `--cert`, `--key`).
+    pub tls: Option<crate::security::tls::ClientTls>,
 }
 
 impl Default for Options {
@@ -53,6 +54,7 @@ impl Default for Options {
             bake: Duration::from_secs(5),
             poll: Duration::from_millis(200),
             token: token_from_env(),
+            tls: None,
         }
     }
 }
@@ -118,18 +120,21 @@ pub enum ExecError {
 pub use crate::security::BearerAuth;
 
 /// An admin-plane client of one node.
-pub type Admin = AdminClient<InterceptedService<Channel, BearerAuth>>;
+pub type Admin = AdminClient<InterceptedService<crate::security::tls::NodeChannel, BearerAuth>>;
 
 /// A lazily connecting admin client of the node at `address` (`host:port`
-/// or a URL); each call times out after `rpc_timeout`.
-pub fn admin_client(address: &str, token: Option<&str>, rpc_timeout: Duration) -> Result<Admin, String> {
-    let uri = if address.contains("://") { address.to_owned() } else { format!("http://{address}") };
-    let channel = Endpoint::from_shared(uri)
-        .map_err(|e| e.to_string())?
+/// or a URL, over TLS with `tls`); each call times out after `rpc_timeout`.
+pub fn admin_client(
+    address: &str,
+    token: Option<&str>,
+    tls: Option<&crate::security::tls::ClientTls>,
+    rpc_timeout: Duration,
+) -> Result<Admin, String> {
+    let channel = crate::security::tls::endpoint(address, tls)?
         .connect_timeout(Duration::from_secs(3))
         .timeout(rpc_timeout)
         .connect_lazy();
-    Ok(AdminClient::with_interceptor(channel, BearerAuth::new(token)))
+    Ok(AdminClient::with_interceptor(crate::security::tls::NodeChannel::new(channel, tls), BearerAuth::new(token)))
 }
 
 /// What a node reports about its config.
@@ -182,7 +187,7 @@ struct Target {
 impl Target {
     fn new(n: &Node, opts: &Options) -> Result<Target, ExecError> {
         let rpc = opts.timeout.min(Duration::from_secs(30)).max(Duration::from_secs(1));
-        let client = admin_client(&n.grpc_address, opts.token.as_deref(), rpc).map_err(|message| ExecError::BadAddress {
+        let client = admin_client(&n.grpc_address, opts.token.as_deref(), opts.tls.as_ref(), rpc).map_err(|message| ExecError::BadAddress {
             node: n.id.clone(),
             address: n.grpc_address.clone(),
             message,
@@ -515,7 +520,7 @@ pub async fn bootstrap_node(config: &ClusterConfig, id: &str, opts: &Options) ->
 /// The live config of the node at `address`.
 pub async fn get_config(address: &str, opts: &Options) -> Result<proto::GetConfigResponse, ExecError> {
     let rpc = opts.timeout.min(Duration::from_secs(30)).max(Duration::from_secs(1));
-    let mut client = admin_client(address, opts.token.as_deref(), rpc).map_err(|message| ExecError::BadAddress {
+    let mut client = admin_client(address, opts.token.as_deref(), opts.tls.as_ref(), rpc).map_err(|message| ExecError::BadAddress {
         node: "?".into(),
         address: address.to_owned(),
         message,

@@ -6,6 +6,11 @@
 //! | client | `Journal`, `Ownership`, `Coordination` | `api.client_token` (or the peer token) | `CHITIN_CLIENT_TOKEN` |
 //! | peer | `Peer`, and `Journal.Append` with `forwarded = true` | `cluster.peer_token` | (nodes only) |
 //!
+//! Under TLS with `tls.peer_ca_file`, a caller whose certificate that CA
+//! signed is a peer too, token or not: the client and peer planes accept it
+//! ([`Guard::with_peer_ca`]), and the peer plane is closed to everyone else
+//! even without a peer token.
+//!
 //! A plane without a token is open (the listeners are loopback unless every
 //! plane has one, see [`super::exposure`]). Each `…_token_file` is read once,
 //! at start, into its `…_token` ([`read_token_files`]); rotating a token is a
@@ -17,6 +22,7 @@ use std::sync::Arc;
 use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::{Request, Status};
 
+use super::tls::PeerCa;
 use crate::settings::Settings;
 
 /// Compares without stopping at the first difference, so the time taken does
@@ -113,7 +119,11 @@ impl Plane {
         let how = match self {
             Plane::Admin => "set CHITIN_ADMIN_TOKEN".to_owned(),
             Plane::Client => "set CHITIN_CLIENT_TOKEN".to_owned(),
-            Plane::Peer => "only the cluster's nodes call it, each with the same [cluster] peer_token".to_owned(),
+            Plane::Peer => {
+                "only the cluster's nodes call it, each with the same [cluster] peer_token or a certificate of the \
+                 cluster CA ([tls] peer_ca_file)"
+                    .to_owned()
+            }
         };
         format!("the {} plane needs `authorization: Bearer <{}>`; {how}", self.name(), self.setting())
     }
@@ -137,7 +147,8 @@ pub enum Caller {
     Anonymous,
     /// With the plane's own token.
     Plane(Plane),
-    /// With the cluster's peer token: another node.
+    /// With the cluster's peer token, or a certificate of the cluster CA:
+    /// another node.
     Peer,
 }
 
@@ -162,6 +173,9 @@ pub struct Guard {
     token: Option<Arc<str>>,
     /// The peer token, where it is accepted too.
     peer: Option<Arc<str>>,
+    /// The cluster CA, where a node certificate is accepted (the client and
+    /// peer planes).
+    peer_ca: Option<PeerCa>,
 }
 
 impl Guard {
@@ -170,21 +184,39 @@ impl Guard {
         let arc = |t: &Option<String>| t.as_deref().map(Arc::from);
         let peer = arc(&s.cluster.peer_token);
         match plane {
-            Plane::Admin => Guard { plane, token: arc(&s.api.admin_token), peer: None },
-            Plane::Client => Guard { plane, token: arc(&s.api.client_token), peer },
-            Plane::Peer => Guard { plane, token: peer.clone(), peer },
+            Plane::Admin => Guard { plane, token: arc(&s.api.admin_token), peer: None, peer_ca: None },
+            Plane::Client => Guard { plane, token: arc(&s.api.client_token), peer, peer_ca: None },
+            Plane::Peer => Guard { plane, token: peer.clone(), peer, peer_ca: None },
         }
     }
 
-    /// Who `metadata` authenticates as, or the refusal.
-    pub fn check(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
+    /// The same guard, taking a certificate of the cluster CA as a peer's
+    /// credential where the plane accepts peers (not on the admin plane).
+    pub fn with_peer_ca(mut self, peer_ca: Option<PeerCa>) -> Guard {
+        if self.plane != Plane::Admin {
+            self.peer_ca = peer_ca;
+        }
+        self
+    }
+
+    /// Whether a caller without any credential gets through.
+    fn open(&self) -> bool {
+        self.token.is_none() && !(self.plane == Plane::Peer && self.peer_ca.is_some())
+    }
+
+    /// Who `metadata` authenticates as, or the refusal; `cluster_certificate`
+    /// says (asked only when it matters) whether the caller's TLS
+    /// certificate is one of the cluster CA.
+    pub fn check(&self, metadata: &MetadataMap, cluster_certificate: impl FnOnce() -> bool) -> Result<Caller, Status> {
         let given = bearer(metadata);
         let matches = |t: &Option<Arc<str>>, g: &str| t.as_deref().is_some_and(|t| constant_time_eq(t.as_bytes(), g.as_bytes()));
+        if given.is_some_and(|g| matches(&self.peer, g)) || (self.peer_ca.is_some() && cluster_certificate()) {
+            return Ok(Caller::Peer);
+        }
         match given {
-            Some(g) if matches(&self.peer, g) => Ok(Caller::Peer),
             Some(g) if matches(&self.token, g) => Ok(Caller::Plane(self.plane)),
             // An open plane ignores a stray token.
-            _ if self.token.is_none() => Ok(Caller::Anonymous),
+            _ if self.open() => Ok(Caller::Anonymous),
             Some(_) => Err(Status::unauthenticated(self.plane.wrong())),
             None => Err(Status::unauthenticated(self.plane.missing())),
         }
@@ -193,7 +225,11 @@ impl Guard {
 
 impl tonic::service::Interceptor for Guard {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let caller = self.check(request.metadata())?;
+        let certificate = || {
+            let chain = request.peer_certs();
+            self.peer_ca.as_ref().zip(chain).is_some_and(|(ca, chain)| ca.verifies(&chain))
+        };
+        let caller = self.check(request.metadata(), certificate)?;
         request.extensions_mut().insert(caller);
         Ok(request)
     }
@@ -261,20 +297,20 @@ mod tests {
         let s = settings();
         let (admin, client, peer) = (Guard::new(Plane::Admin, &s), Guard::new(Plane::Client, &s), Guard::new(Plane::Peer, &s));
         let b = |t: &str| meta(Some(&format!("Bearer {t}")));
-        assert_eq!(admin.check(&b("admin-tok")).unwrap(), Caller::Plane(Plane::Admin));
-        assert_eq!(client.check(&b("client-tok")).unwrap(), Caller::Plane(Plane::Client));
-        assert_eq!(client.check(&b("peer-tok")).unwrap(), Caller::Peer);
-        assert_eq!(peer.check(&b("peer-tok")).unwrap(), Caller::Peer);
+        assert_eq!(admin.check(&b("admin-tok"), || false).unwrap(), Caller::Plane(Plane::Admin));
+        assert_eq!(client.check(&b("client-tok"), || false).unwrap(), Caller::Plane(Plane::Client));
+        assert_eq!(client.check(&b("peer-tok"), || false).unwrap(), Caller::Peer);
+        assert_eq!(peer.check(&b("peer-tok"), || false).unwrap(), Caller::Peer);
         for (guard, token) in [(&admin, "peer-tok"), (&admin, "client-tok"), (&peer, "client-tok"), (&peer, "admin-tok"), (&client, "admin-tok")] {
-            let e = guard.check(&b(token)).unwrap_err();
+            let e = guard.check(&b(token), || false).unwrap_err();
             assert_eq!(e.code(), tonic::Code::Unauthenticated, "{token}");
             assert!(e.message().starts_with("wrong "), "{}", e.message());
         }
-        let e = client.check(&meta(None)).unwrap_err();
+        let e = client.check(&meta(None), || false).unwrap_err();
         assert_eq!(e.message(), Plane::Client.missing());
         assert!(e.message().contains("CHITIN_CLIENT_TOKEN"));
         // `Bearer` without the space is no bearer token at all.
-        assert_eq!(admin.check(&meta(Some("admin-tok"))).unwrap_err().message(), Plane::Admin.missing());
+        assert_eq!(admin.check(&meta(Some("admin-tok")), || false).unwrap_err().message(), Plane::Admin.missing());
     }
 
     #[test]
@@ -282,10 +318,44 @@ mod tests {
         let mut s = Settings::default();
         s.cluster.peer_token = Some("peer-tok".into());
         let client = Guard::new(Plane::Client, &s);
-        assert_eq!(client.check(&meta(None)).unwrap(), Caller::Anonymous);
-        assert_eq!(client.check(&meta(Some("Bearer nope"))).unwrap(), Caller::Anonymous);
-        assert_eq!(client.check(&meta(Some("Bearer peer-tok"))).unwrap(), Caller::Peer);
-        assert_eq!(Guard::new(Plane::Admin, &s).check(&meta(Some("Bearer peer-tok"))).unwrap(), Caller::Anonymous);
+        assert_eq!(client.check(&meta(None), || false).unwrap(), Caller::Anonymous);
+        assert_eq!(client.check(&meta(Some("Bearer nope")), || false).unwrap(), Caller::Anonymous);
+        assert_eq!(client.check(&meta(Some("Bearer peer-tok")), || false).unwrap(), Caller::Peer);
+        assert_eq!(Guard::new(Plane::Admin, &s).check(&meta(Some("Bearer peer-tok")), || false).unwrap(), Caller::Anonymous);
+    }
+
+    /// A CA file of a fresh CA (the guard only needs it to exist; which
+    /// certificates it verifies is `tests/tls.rs`' business).
+    fn peer_ca(dir: &Path) -> PeerCa {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let path = dir.join("ca.pem");
+        std::fs::write(&path, params.self_signed(&key).unwrap().pem()).unwrap();
+        PeerCa::load(&path).unwrap()
+    }
+
+    #[test]
+    fn a_cluster_certificate_makes_a_peer_except_on_the_admin_plane() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = peer_ca(dir.path());
+        let s = Settings::default();
+        let peer = Guard::new(Plane::Peer, &s).with_peer_ca(Some(ca.clone()));
+        let client = Guard::new(Plane::Client, &s).with_peer_ca(Some(ca.clone()));
+        let admin = Guard::new(Plane::Admin, &s).with_peer_ca(Some(ca));
+        assert_eq!(peer.check(&meta(None), || true).unwrap(), Caller::Peer);
+        assert_eq!(client.check(&meta(None), || true).unwrap(), Caller::Peer);
+        assert_eq!(admin.check(&meta(None), || true).unwrap(), Caller::Anonymous, "a node certificate is no admin credential");
+        // Without the certificate the peer plane is closed, token or not.
+        let e = peer.check(&meta(None), || false).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        assert!(e.message().contains("[tls] peer_ca_file"), "{}", e.message());
+        assert_eq!(client.check(&meta(None), || false).unwrap(), Caller::Anonymous, "the client plane has no token here");
+        // The certificate is looked at only when no peer token decided.
+        let mut s = Settings::default();
+        s.cluster.peer_token = Some("peer-tok".into());
+        let peer = Guard::new(Plane::Peer, &s).with_peer_ca(Some(peer_ca(dir.path())));
+        assert_eq!(peer.check(&meta(Some("Bearer peer-tok")), || panic!("not asked")).unwrap(), Caller::Peer);
     }
 
     #[test]

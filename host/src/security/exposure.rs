@@ -5,7 +5,11 @@
 //! Every listener defaults to loopback. A non-loopback `api.listen` needs a
 //! token on each plane it serves (admin, client, and in cluster mode peer);
 //! a non-loopback `metrics.listen` needs `metrics.auth_token` (`/readyz`
-//! stays open for load balancers either way).
+//! stays open for load balancers either way). Mutual TLS guards both
+//! instead (`[tls]` with `client_ca_file`): only holders of a certificate of
+//! the configured CAs can connect at all. TLS without client certificates
+//! does not count: it hides the traffic, not the planes, from whoever can
+//! connect.
 
 use std::net::SocketAddr;
 
@@ -34,7 +38,8 @@ impl Unguarded {
     pub fn rule(&self) -> String {
         format!(
             "is not a loopback address, so other hosts can reach this listener, yet no token guards {}: set {} \
-             (or the `_file` form), or listen on 127.0.0.1, or set api.insecure_listen = true to accept \
+             (or the `_file` form), or require client certificates (tls.client_ca_file with tls.cert_file and \
+             tls.key_file), or listen on 127.0.0.1, or set api.insecure_listen = true to accept \
              unauthenticated callers knowingly (docs/security.md)",
             if self.missing.len() == 1 { "its plane" } else { "these planes" },
             self.missing.join(" and "),
@@ -47,8 +52,11 @@ fn set<T, U>(inline: &Option<T>, file: &Option<U>) -> bool {
     inline.is_some() || file.is_some()
 }
 
-/// The token settings each listener's planes lack.
+/// The token settings each listener's planes lack (none under mutual TLS).
 fn missing_tokens(s: &Settings) -> [(&'static str, &String, Vec<&'static str>); 2] {
+    if s.tls.requires_client_certificates() {
+        return [("api.listen", &s.api.listen, Vec::new()), ("metrics.listen", &s.metrics.listen, Vec::new())];
+    }
     let mut api = Vec::new();
     if !set(&s.api.admin_token, &s.api.admin_token_file) {
         api.push("api.admin_token");
@@ -143,10 +151,27 @@ mod tests {
     }
 
     #[test]
+    fn mutual_tls_guards_every_plane_and_tls_alone_does_not() {
+        let mut s = Settings::default();
+        s.api.listen = "0.0.0.0:50051".into();
+        s.metrics.listen = "0.0.0.0:9090".into();
+        s.cluster.enabled = true;
+        s.tls.cert_file = Some("/etc/chitin/node.pem".into());
+        s.tls.key_file = Some("/etc/chitin/node.key".into());
+        s.tls.peer_ca_file = Some("/etc/chitin/ca.pem".into());
+        assert_eq!(refused(&s).len(), 2, "TLS without client certificates lets anyone connect");
+        s.tls.client_ca_file = Some("/etc/chitin/clients.pem".into());
+        assert_eq!(refused(&s), []);
+        s.tls.cert_file = None;
+        assert_eq!(refused(&s).len(), 2, "a client CA without the node's certificate is no TLS at all");
+    }
+
+    #[test]
     fn the_rule_says_what_to_set() {
         let u = Unguarded { key: "api.listen", listen: "0.0.0.0:1".into(), missing: vec!["api.admin_token", "api.client_token"] };
         let rule = u.rule();
         assert!(rule.contains("set api.admin_token and api.client_token"), "{rule}");
         assert!(rule.contains("api.insecure_listen = true"), "{rule}");
+        assert!(rule.contains("tls.client_ca_file"), "{rule}");
     }
 }

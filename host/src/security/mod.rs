@@ -6,12 +6,15 @@
 //! - [`auth`]: the bearer tokens of the admin, client and peer planes: read
 //!   from their files at start, checked by one interceptor per service in
 //!   constant time, sent by one client interceptor;
+//! - [`tls`]: rustls for the listeners (mutual TLS with a client CA), the
+//!   node's calls to its peers and the CLI's to a node;
 //! - [`redact`]: the one redaction of URL passwords, bearer tokens and the
 //!   node's own secrets, applied to every log line, error and report.
 
 pub mod auth;
 pub mod exposure;
 pub mod redact;
+pub mod tls;
 
 pub use auth::{BearerAuth, Caller, Guard, Plane};
 pub use redact::redact;

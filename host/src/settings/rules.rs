@@ -142,6 +142,25 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
         None => {}
     }
 
+    if let Some(ca) = &c.redis_ca_file {
+        if ca.as_os_str().is_empty() {
+            bad("cluster.redis_ca_file", q(""), "must not be empty when set".into());
+        } else if !c.redis_url.as_deref().is_some_and(|u| u.starts_with("rediss://")) {
+            bad(
+                "cluster.redis_ca_file",
+                q(&ca.display().to_string()),
+                "needs a TLS Redis URL: set cluster.redis_url to rediss://host:port, or unset cluster.redis_ca_file".into(),
+            );
+        }
+    }
+    if let Some(ca) = &settings.database.ca_file {
+        let url = settings.database.url.as_deref().unwrap_or("sqlite:");
+        if let Some(rule) = database_ca_rule(ca, url) {
+            bad("database.ca_file", q(&ca.display().to_string()), rule);
+        }
+    }
+    tls_rules(settings, &mut bad);
+
     let l = &settings.leases;
     let ttl_rule = seconds(l.ttl_secs, 1.0, "must be at least 1 second");
     let r = l.renew_interval_secs;
@@ -240,6 +259,70 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
         }
     }
     out
+}
+
+/// The TLS modes of a database URL that verify the server's certificate.
+const VERIFYING_SSL_MODES: &[&str] = &["verify-ca", "verify-full", "verify_ca", "verify_identity"];
+
+/// The rule `database.ca_file` = `ca` breaks with `database.url` = `url`.
+fn database_ca_rule(ca: &std::path::Path, url: &str) -> Option<String> {
+    if ca.as_os_str().is_empty() {
+        return Some("must not be empty when set".into());
+    }
+    if database_scheme(url) == Some(false) {
+        return Some("is for a PostgreSQL or MySQL/MariaDB server; SQLite is a local file and has no TLS".into());
+    }
+    if super::types::database_url_has_ca(url) {
+        return Some("the database.url names a CA file (sslrootcert or ssl-ca) too: set one of the two".into());
+    }
+    match super::types::database_ssl_mode(url) {
+        Some(mode) if !VERIFYING_SSL_MODES.iter().any(|m| mode.eq_ignore_ascii_case(m)) => Some(format!(
+            "the database.url's TLS mode `{mode}` does not verify the server against this CA: remove the mode from \
+             the URL (verify-full / VERIFY_IDENTITY is then used) or name a verifying one"
+        )),
+        _ => None,
+    }
+}
+
+/// The rules of `[tls]`: which keys go together. The files themselves are
+/// read at start (`security::tls`), where a missing or malformed one is
+/// refused naming its key.
+fn tls_rules(settings: &Settings, bad: &mut impl FnMut(&str, String, String)) {
+    let t = &settings.tls;
+    let q = |p: &std::path::Path| format!("{:?}", p.display().to_string());
+    let files = [
+        ("tls.cert_file", &t.cert_file),
+        ("tls.key_file", &t.key_file),
+        ("tls.client_ca_file", &t.client_ca_file),
+        ("tls.peer_ca_file", &t.peer_ca_file),
+    ];
+    for (key, file) in files {
+        if let Some(f) = file
+            && f.as_os_str().is_empty()
+        {
+            bad(key, q(f), "must not be empty when set".into());
+        }
+    }
+    match (&t.cert_file, &t.key_file) {
+        (Some(_), None) => bad("tls.key_file", "(unset)".into(), "is required with tls.cert_file: the certificate's private key".into()),
+        (None, Some(k)) => bad("tls.cert_file", "(unset)".into(), format!("is required with tls.key_file = {}: the certificate of that key", q(k))),
+        _ => {}
+    }
+    if t.cert_file.is_none() {
+        for (key, file) in &files[2..] {
+            if let Some(f) = file {
+                bad(key, q(f), "needs tls.cert_file and tls.key_file: TLS is off without the node's own certificate".into());
+            }
+        }
+    } else if settings.cluster.enabled && t.peer_ca_file.is_none() {
+        bad(
+            "tls.peer_ca_file",
+            "(unset)".into(),
+            "is required when cluster.enabled = true and [tls] is on: the nodes call each other over TLS and verify \
+             each other's certificates against this CA"
+                .into(),
+        );
+    }
 }
 
 /// The rule a duration of `secs` seconds breaks, if any: at least `min`
@@ -351,6 +434,52 @@ mod tests {
         for (s, want) in cases {
             assert_eq!(host_port(s), want, "{s}");
         }
+    }
+
+    #[test]
+    fn a_database_ca_needs_a_server_and_a_verifying_mode() {
+        let ca = std::path::Path::new("/etc/chitin/db-ca.pem");
+        let cases = [
+            ("postgres://u@h/db", None),
+            ("postgres://u@h/db?sslmode=verify-full", None),
+            ("mysql://root@h/db?ssl-mode=VERIFY_IDENTITY", None),
+            ("mariadb://root@h/db?ssl-mode=verify_ca", None),
+            ("postgres://u@h/db?sslmode=require", Some("TLS mode `require` does not verify")),
+            ("mysql://root@h/db?ssl-mode=PREFERRED", Some("TLS mode `PREFERRED` does not verify")),
+            ("postgres://u@h/db?sslrootcert=/x.pem", Some("names a CA file")),
+            ("sqlite:///tmp/x.db", Some("SQLite is a local file")),
+        ];
+        for (url, want) in cases {
+            let got = database_ca_rule(ca, url);
+            match want {
+                None => assert_eq!(got, None, "{url}"),
+                Some(w) => assert!(got.as_deref().is_some_and(|g| g.contains(w)), "{url}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_database_ca_becomes_url_parameters() {
+        use crate::settings::types::with_database_ca;
+        let ca = std::path::Path::new("/etc/chitin/my ca.pem");
+        assert_eq!(
+            with_database_ca("postgres://u@h/db", ca),
+            "postgres://u@h/db?sslrootcert=/etc/chitin/my%20ca.pem&sslmode=verify-full"
+        );
+        assert_eq!(
+            with_database_ca("mysql://root@h/db?x=1", ca),
+            "mysql://root@h/db?x=1&ssl-ca=/etc/chitin/my%20ca.pem&ssl-mode=VERIFY_IDENTITY"
+        );
+        assert_eq!(
+            with_database_ca("postgres://u@h/db?sslmode=verify-ca", ca),
+            "postgres://u@h/db?sslmode=verify-ca&sslrootcert=/etc/chitin/my%20ca.pem"
+        );
+        // The drivers read them back as verifying modes with that CA.
+        use std::str::FromStr;
+        let pg = sqlx::postgres::PgConnectOptions::from_str(&with_database_ca("postgres://u@h/db", ca)).unwrap();
+        assert!(matches!(pg.get_ssl_mode(), sqlx::postgres::PgSslMode::VerifyFull));
+        let my = sqlx::mysql::MySqlConnectOptions::from_str(&with_database_ca("mysql://root@h/db", ca)).unwrap();
+        assert!(format!("{my:?}").contains("VerifyIdentity") && format!("{my:?}").contains("my ca.pem"), "{my:?}");
     }
 
     #[test]

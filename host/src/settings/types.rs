@@ -27,6 +27,8 @@ pub struct Settings {
     pub api: ApiSettings,
     /// `[metrics]`
     pub metrics: MetricsSettings,
+    /// `[tls]`
+    pub tls: TlsSettings,
     /// `[policies]`: the policy host's own type, so the node hands it over as is.
     pub policies: PolicySettings,
 }
@@ -86,6 +88,9 @@ pub struct ClusterSettings {
     pub peer_token: Option<String>,
     /// A file holding `peer_token` (trailing whitespace ignored), read at start.
     pub peer_token_file: Option<PathBuf>,
+    /// CA certificates (PEM) that verify the Redis server's certificate
+    /// for a `rediss://` `redis_url`; unset, the system's roots do.
+    pub redis_ca_file: Option<PathBuf>,
 }
 
 impl Default for ClusterSettings {
@@ -103,6 +108,7 @@ impl Default for ClusterSettings {
             config_file: None,
             peer_token: None,
             peer_token_file: None,
+            redis_ca_file: None,
         }
     }
 }
@@ -114,6 +120,12 @@ pub struct DatabaseSettings {
     /// `postgres://…`, `mysql://…`/`mariadb://…`, or `sqlite:…`. Required in
     /// cluster mode; standalone default: `chitin.db` in the data dir.
     pub url: Option<String>,
+    /// CA certificates (PEM) for TLS to PostgreSQL or MySQL/MariaDB: the
+    /// node connects over TLS and verifies the server's certificate and
+    /// host name against them (`sslmode=verify-full`, MySQL
+    /// `ssl-mode=VERIFY_IDENTITY`, added to the URL unless it names a
+    /// verifying mode itself).
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `[leases]`
@@ -198,6 +210,47 @@ impl Default for MetricsSettings {
     }
 }
 
+/// `[tls]`: TLS (rustls) on `api.listen` and `metrics.listen`, and on the
+/// node's calls to its peers. Off while `cert_file` is unset. Every file is
+/// PEM and read at start (rotating one is a restart, docs/security.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsSettings {
+    /// The node's certificate chain, leaf first. With `key_file`, both
+    /// listeners speak TLS only. In cluster mode the node presents it on its
+    /// calls to peers too: it needs the server and client auth usages and
+    /// the node's advertised host among its names.
+    pub cert_file: Option<PathBuf>,
+    /// The private key of `cert_file` (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: Option<PathBuf>,
+    /// CA certificates of the callers. When set, both listeners require a
+    /// client certificate signed by one of them or by `peer_ca_file`
+    /// (mutual TLS), and a non-loopback listen needs no token.
+    pub client_ca_file: Option<PathBuf>,
+    /// CA certificates that signed the cluster's node certificates; required
+    /// in cluster mode with TLS. The node verifies its peers against them
+    /// when it calls them, and a caller whose certificate they verify is a
+    /// peer, as one with `cluster.peer_token` is.
+    pub peer_ca_file: Option<PathBuf>,
+}
+
+impl TlsSettings {
+    /// Whether the listeners speak TLS.
+    pub fn enabled(&self) -> bool {
+        self.cert_file.is_some()
+    }
+
+    /// Whether every caller must present a certificate (mutual TLS).
+    pub fn requires_client_certificates(&self) -> bool {
+        self.enabled() && self.client_ca_file.is_some()
+    }
+
+    /// Whether a node certificate of the cluster makes a caller a peer.
+    pub fn knows_peers(&self) -> bool {
+        self.enabled() && self.peer_ca_file.is_some()
+    }
+}
+
 impl Settings {
     /// `cluster.heartbeat_interval_secs` (valid settings: see [`Settings::validate`]).
     pub fn heartbeat_interval(&self) -> Duration {
@@ -221,15 +274,73 @@ impl Settings {
 
     /// `database.url`, or in its absence the standalone SQLite file
     /// `<data_dir>/chitin.db` (the data dir must exist before connecting).
+    ///
+    /// With `database.ca_file`, the URL carries the CA and a verifying TLS
+    /// mode as parameters (see [`with_database_ca`]).
     pub fn database_url(&self) -> String {
-        match &self.database.url {
+        let url = match &self.database.url {
             Some(u) => u.clone(),
             None => format!(
                 "sqlite://{}",
                 self.node.data_dir.join("chitin.db").display()
             ),
+        };
+        match &self.database.ca_file {
+            Some(ca) => with_database_ca(&url, ca),
+            None => url,
         }
     }
+}
+
+/// The URL parameters of the TLS mode, for PostgreSQL and MySQL.
+const SSL_MODE_PARAMS: &[&str] = &["sslmode", "ssl-mode"];
+
+/// The value of the URL's TLS mode parameter, if it has one.
+pub fn database_ssl_mode(url: &str) -> Option<&str> {
+    url_params(url).find(|(k, _)| SSL_MODE_PARAMS.iter().any(|p| k.eq_ignore_ascii_case(p))).map(|(_, v)| v)
+}
+
+/// Whether the URL already names a CA file (`sslrootcert`, `ssl-ca`).
+pub fn database_url_has_ca(url: &str) -> bool {
+    url_params(url).any(|(k, _)| ["sslrootcert", "ssl-root-cert", "ssl-ca", "sslca"].iter().any(|p| k.eq_ignore_ascii_case(p)))
+}
+
+fn url_params(url: &str) -> impl Iterator<Item = (&str, &str)> {
+    url.split_once('?').map(|(_, q)| q).unwrap_or("").split('&').filter_map(|kv| kv.split_once('='))
+}
+
+/// `url` with the CA file `ca` and, unless the URL names a TLS mode, the
+/// mode that verifies the server's certificate and host name: PostgreSQL
+/// `sslrootcert` and `sslmode=verify-full`, MySQL/MariaDB `ssl-ca` and
+/// `ssl-mode=VERIFY_IDENTITY` (sqlx reads both from the URL). The settings
+/// rules refuse the combinations this cannot honour (SQLite, a CA in the
+/// URL too, a mode that does not verify).
+pub fn with_database_ca(url: &str, ca: &std::path::Path) -> String {
+    let postgres = url.to_ascii_lowercase().starts_with("postgres");
+    let (ca_param, mode) = if postgres { ("sslrootcert", "sslmode=verify-full") } else { ("ssl-ca", "ssl-mode=VERIFY_IDENTITY") };
+    let mut out = url.to_owned();
+    let mut add = |param: &str| {
+        out.push(if out.contains('?') { '&' } else { '?' });
+        out.push_str(param);
+    };
+    add(&format!("{ca_param}={}", percent_encode(&ca.display().to_string())));
+    if database_ssl_mode(url).is_none() {
+        add(mode);
+    }
+    out
+}
+
+/// A path as a URL query value: unreserved characters and `/` as they are.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Reads seconds from an integer or a float. Its own visitor only so that a

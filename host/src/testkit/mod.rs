@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use db::{FreshDb, create_database, drop_database, with_database};
-pub use http::{http_get, http_status};
+pub use http::{http_get, http_status, https_get, https_status};
 pub use node::NodeProc;
 pub use ports::{free_port, free_ports};
 pub use servers::{PrivatePostgres, PrivateRedis};

@@ -24,13 +24,26 @@ pub struct NodeProc {
     namespace: Option<String>,
     /// Extra environment of the process (a plant, failpoints).
     env: Vec<(String, String)>,
+    /// How `/readyz` is probed when the node's HTTP listener speaks TLS.
+    https: Option<std::sync::Arc<rustls::ClientConfig>>,
     child: Option<Child>,
 }
 
 impl NodeProc {
     /// A node not started yet: `exe node --settings <settings>`.
     pub fn new(exe: impl Into<PathBuf>, name: impl Into<String>, api: String, metrics: String, settings: PathBuf, log: PathBuf) -> NodeProc {
-        NodeProc { name: name.into(), api, metrics, settings, log, exe: exe.into(), namespace: None, env: Vec::new(), child: None }
+        NodeProc {
+            name: name.into(),
+            api,
+            metrics,
+            settings,
+            log,
+            exe: exe.into(),
+            namespace: None,
+            env: Vec::new(),
+            https: None,
+            child: None,
+        }
     }
 
     /// [`NodeProc::new`] and [`NodeProc::start`].
@@ -43,6 +56,13 @@ impl NodeProc {
     /// The same node, run inside network namespace `ns`.
     pub fn in_namespace(mut self, ns: Option<String>) -> NodeProc {
         self.namespace = ns;
+        self
+    }
+
+    /// The same node, its `/readyz` probed over TLS with `tls` (a node
+    /// with `[tls]`).
+    pub fn with_https_probe(mut self, tls: std::sync::Arc<rustls::ClientConfig>) -> NodeProc {
+        self.https = Some(tls);
         self
     }
 
@@ -153,7 +173,11 @@ impl NodeProc {
             if !self.is_running() {
                 return Err(KitError::ExitedEarly { name: self.name.clone(), log_tail: self.log_tail(30) });
             }
-            if http::http_status(&self.metrics, "/readyz").await == 200 {
+            let status = match &self.https {
+                Some(tls) => http::https_status(&self.metrics, "/readyz", tls).await,
+                None => http::http_status(&self.metrics, "/readyz").await,
+            };
+            if status == 200 {
                 return Ok(());
             }
             if Instant::now() > deadline {

@@ -1,6 +1,7 @@
 //! Private servers on free ports, so that a run can stop and restart them
 //! without touching anyone else's: a `redis-server` that keeps nothing on
-//! disk, and a PostgreSQL cluster under a directory of the caller's.
+//! disk, and a PostgreSQL cluster under a directory of the caller's; either
+//! can speak TLS only, with a certificate the caller made.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -14,6 +15,8 @@ pub struct PrivateRedis {
     pub port: u16,
     binds: Vec<String>,
     log: PathBuf,
+    /// The certificate and key files of a TLS-only server.
+    tls: Option<(PathBuf, PathBuf)>,
     child: Option<Child>,
 }
 
@@ -31,12 +34,23 @@ impl PrivateRedis {
     pub fn stopped(dir: &Path, extra_bind: Option<&str>) -> Result<PrivateRedis, KitError> {
         let mut binds = vec!["127.0.0.1".to_string()];
         binds.extend(extra_bind.map(str::to_string));
-        Ok(PrivateRedis { port: free_port()?, binds, log: dir.join("redis.log"), child: None })
+        Ok(PrivateRedis { port: free_port()?, binds, log: dir.join("redis.log"), tls: None, child: None })
     }
 
-    /// `redis://host:port`.
+    /// Starts on a free port on loopback, speaking TLS only with the
+    /// certificate chain and key of these PEM files (clients need no
+    /// certificate of their own).
+    pub fn start_tls(dir: &Path, cert: &Path, key: &Path) -> Result<PrivateRedis, KitError> {
+        let mut redis = PrivateRedis::stopped(dir, None)?;
+        redis.tls = Some((cert.to_owned(), key.to_owned()));
+        redis.up()?;
+        Ok(redis)
+    }
+
+    /// `redis://host:port`, or `rediss://` for a TLS server.
     pub fn url(&self, host: &str) -> String {
-        format!("redis://{host}:{}", self.port)
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://{host}:{}", self.port)
     }
 
     /// Starts the server again on the same port (empty: it kept nothing).
@@ -50,8 +64,17 @@ impl PrivateRedis {
         let mut cmd = Command::new("redis-server");
         // Out of the terminal's process group, like the nodes (see NodeProc::start).
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let port = self.port.to_string();
+        match &self.tls {
+            Some((cert, key)) => cmd
+                .args(["--port", "0", "--tls-port", &port, "--tls-auth-clients", "no", "--tls-cert-file"])
+                .arg(cert)
+                .arg("--tls-key-file")
+                .arg(key),
+            None => cmd.args(["--port", &port]),
+        };
         let child = cmd
-            .args(["--port", &self.port.to_string(), "--bind"])
+            .arg("--bind")
             .args(&self.binds)
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .stdout(log)
@@ -148,6 +171,16 @@ impl PrivatePostgres {
     /// with `extra = (address, cidr)`, on `address`, trusting `cidr`;
     /// `extra_conf` is appended to postgresql.conf.
     pub fn start(dir: &Path, extra: Option<(&str, &str)>, extra_conf: &str) -> Result<PrivatePostgres, KitError> {
+        PrivatePostgres::start_with(dir, extra, extra_conf, None)
+    }
+
+    /// [`PrivatePostgres::start`] on loopback with TLS on (`ssl = on`),
+    /// serving the certificate chain and key of these PEM files.
+    pub fn start_tls(dir: &Path, cert: &Path, key: &Path) -> Result<PrivatePostgres, KitError> {
+        PrivatePostgres::start_with(dir, None, "", Some((cert, key)))
+    }
+
+    fn start_with(dir: &Path, extra: Option<(&str, &str)>, extra_conf: &str, tls: Option<(&Path, &Path)>) -> Result<PrivatePostgres, KitError> {
         let bin = pg_bin()?;
         let base = dir.join("postgres");
         std::fs::create_dir_all(&base).map_err(KitError::io(format!("create {}", base.display())))?;
@@ -164,13 +197,30 @@ impl PrivatePostgres {
             }
         })?;
         let port = free_port()?;
+        let tls_conf = match tls {
+            Some((cert, key)) => {
+                // The server reads them as its own user, and refuses a key
+                // that others may read.
+                let owner = std::fs::metadata(&data).map_err(KitError::io(format!("stat {}", data.display())))?;
+                for (from, name, mode) in [(cert, "server.crt", 0o644), (key, "server.key", 0o600)] {
+                    let to = data.join(name);
+                    std::fs::copy(from, &to).map_err(KitError::io(format!("copy {} to {}", from.display(), to.display())))?;
+                    use std::os::unix::fs::MetadataExt;
+                    std::os::unix::fs::chown(&to, Some(owner.uid()), Some(owner.gid())).map_err(KitError::io(format!("chown {}", to.display())))?;
+                    std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                        .map_err(KitError::io(format!("chmod {}", to.display())))?;
+                }
+                "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n"
+            }
+            None => "",
+        };
         let listen = match extra {
             Some((addr, _)) => format!("127.0.0.1,{addr}"),
             None => "127.0.0.1".into(),
         };
         let conf = format!(
             "\nport = {port}\nlisten_addresses = '{listen}'\nunix_socket_directories = '{}'\n\
-             shared_buffers = 32MB\nmax_connections = 100\n{extra_conf}\n",
+             shared_buffers = 32MB\nmax_connections = 100\n{tls_conf}{extra_conf}\n",
             base.display()
         );
         append(&data.join("postgresql.conf"), &conf)?;

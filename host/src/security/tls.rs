@@ -1,0 +1,552 @@
+//! TLS with rustls and ring: the node's listeners, its calls to its peers,
+//! the CLI's calls to a node, and what a TLS failure to a store means.
+//!
+//! - [`NodeTls`]: `[tls]` loaded once at start: the server configs of the
+//!   gRPC (`h2`) and HTTP (`http/1.1`) listeners, with client certificates
+//!   required when `tls.client_ca_file` is set (mutual TLS), requested when
+//!   only `tls.peer_ca_file` is (so that peers can present theirs);
+//! - [`TlsListener`]: a listener that accepts TCP, sets TCP_NODELAY and
+//!   runs each handshake in a task of its own (a silent client holds up no
+//!   one), for tonic (as a stream) and axum (as a `Listener`) alike;
+//! - [`PeerCa`]: whether a caller's certificate was signed by the cluster
+//!   CA, which makes it a peer (see `auth::Guard`);
+//! - [`ClientTls`]: what a client (a node calling a peer, the CLI) trusts
+//!   and presents; [`NodeChannel`]: the CLI's channel, whose failures say
+//!   what TLS refused;
+//! - [`tls_cause`]: the TLS error inside a store's connection error, so that
+//!   a wrong CA is reported as such instead of as an outage.
+//!
+//! Certificates are read at start only: rotating them is a restart per node
+//! (docs/security.md).
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustls::RootCertStore;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ServerConfig, WebPkiClientVerifier};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use crate::settings::TlsSettings;
+
+/// Installs ring as the process's rustls crypto provider. sqlx and redis
+/// build their client configs from the process default; called once, first
+/// thing in `main`. A second call (a provider already installed) is a no-op.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The provider of every config built here (independent of the process
+/// default, so that library users and tests need not install one).
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// How long a client may take to complete its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why TLS material could not be used. Each names the setting.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read `{key}` = {path}: {source}; point it at a readable PEM file, or unset it", path = .path.display())]
+    Read { key: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("`{key}` = {path} holds no PEM {what} (a `-----BEGIN {label}-----` block){detail}", path = .path.display())]
+    NoPem { key: &'static str, path: PathBuf, what: &'static str, label: &'static str, detail: String },
+    #[error("`{key}` = {path}: {reason}", path = .path.display())]
+    Unusable { key: &'static str, path: PathBuf, reason: String },
+    #[error("`tls.cert_file` and `tls.key_file` cannot be used together: {0}; the key must be the certificate's own")]
+    Pair(String),
+}
+
+fn read(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read { key, path: path.to_owned(), source })
+}
+
+/// Every certificate of a PEM file (at least one).
+pub fn certificates(key: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = read(key, path)?;
+    let no_pem = |detail: String| TlsError::NoPem { key, path: path.to_owned(), what: "certificate", label: "CERTIFICATE", detail };
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| no_pem(format!(": {e}")))?;
+    if certs.is_empty() {
+        return Err(no_pem(String::new()));
+    }
+    Ok(certs)
+}
+
+/// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
+fn private_key(key: &'static str, path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = read(key, path)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::NoPem {
+        key,
+        path: path.to_owned(),
+        what: "private key",
+        label: "PRIVATE KEY",
+        detail: format!(": {e}"),
+    })
+}
+
+/// The trust anchors of the PEM files `files` (each a `(key, path)`).
+fn roots(files: &[(&'static str, &Path)]) -> Result<RootCertStore, TlsError> {
+    let mut store = RootCertStore::empty();
+    for &(key, path) in files {
+        for cert in certificates(key, path)? {
+            store.add(cert).map_err(|e| TlsError::Unusable { key, path: path.to_owned(), reason: format!("not a usable CA certificate: {e}") })?;
+        }
+    }
+    Ok(store)
+}
+
+/// `[tls]` loaded: what the listeners serve and whom the node calls a peer.
+#[derive(Clone)]
+pub struct NodeTls {
+    grpc: Arc<ServerConfig>,
+    http: Arc<ServerConfig>,
+    peer_ca: Option<PeerCa>,
+}
+
+impl std::fmt::Debug for NodeTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeTls").field("peer_ca", &self.peer_ca.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl NodeTls {
+    /// Reads the files of `[tls]`; `None` while TLS is off (no `cert_file`).
+    /// The settings rules have checked which keys go together.
+    pub fn load(s: &TlsSettings) -> Result<Option<NodeTls>, TlsError> {
+        let (Some(cert_file), Some(key_file)) = (&s.cert_file, &s.key_file) else {
+            return Ok(None);
+        };
+        let chain = certificates("tls.cert_file", cert_file)?;
+        let key = private_key("tls.key_file", key_file)?;
+        let peer_ca = s.peer_ca_file.as_deref().map(PeerCa::load).transpose()?;
+        let mut callers: Vec<(&'static str, &Path)> = Vec::new();
+        if let Some(f) = &s.client_ca_file {
+            callers.push(("tls.client_ca_file", f));
+        }
+        if let Some(f) = &s.peer_ca_file {
+            callers.push(("tls.peer_ca_file", f));
+        }
+        let required = s.client_ca_file.is_some();
+        let verifier = |optional_for_peers: bool| -> Result<Option<Arc<dyn ClientCertVerifier>>, TlsError> {
+            if !required && !(optional_for_peers && peer_ca.is_some()) {
+                return Ok(None);
+            }
+            let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&callers)?), provider());
+            let builder = if required { builder } else { builder.allow_unauthenticated() };
+            let (key, path) = callers[0];
+            builder.build().map(Some).map_err(|e| TlsError::Unusable { key, path: path.to_owned(), reason: e.to_string() })
+        };
+        // Peers call the gRPC listener only, so only it asks for a
+        // certificate when client certificates are not required.
+        let config = |verifier: Option<Arc<dyn ClientCertVerifier>>, alpn: &[u8]| -> Result<Arc<ServerConfig>, TlsError> {
+            let builder = ServerConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| TlsError::Pair(e.to_string()))?;
+            let builder = match verifier {
+                Some(v) => builder.with_client_cert_verifier(v),
+                None => builder.with_no_client_auth(),
+            };
+            let mut config = builder.with_single_cert(chain.clone(), key.clone_key()).map_err(|e| TlsError::Pair(e.to_string()))?;
+            config.alpn_protocols = vec![alpn.to_vec()];
+            Ok(Arc::new(config))
+        };
+        Ok(Some(NodeTls { grpc: config(verifier(true)?, b"h2")?, http: config(verifier(false)?, b"http/1.1")?, peer_ca }))
+    }
+
+    /// The gRPC listener's config (ALPN `h2`).
+    pub fn grpc(&self) -> Arc<ServerConfig> {
+        self.grpc.clone()
+    }
+
+    /// The HTTP listener's config (ALPN `http/1.1`).
+    pub fn http(&self) -> Arc<ServerConfig> {
+        self.http.clone()
+    }
+
+    /// The cluster CA, when `tls.peer_ca_file` is set.
+    pub fn peer_ca(&self) -> Option<PeerCa> {
+        self.peer_ca.clone()
+    }
+}
+
+/// The cluster CA: a caller whose certificate chains to it is a node of the
+/// cluster. Verified once per certificate (a peer's calls come on few,
+/// long-lived connections, each carrying the same certificate).
+#[derive(Clone)]
+pub struct PeerCa {
+    verifier: Arc<dyn ClientCertVerifier>,
+    /// Leaf certificates already verified (the handshake checks validity
+    /// dates on every connection; this only remembers which CA signed).
+    verified: Arc<Mutex<HashSet<Vec<u8>>>>,
+}
+
+impl std::fmt::Debug for PeerCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerCa")
+    }
+}
+
+/// More distinct peer certificates than this in one process is churn; the
+/// memory is cleared rather than grown.
+const MAX_REMEMBERED: usize = 1024;
+
+impl PeerCa {
+    /// Reads `tls.peer_ca_file`.
+    pub fn load(path: &Path) -> Result<PeerCa, TlsError> {
+        let roots = roots(&[("tls.peer_ca_file", path)])?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .map_err(|e| TlsError::Unusable { key: "tls.peer_ca_file", path: path.to_owned(), reason: e.to_string() })?;
+        Ok(PeerCa { verifier, verified: Arc::default() })
+    }
+
+    /// Whether `chain` (leaf first, as the handshake received it) chains
+    /// to the cluster CA.
+    pub fn verifies(&self, chain: &[CertificateDer<'_>]) -> bool {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return false;
+        };
+        let mut known = self.verified.lock().unwrap_or_else(|p| p.into_inner());
+        if known.contains(leaf.as_ref()) {
+            return true;
+        }
+        let ok = self.verifier.verify_client_cert(leaf, intermediates, UnixTime::now()).is_ok();
+        if ok {
+            if known.len() >= MAX_REMEMBERED {
+                known.clear();
+            }
+            known.insert(leaf.to_vec());
+        }
+        ok
+    }
+}
+
+/// Accepted, handshaken TLS connections of one listener.
+///
+/// The accept loop runs in a task of its own and ends when this is dropped
+/// (the server stopped), closing the listening socket.
+pub struct TlsListener {
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    /// Starts accepting on `listener` with `config`.
+    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> std::io::Result<TlsListener> {
+        let local = listener.local_addr()?;
+        let (tx, ready) = mpsc::channel(64);
+        tokio::spawn(accept_loop(listener, TlsAcceptor::from(config), tx));
+        Ok(TlsListener { ready, local })
+    }
+
+    /// The connections as the stream tonic's `serve_with_incoming` takes.
+    pub fn into_stream(self) -> impl tokio_stream::Stream<Item = std::io::Result<TlsStream<TcpStream>>> {
+        use tokio_stream::StreamExt;
+        tokio_stream::wrappers::ReceiverStream::new(self.ready).map(|(tls, _)| Ok(tls))
+    }
+}
+
+async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>) {
+    loop {
+        let (tcp, addr) = tokio::select! {
+            _ = ready.closed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, as axum does.
+                    tracing::debug!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        // See `server::nodelay_incoming`: Nagle's algorithm would hold small
+        // answers back by a delayed ACK.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        let (acceptor, ready) = (acceptor.clone(), ready.clone());
+        tokio::spawn(async move {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => {
+                    let _ = ready.send((tls, addr)).await;
+                }
+                // A plaintext client, a wrong or missing client certificate:
+                // the client sees the refusal; debug only, as scanners would
+                // fill the log.
+                Ok(Err(e)) => tracing::debug!(peer = %addr, error = %e, "TLS handshake refused"),
+                Err(_) => tracing::debug!(peer = %addr, "TLS handshake timed out"),
+            }
+        });
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(accepted) => accepted,
+            // The accept loop ends only when this listener is dropped.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+}
+
+/// What a client trusts (the CA of the nodes' certificates) and presents
+/// (a certificate and key, for mutual TLS), when it dials a node.
+#[derive(Clone, Debug)]
+pub struct ClientTls {
+    config: tonic::transport::ClientTlsConfig,
+    /// Whether a client certificate is presented.
+    presents_certificate: bool,
+}
+
+/// Where a client's TLS material comes from, for the error messages: the
+/// settings keys of a node, the flags of the CLI.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientTlsKeys {
+    pub ca: &'static str,
+    pub cert: &'static str,
+    pub key: &'static str,
+}
+
+impl ClientTls {
+    /// Reads the CA and, when given, the certificate and key (both or none).
+    pub fn load(keys: ClientTlsKeys, ca: &Path, identity: Option<(&Path, &Path)>) -> Result<ClientTls, TlsError> {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        // Parsed here first so that a bad file is reported with its key;
+        // tonic would only say "error parsing TLS certificate".
+        roots(&[(keys.ca, ca)])?;
+        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(keys.ca, ca)?));
+        if let Some((cert, key)) = identity {
+            certificates(keys.cert, cert)?;
+            private_key(keys.key, key)?;
+            config = config.identity(Identity::from_pem(read(keys.cert, cert)?, read(keys.key, key)?));
+        }
+        Ok(ClientTls { config, presents_certificate: identity.is_some() })
+    }
+
+    /// A node's client side from `[tls]` (`peer_ca_file`, `cert_file`,
+    /// `key_file`), when the node calls its peers over TLS.
+    pub fn for_peers(s: &TlsSettings) -> Result<Option<ClientTls>, TlsError> {
+        let (Some(ca), Some(cert), Some(key)) = (&s.peer_ca_file, &s.cert_file, &s.key_file) else {
+            return Ok(None);
+        };
+        let keys = ClientTlsKeys { ca: "tls.peer_ca_file", cert: "tls.cert_file", key: "tls.key_file" };
+        ClientTls::load(keys, ca, Some((cert, key))).map(Some)
+    }
+}
+
+/// The endpoint of the node at `address`: a URL as given, else `host:port`
+/// over `https` when `tls` is given and `http` when not.
+pub fn endpoint(address: &str, tls: Option<&ClientTls>) -> Result<tonic::transport::Endpoint, String> {
+    let uri = if address.contains("://") {
+        address.to_owned()
+    } else if tls.is_some() {
+        format!("https://{address}")
+    } else {
+        format!("http://{address}")
+    };
+    let endpoint = tonic::transport::Endpoint::from_shared(uri).map_err(|e| format!("`{address}` is not a node address: {e}"))?;
+    match tls {
+        Some(t) if address.starts_with("https://") || !address.contains("://") => {
+            endpoint.tls_config(t.config.clone()).map_err(|e| format!("TLS to {address}: {e}"))
+        }
+        None if address.starts_with("https://") => Err(format!(
+            "{address} is an https:// address, but no CA to verify the node was given: pass --ca (or set CHITIN_CA)"
+        )),
+        _ => Ok(endpoint),
+    }
+}
+
+/// What to check when TLS to a node failed.
+const CLIENT_TLS_HINT: &str = "--ca (CHITIN_CA) must hold the CA of the node's certificate, whose names must include the \
+     address's host, and a node with [tls] client_ca_file needs --cert and --key (CHITIN_CERT, CHITIN_KEY) of a \
+     certificate its client CA signed";
+
+/// A channel to a node whose failures say what TLS refused, with what to
+/// check: tonic reports every transport failure as "transport error",
+/// hiding the cause.
+#[derive(Clone, Debug)]
+pub struct NodeChannel {
+    channel: tonic::transport::Channel,
+    /// Over TLS without a client certificate.
+    without_certificate: bool,
+}
+
+impl NodeChannel {
+    /// `channel`, made with `tls` (or without TLS).
+    pub fn new(channel: tonic::transport::Channel, tls: Option<&ClientTls>) -> NodeChannel {
+        NodeChannel { channel, without_certificate: tls.is_some_and(|t| !t.presents_certificate) }
+    }
+
+    /// The status tonic would make of `e`, its message naming the TLS
+    /// failure when there is one (the code stays tonic's).
+    fn explain(&self, e: tonic::transport::Error) -> tonic::Status {
+        let cause = tls_cause(&e);
+        let chain = error_chain(&e);
+        let status = tonic::Status::from_error(Box::new(e));
+        match cause {
+            Some(cause) => tonic::Status::new(status.code(), format!("TLS failed: {cause}; {CLIENT_TLS_HINT}")),
+            // A node that requires client certificates refuses a client
+            // without one after the handshake (TLS 1.3): the client sees
+            // its connection closed or reset under the first call, the
+            // node's alert read or not.
+            None if self.without_certificate && matches!(status.code(), tonic::Code::Cancelled | tonic::Code::Unknown) => {
+                tonic::Status::new(
+                    status.code(),
+                    format!(
+                        "{chain}: the node closed the connection; a node with [tls] client_ca_file (mutual TLS) does \
+                         so to a client without a certificate: pass --cert and --key (CHITIN_CERT, CHITIN_KEY)"
+                    ),
+                )
+            }
+            None => status,
+        }
+    }
+}
+
+impl tonic::codegen::Service<tonic::codegen::http::Request<tonic::body::Body>> for NodeChannel {
+    type Response = tonic::codegen::http::Response<tonic::body::Body>;
+    type Error = tonic::Status;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.channel.poll_ready(cx).map_err(|e| self.explain(e))
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<tonic::body::Body>) -> Self::Future {
+        let call = self.channel.call(request);
+        let this = self.clone();
+        Box::pin(async move { call.await.map_err(|e| this.explain(e)) })
+    }
+}
+
+/// What a connect error says, TLS failures explained (see [`NodeChannel`]).
+pub fn connect_failure(e: &tonic::transport::Error) -> String {
+    match tls_cause(e) {
+        Some(_) => format!("{} (TLS failed: {CLIENT_TLS_HINT})", error_chain(e)),
+        None => error_chain(e),
+    }
+}
+
+/// An error and its causes, as `a: b: c` (tonic's own message is only
+/// "transport error").
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut next = e.source();
+    while let Some(cause) = next {
+        parts.push(cause.to_string());
+        next = cause.source();
+    }
+    parts.join(": ")
+}
+
+/// The TLS error inside `error`, if the failure was TLS's (a certificate
+/// that does not verify, a handshake the server refused) rather than the
+/// network's: its message.
+pub fn tls_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(t) = e.downcast_ref::<rustls::Error>() {
+            return Some(t.to_string());
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && let Some(t) = io.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(t.to_string());
+        }
+        next = e.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tls_error_is_found_inside_io_errors() {
+        let rustls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, rustls);
+        assert_eq!(tls_cause(&io).as_deref(), Some("invalid peer certificate: UnknownIssuer"));
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(tls_cause(&refused), None);
+    }
+
+    #[test]
+    fn bad_files_are_named_with_their_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "not a certificate\n").unwrap();
+        let e = certificates("tls.cert_file", &junk).unwrap_err().to_string();
+        assert!(e.contains("`tls.cert_file`") && e.contains("holds no PEM certificate"), "{e}");
+        let e = certificates("tls.peer_ca_file", &dir.path().join("absent.pem")).unwrap_err().to_string();
+        assert!(e.starts_with("cannot read `tls.peer_ca_file`"), "{e}");
+        let e = private_key("tls.key_file", &junk).unwrap_err().to_string();
+        assert!(e.contains("`tls.key_file`") && e.contains("private key"), "{e}");
+    }
+
+    /// A self-signed certificate for 127.0.0.1 and its key, in `dir`.
+    fn self_signed(dir: &Path) -> (PathBuf, PathBuf, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().self_signed(&key).unwrap();
+        let (cert_file, key_file) = (dir.join("node.crt"), dir.join("node.key"));
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        (cert_file, key_file, cert.pem())
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_holds_up_no_handshake_and_sockets_have_nodelay() {
+        use axum::serve::Listener as _;
+        let dir = tempfile::tempdir().unwrap();
+        let (cert_file, key_file, pem) = self_signed(dir.path());
+        let settings = TlsSettings { cert_file: Some(cert_file), key_file: Some(key_file), ..TlsSettings::default() };
+        let tls = NodeTls::load(&settings).unwrap().unwrap();
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let mut listener = TlsListener::new(tcp, tls.http()).unwrap();
+
+        // Connected first, and never says a word.
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        let mut roots = RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let dial = tokio::spawn(async move { connector.connect(name, TcpStream::connect(addr).await.unwrap()).await.unwrap() });
+        let (accepted, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept()).await.expect("the second client waited for the first");
+        assert!(accepted.get_ref().0.nodelay().unwrap(), "an accepted socket must not run Nagle's algorithm");
+        dial.await.unwrap();
+    }
+
+    #[test]
+    fn endpoints_pick_the_scheme() {
+        assert_eq!(endpoint("127.0.0.1:1", None).unwrap().uri().scheme_str(), Some("http"));
+        let e = endpoint("https://127.0.0.1:1", None).unwrap_err();
+        assert!(e.contains("--ca") && e.contains("CHITIN_CA"), "{e}");
+    }
+}
