@@ -59,7 +59,7 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
             deadline_ms,
             fixtures,
         } => test(&plugin, deadline_ms, &fixtures),
-        PolicyCommand::Reload { addr } => reload(&addr.node),
+        PolicyCommand::Reload { addr } => reload(addr.node.single("`policy reload` reloads one node").map_err(anyhow::Error::msg)?),
         PolicyCommand::New {
             slot,
             name,
@@ -136,7 +136,7 @@ fn test(plugin: &str, deadline_ms: u64, paths: &[PathBuf]) -> anyhow::Result<Exi
 fn reload(address: &str) -> anyhow::Result<ExitCode> {
     use chitin::proto::ReloadPoliciesRequest;
     super::client::runtime()?.block_on(async {
-        let slots = super::client::admin(address).await?
+        let slots = super::client::admin(&super::client::Nodes::one(address)?).await?
             .reload_policies(ReloadPoliciesRequest {})
             .await
             .map_err(|s| anyhow::anyhow!("{}", s.message()))?
