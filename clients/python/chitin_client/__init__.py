@@ -244,9 +244,10 @@ class Client:
                 r = stub.Append(request, timeout=self.attempt_timeout, metadata=self._metadata)
                 return Applied(request_id, r.sequence, r.epoch, r.shard, r.holder, target, attempt)
             except grpc.RpcError as e:
+                error = e
                 kind, reason, holder = classify(e)
             if kind == _REFUSED:
-                raise Refused(e.code(), e.details() or "")
+                raise Refused(error.code(), error.details() or "")
             self._routes.pop(stream, None)
             use_route = False
             if kind == _NOT_APPLIED and holder is not None and holder.address != target:
