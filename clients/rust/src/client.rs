@@ -19,8 +19,11 @@ use std::time::Duration;
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::body::Body;
+use tonic::codegen::{StdError, http};
+use tonic::transport::Endpoint;
 use tonic::{Code, Request, Status};
+use tower::util::BoxCloneSyncService;
 
 use crate::nodes::{Nodes, Unreachable, uri};
 use crate::outcome::{Attempt, Holder, classify, describe};
@@ -63,12 +66,46 @@ impl Default for Options {
     }
 }
 
+/// Any channel to a node: a [`tonic::transport::Channel`] or the caller's own service
+/// around one (see [`boxed`]).
+pub type BoxChannel = BoxCloneSyncService<http::Request<Body>, http::Response<Body>, ChannelError>;
+
+/// A boxed channel's failure: the channel's own error, which stays the
+/// source, so tonic and [`crate::never_sent`] read its causes as before.
+/// (A concrete type rather than a boxed `dyn Error`: futures that hold a
+/// client stay provably `Send`.)
+#[derive(Debug)]
+pub struct ChannelError(StdError);
+
+impl std::fmt::Display for ChannelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for ChannelError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+/// `service` (a [`tonic::transport::Channel`], or a wrapper that explains TLS failures, say)
+/// as a [`BoxChannel`].
+pub fn boxed<S>(service: S) -> BoxChannel
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>> + Clone + Send + Sync + 'static,
+    S::Error: Into<StdError>,
+    S::Future: Send + 'static,
+{
+    BoxCloneSyncService::new(tower::ServiceExt::map_err(service, |e: S::Error| ChannelError(e.into())))
+}
+
 /// Opens a channel to an address (TLS, timeouts: the caller's choice). An
 /// error means nothing was sent.
-pub type Dial = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<Channel, String>> + Send>> + Send + Sync>;
+pub type Dial = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<BoxChannel, String>> + Send>> + Send + Sync>;
 
 /// A channel whose calls carry `authorization: Bearer <token>` when a token is set.
-pub type Conn = InterceptedService<Channel, Auth>;
+pub type Conn = InterceptedService<BoxChannel, Auth>;
 
 /// Adds the bearer token (the node's `[api] client_token`) to every call.
 #[derive(Clone, Default)]
@@ -204,7 +241,7 @@ impl ClientBuilder {
             Arc::new(move |address: String| {
                 Box::pin(async move {
                     Endpoint::from_shared(uri(&address))
-                        .map(|e| e.connect_timeout(connect_timeout).connect_lazy())
+                        .map(|e| boxed(e.connect_timeout(connect_timeout).connect_lazy()))
                         .map_err(|e| format!("{address}: {e}"))
                 })
             })
@@ -232,7 +269,7 @@ struct Inner {
     auth: Auth,
     dial: Dial,
     /// Channels by address, opened on first use.
-    channels: Mutex<HashMap<String, Channel>>,
+    channels: Mutex<HashMap<String, BoxChannel>>,
     /// Stream → its holder's address, as `Route` or a not-applied answer said.
     routes: Mutex<HashMap<String, String>>,
     /// The index of the node asked when no holder is known.

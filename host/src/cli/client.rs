@@ -53,7 +53,8 @@ pub async fn signed(nodes: &Nodes, plane: Plane) -> anyhow::Result<Signed> {
 /// A journal client of `nodes` (routing, failover with the same request id),
 /// dialling as [`connect`] does and sending `CHITIN_CLIENT_TOKEN`.
 pub fn journal(nodes: &Nodes, options: chitin_client::Options) -> anyhow::Result<chitin_client::Client> {
-    let dial: chitin_client::Dial = std::sync::Arc::new(|a: String| Box::pin(async move { connect(&a).await.map_err(|e| e.to_string()) }));
+    let dial: chitin_client::Dial =
+        std::sync::Arc::new(|a: String| Box::pin(async move { connect(&a).await.map(chitin_client::boxed).map_err(|e| e.to_string()) }));
     Ok(chitin_client::Client::builder(nodes.clone()).options(options).token(token_from_env(Plane::Client)).dial(dial).build()?)
 }
 
