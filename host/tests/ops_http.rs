@@ -336,7 +336,7 @@ async fn dev_cluster_starts_serves_appends_and_stops_everything_on_sigint() -> R
         .collect();
     assert_eq!(nodes.len(), 3, "{text}");
     let apis: Vec<String> = nodes.iter().map(|(n, _)| n.split('|').nth(1).unwrap().to_string()).collect();
-    assert!(text.contains(&format!("export CHITIN_NODE={}", apis[0])), "{text}");
+    assert!(text.contains(&format!("export CHITIN_NODES={}", apis.join(","))), "{text}");
 
     // Appends through every node, read back through another.
     for (k, api) in apis.iter().enumerate() {

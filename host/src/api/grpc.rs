@@ -3,7 +3,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tokio_stream::{Stream, StreamExt, wrappers::BroadcastStream};
+use tokio_stream::{Stream, StreamExt, wrappers::BroadcastStream, wrappers::WatchStream};
 use tonic::{Request, Response, Status};
 
 use crate::lease::LeaseRow;
@@ -263,6 +263,10 @@ impl ownership_server::Ownership for Api {
             }
             Err(_) => Err(Status::data_loss("the watcher fell behind; events were dropped: call Held and watch again")),
         });
+        // The stream ends when the node stops (after its lost events): an
+        // open watch must not hold the server's graceful shutdown forever.
+        let stopping = WatchStream::new(self.0.shutdown_signal()).filter(|stopped| *stopped).map(|_| None);
+        let events = events.map(Some).merge(stopping).map_while(|e| e);
         Ok(Response::new(Box::pin(events)))
     }
 }

@@ -1,15 +1,14 @@
 //! Journal clients that behave like real ones: each appends continuously
-//! with a fresh request id per append; when its node fails it moves on to
-//! the next node and retries the same request id until one acknowledges.
+//! with a fresh request id per append through the chitin-client crate, which
+//! moves on to the next node when one fails and retries the same request id;
+//! a client keeps retrying until one acknowledges (or the run's grace ends).
 //! Every acknowledgement is logged with what the node said it committed.
 
 use std::time::Duration;
 
+use chitin_client::{AppendOutcome, Client, Error, Nodes, Options};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
-use tonic::transport::{Channel, Endpoint};
-
-use crate::proto::{self, journal_client::JournalClient};
 
 /// One acknowledged append, as the client saw it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -65,12 +64,6 @@ pub struct ClientPlan {
     pub start: std::time::Instant,
 }
 
-fn channel(address: &str, timeout: Duration) -> Option<Channel> {
-    Endpoint::from_shared(format!("http://{address}"))
-        .ok()
-        .map(|e| e.connect_timeout(Duration::from_secs(1)).timeout(timeout).connect_lazy())
-}
-
 /// Every this many appends, a client sends an acknowledged request again
 /// to another node, as a client that lost the answer would: it must get
 /// the same sequence back (dedup under failover).
@@ -79,11 +72,13 @@ pub const RESEND_EVERY: u64 = 16;
 /// Runs until `stop` turns true, then finishes (or gives up on) the append
 /// in flight within the grace period.
 pub async fn run(plan: ClientPlan, mut stop: watch::Receiver<bool>) -> ClientLog {
-    let mut client = Client {
-        channels: plan.nodes.iter().map(|a| channel(a, plan.attempt_timeout)).collect(),
-        node: plan.id % plan.nodes.len(),
-        plan: &plan,
+    let client = match journal_client(&plan) {
+        Ok(c) => c,
+        Err(e) => {
+            return ClientLog { rejected: vec![format!("client {}: {e}", plan.id)], ..ClientLog::default() };
+        }
     };
+    let client = Runner { client, plan: &plan };
     let mut log = ClientLog::default();
     let mut n = 0u64;
     while !*stop.borrow() {
@@ -97,7 +92,7 @@ pub async fn run(plan: ClientPlan, mut stop: watch::Receiver<bool>) -> ClientLog
             Answer::Abandoned => log.abandoned.push(Abandoned { stream: stream.clone(), request_id: request_id.clone() }),
         }
         if n % RESEND_EVERY == 5 && log.acks.last().is_some_and(|a| a.request_id == request_id) {
-            client.node = (client.node + 1) % plan.nodes.len();
+            client.client.move_on();
             if let Answer::Acked(again) = client.until_acked(&stream, &request_id, &stop).await {
                 log.resends.push(again);
             }
@@ -122,21 +117,36 @@ enum Answer {
     Abandoned,
 }
 
-struct Client<'a> {
-    channels: Vec<Option<Channel>>,
-    /// The node asked next.
-    node: usize,
+/// The client of a plan: no routing (each client stays on its node until
+/// it fails, as the runs have always measured), one round of the nodes per
+/// call, and the old fixed pause between attempts.
+fn journal_client(plan: &ClientPlan) -> Result<Client, Error> {
+    let nodes = Nodes::new(plan.nodes.iter().cloned()).map_err(|e| Error::Refused { code: tonic::Code::InvalidArgument, message: e.to_string() })?;
+    let options = Options {
+        attempts: plan.nodes.len() as u32,
+        attempt_timeout: plan.attempt_timeout,
+        backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_millis(100),
+        connect_timeout: Duration::from_secs(1),
+        route: false,
+        ..Options::default()
+    };
+    Client::builder(nodes).options(options).start_at(plan.id % plan.nodes.len()).build()
+}
+
+struct Runner<'a> {
+    client: Client,
     plan: &'a ClientPlan,
 }
 
-impl Client<'_> {
+impl Runner<'_> {
     fn ms(&self) -> u64 {
         self.plan.start.elapsed().as_millis() as u64
     }
 
-    /// Sends one request until a node acknowledges it, moving on to the
-    /// next node after every failure.
-    async fn until_acked(&mut self, stream: &str, request_id: &str, stop: &watch::Receiver<bool>) -> Answer {
+    /// Sends one request until a node acknowledges it: each call is a round
+    /// of the nodes with the same request id.
+    async fn until_acked(&self, stream: &str, request_id: &str, stop: &watch::Receiver<bool>) -> Answer {
         let first_try_ms = self.ms();
         let mut attempts = 0u32;
         let mut stop_seen: Option<std::time::Instant> = None;
@@ -147,44 +157,28 @@ impl Client<'_> {
             if stop_seen.is_some_and(|t| t.elapsed() > self.plan.grace) {
                 return Answer::GaveUp;
             }
-            attempts += 1;
-            let request = proto::AppendRequest {
-                stream: stream.to_owned(),
-                request_id: request_id.to_owned(),
-                payload: request_id.as_bytes().to_vec(),
-                forwarded: false,
-            };
-            let answer = match &self.channels[self.node] {
-                Some(ch) => JournalClient::new(ch.clone()).append(request).await,
-                None => Err(tonic::Status::unavailable("bad address")),
-            };
-            match answer {
-                Ok(r) => {
-                    let r = r.into_inner();
+            match self.client.append_with_id(stream, request_id, request_id.as_bytes()).await {
+                Ok(AppendOutcome::Applied(a)) => {
                     return Answer::Acked(Ack {
                         stream: stream.to_owned(),
                         request_id: request_id.to_owned(),
-                        sequence: r.sequence as i64,
-                        epoch: r.epoch as i64,
-                        shard: r.shard,
+                        sequence: a.sequence as i64,
+                        epoch: a.epoch as i64,
+                        shard: a.shard,
                         first_try_ms,
                         acked_ms: self.ms(),
-                        attempts,
+                        attempts: attempts + a.attempts,
                     });
                 }
-                Err(s) if s.code() == tonic::Code::InvalidArgument => return Answer::Rejected(s.message().to_owned()),
-                // Certainly not committed: a client may give the id up. Every
-                // other failure may have committed and is retried as is.
-                Err(s) if s.metadata().get(proto::outcome::KEY).is_some_and(|v| v == proto::outcome::NOT_APPLIED) => {
-                    self.node = (self.node + 1) % self.plan.nodes.len();
-                    return Answer::Abandoned;
-                }
-                // Not applied, outcome unknown, unreachable, timed out: the
-                // same request id at the next node applies at most once.
-                Err(_) => {
-                    self.node = (self.node + 1) % self.plan.nodes.len();
+                // Certainly not committed by any attempt: a client may give
+                // the id up (its next append has a new one).
+                Ok(AppendOutcome::NotApplied { .. }) => return Answer::Abandoned,
+                // May have committed: the same request id again applies at most once.
+                Ok(AppendOutcome::Unknown { attempts: n, .. }) => {
+                    attempts += n;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
+                Err(e) => return Answer::Rejected(e.to_string()),
             }
         }
     }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use chitin::proto;
 use clap::Subcommand;
 
-use super::client::{NodeAddr, admin, runtime};
+use super::client::{NodeAddr, Nodes, admin, runtime};
 use super::progress::Progress;
 
 #[derive(Subcommand, Debug)]
@@ -59,9 +59,10 @@ pub struct DrainArgs {
     /// The node (by name) to drain; it is found through the node at `--via`.
     #[arg(long = "node")]
     pub name: String,
-    /// Any node of the cluster, to look the drained node's address up.
-    #[arg(long, env = "CHITIN_NODE", default_value = super::client::DEFAULT_NODE)]
-    pub via: String,
+    /// Nodes of the cluster (comma-separated, tried in order), to look the
+    /// drained node's address up. Default: `CHITIN_NODE`, else 127.0.0.1:50051.
+    #[arg(long, env = "CHITIN_NODES", value_name = "ADDR[,ADDR...]", default_value = super::client::default_nodes())]
+    pub via: Nodes,
 }
 
 pub fn run(cmd: ClusterCommand) -> anyhow::Result<ExitCode> {
@@ -76,8 +77,8 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn status(address: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let s = admin(address).await?
+async fn status(nodes: &Nodes, json: bool) -> anyhow::Result<ExitCode> {
+    let s = admin(nodes).await?
         .status(proto::StatusRequest {})
         .await
         .map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?
@@ -163,7 +164,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
         .ok_or_else(|| anyhow::anyhow!("no live node named `{}` (live: {})", args.name, s.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ")))?;
     let held = |s: &proto::StatusResponse| s.leases.iter().filter(|l| l.holder == args.name).count() as u64;
     let before = held(&s);
-    let mut drain = admin(&target.address).await?;
+    let mut drain = admin(&Nodes::one(&target.address)?).await?;
     let request = drain.drain(proto::DrainRequest {});
     let report = with_drain_progress(request, &args.via, &args.name, before, held).await;
     let report = report.map_err(|s| anyhow::anyhow!("drain failed: {}", s.message()))?.into_inner();
@@ -181,7 +182,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
 /// node `name` were handed over, by the status of the node at `via`.
 async fn with_drain_progress<T>(
     request: impl std::future::Future<Output = T>,
-    via: &str,
+    via: &Nodes,
     name: &str,
     before: u64,
     held: impl Fn(&proto::StatusResponse) -> u64,

@@ -248,11 +248,11 @@ fn print_usage(nodes: &[NodeProc], servers: &Servers, dir: &std::path::Path) {
         out.push_str(&format!("  {}  gRPC {}  status page http://{}/\n", n.name, n.api, n.metrics));
     }
     out.push_str(&format!(
-        "\nTry, in another shell:\n  export CHITIN_NODE={api}\n  chitin journal append --stream orders --payload hello\n  \
+        "\nTry, in another shell (commands fail over between the nodes):\n  export CHITIN_NODES={api}\n  chitin journal append --stream orders --payload hello\n  \
          chitin journal read --stream orders\n  chitin cluster status\n  chitin cluster drain --node {last}\n  \
          curl -s http://{http}/health\n\nSettings, config and logs: {dir}\nCtrl-C stops every node (each drains first), \
          then the servers.\n",
-        api = first.api,
+        api = nodes.iter().map(|n| n.api.as_str()).collect::<Vec<_>>().join(","),
         last = nodes[nodes.len() - 1].name,
         http = first.metrics,
         dir = dir.display(),

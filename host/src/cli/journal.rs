@@ -1,18 +1,17 @@
 //! `chitin journal append|read`: the reference journal from the shell.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
-use chitin::proto::{self, journal_client::JournalClient};
+use chitin_client::{AppendOutcome, Error, Options};
 use clap::Subcommand;
 
-use chitin::security::Plane;
-
-use super::client::{NodeAddr, runtime, signed};
+use super::client::{NodeAddr, journal, runtime};
 
 #[derive(Subcommand, Debug)]
 pub enum JournalCommand {
     /// Append one entry to a stream; prints its sequence number and epoch.
+    /// Exits 1 when it was certainly not applied, 2 when its outcome is
+    /// unknown (retry with the printed --request-id, which applies at most once).
     Append {
         #[command(flatten)]
         addr: NodeAddr,
@@ -24,7 +23,8 @@ pub enum JournalCommand {
         /// Makes retries apply once; default: a fresh random id.
         #[arg(long)]
         request_id: Option<String>,
-        /// Retries on "not applied" and "outcome unknown", with the same request id.
+        /// Retries on "not applied" and "outcome unknown", with the same request
+        /// id, at the holder a node names or the next of `--node`.
         #[arg(long, default_value_t = 5)]
         retries: u32,
     },
@@ -56,23 +56,14 @@ pub fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
                 retries,
             } => {
                 let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-                let mut client = JournalClient::new(signed(&addr.node, Plane::Client).await?);
-                let request = proto::AppendRequest {
-                    stream,
-                    request_id: request_id.clone(),
-                    payload: payload.into_bytes(),
-                    forwarded: false,
-                };
-                let mut attempt = 0;
-                let ack = loop {
-                    match client.append(request.clone()).await {
-                        Ok(r) => break r.into_inner(),
-                        Err(s) if attempt < retries && matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown) => {
-                            attempt += 1;
-                            eprintln!("retrying ({attempt}/{retries}) after: {}", s.message());
-                            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
-                        }
-                        Err(s) => anyhow::bail!("append failed ({:?}): {}", s.code(), s.message()),
+                let client = journal(&addr.node, Options { attempts: retries.saturating_add(1), ..Options::default() })?;
+                let outcome = client.append_with_id(&stream, &request_id, payload.as_bytes()).await?;
+                let ack = match outcome {
+                    AppendOutcome::Applied(ack) => ack,
+                    other => {
+                        let code = if matches!(other, AppendOutcome::Unknown { .. }) { 2 } else { 1 };
+                        eprintln!("append failed: {}", Error::NotConfirmed(other));
+                        return Ok(ExitCode::from(code));
                     }
                 };
                 println!(
@@ -87,12 +78,10 @@ pub fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
                 limit,
                 json,
             } => {
-                let mut client = JournalClient::new(signed(&addr.node, Plane::Client).await?);
-                let answer = client
-                    .read(proto::ReadRequest { stream, from, limit })
+                let answer = journal(&addr.node, Options::default())?
+                    .read(&stream, from, limit)
                     .await
-                    .map_err(|s| anyhow::anyhow!("read failed: {}", s.message()))?
-                    .into_inner();
+                    .map_err(|e| anyhow::anyhow!("read failed: {e}"))?;
                 if answer.truncated {
                     // On stderr, so that piped entries stay clean.
                     eprintln!("(the answer reached its byte budget; continue with --from {})", answer.next_from);

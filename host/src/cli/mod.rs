@@ -79,8 +79,9 @@ pub enum AdminCommand {
     /// Same as `chitin cluster drain --node NAME`.
     Drain {
         name: String,
-        #[arg(long, env = "CHITIN_NODE", default_value = client::DEFAULT_NODE)]
-        via: String,
+        /// Nodes of the cluster (comma-separated, tried in order).
+        #[arg(long, env = "CHITIN_NODES", value_name = "ADDR[,ADDR...]", default_value = client::default_nodes())]
+        via: chitin_client::Nodes,
     },
 }
 

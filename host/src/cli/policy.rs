@@ -93,7 +93,9 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
             deadline_ms,
             fixtures,
         } => test(&plugin, deadline_ms, &fixtures),
-        PolicyCommand::Reload { addr, adopt } => reload(&addr.node, adopt),
+        PolicyCommand::Reload { addr, adopt } => {
+            reload(addr.node.single("`policy reload` reloads one node").map_err(anyhow::Error::msg)?, adopt)
+        }
         PolicyCommand::New {
             slot,
             name,
@@ -170,7 +172,7 @@ fn test(plugin: &str, deadline_ms: u64, paths: &[PathBuf]) -> anyhow::Result<Exi
 fn reload(address: &str, adopt: bool) -> anyhow::Result<ExitCode> {
     use chitin::proto::ReloadPoliciesRequest;
     super::client::runtime()?.block_on(async {
-        let answer = super::client::admin(address).await?
+        let answer = super::client::admin(&super::client::Nodes::one(address)?).await?
             .reload_policies(ReloadPoliciesRequest { adopt })
             .await
             .map_err(|s| anyhow::anyhow!("{}", s.message()))?

@@ -75,18 +75,8 @@ impl Peers {
 
 /// Whether a failed call's status says the request never left this node: the
 /// connection was refused or could not be made, so the peer saw nothing.
-pub fn never_sent(status: &tonic::Status) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(e) = source {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if matches!(io.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable) {
-                return true;
-            }
-        }
-        source = e.source();
-    }
-    false
-}
+/// (One rule for the node's forwards and the clients' retries.)
+pub use chitin_client::never_sent;
 
 impl super::Node {
     /// Tells every other live node that `holder` now holds `shard` at

@@ -18,10 +18,9 @@ pub const STANDALONE_SHARDS: u32 = 16;
 
 /// The 32-bit key of a journal stream: FNV-1a 32 over the stream name's
 /// UTF-8 bytes (offset basis 0x811c9dc5, prime 0x01000193). Any language can
-/// compute it to find a stream's shard.
-pub fn stream_key(stream: &str) -> u32 {
-    topology::route::fnv1a(stream.as_bytes())
-}
+/// compute it to find a stream's shard; the client crate defines it, so a
+/// client and the node cannot disagree.
+pub use chitin_client::stream_key;
 
 /// One shard with a lease: its range and the nodes eligible to hold it.
 #[derive(Clone, Debug, PartialEq, Eq)]

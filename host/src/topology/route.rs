@@ -66,10 +66,8 @@ impl Router {
 }
 
 /// 32-bit FNV-1a (offset basis 0x811c9dc5, prime 0x01000193): the key hash
-/// of journal streams and of replica ids.
-pub fn fnv1a(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193))
-}
+/// of journal streams and of replica ids (defined in the client crate).
+pub use chitin_client::fnv1a;
 
 /// States that route keys, for documentation and the CLI.
 pub const ROUTABLE: [ShardState; 2] = [ShardState::Active, ShardState::Splitting];

@@ -1,0 +1,333 @@
+"""A thin client of chitin nodes: several nodes, failover with the same
+request id, typed append outcomes. The contract is docs/clients.md (the Rust
+crate chitin-client follows the same one):
+
+- an append goes to its stream's shard holder (asked once per stream with
+  ``Ownership.Route``) or else to the node the client is on; any node accepts
+  it and forwards, so routing only saves a hop;
+- a failed attempt is judged by its ``chitin-outcome`` trailer, never by the
+  wording: ``not-applied`` (certainly not committed; go to the holder it
+  names, if any), ``unknown`` (may have committed). The next attempt carries
+  the **same request id**, which applies at most once;
+- after ``attempts`` the answer is :class:`NotApplied` only if every attempt
+  certainly did not apply, else :class:`Unknown`.
+
+    from chitin_client import Client, Applied
+    client = Client("10.0.0.1:50051,10.0.0.2:50051", token=os.environ.get("CHITIN_CLIENT_TOKEN"))
+    outcome = client.append("orders", b"hello")
+    if isinstance(outcome, Applied):
+        print(outcome.sequence)
+"""
+
+import time
+import uuid
+from typing import Dict, List, NamedTuple, Optional, Sequence, Union
+
+import grpc
+
+from chitin_client.proto import chitin_pb2 as pb
+from chitin_client.proto import chitin_pb2_grpc as rpc
+
+__all__ = [
+    "Applied",
+    "Client",
+    "Holder",
+    "NotApplied",
+    "Refused",
+    "Unknown",
+    "classify",
+    "parse_nodes",
+    "pb",
+    "stream_key",
+]
+
+# Trailer keys of an append's typed outcome (host/proto/chitin.proto).
+OUTCOME = "chitin-outcome"
+NOT_APPLIED = "not-applied"
+UNKNOWN = "unknown"
+HOLDER = "chitin-holder"
+HOLDER_ADDRESS = "chitin-holder-address"
+
+
+class Holder(NamedTuple):
+    """A shard's holder: send the same request to ``address``."""
+
+    name: str
+    address: str
+
+
+class Applied(NamedTuple):
+    """Applied now, or earlier under the same request id."""
+
+    request_id: str
+    sequence: int
+    epoch: int
+    shard: str
+    holder: str
+    node: str
+    attempts: int
+
+
+class NotApplied(NamedTuple):
+    """Certainly not committed by any attempt."""
+
+    request_id: str
+    reason: str
+    go_to: Optional[Holder]
+
+
+class Unknown(NamedTuple):
+    """Some attempt may have committed: retry later with the same request id."""
+
+    request_id: str
+    reason: str
+    attempts: int
+
+
+Outcome = Union[Applied, NotApplied, Unknown]
+
+
+class Refused(Exception):
+    """Refused before it ran (invalid request, token, protocol): a retry does not help."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(f"the node refused the request ({code.name}): {message}")
+        self.code = code
+        self.message = message
+
+
+class Unreachable(Exception):
+    """No node answered; ``failures`` lists (address, error) in order."""
+
+    def __init__(self, failures):
+        super().__init__("; ".join(f"{a}: {e}" for a, e in failures) or "no node")
+        self.failures = failures
+
+
+def fnv1a(data: bytes) -> int:
+    """32-bit FNV-1a, the key hash of journal streams."""
+    h = 0x811C9DC5
+    for b in data:
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def stream_key(stream: str) -> int:
+    """The 32-bit key of a journal stream (FNV-1a over its UTF-8 bytes)."""
+    return fnv1a(stream.encode("utf-8"))
+
+
+def parse_nodes(nodes: Union[str, Sequence[str]]) -> List[str]:
+    """``"a:1,b:2"`` or a list; each entry ``host:port`` or ``http(s)://host:port``."""
+    parts = [p.strip() for p in nodes.split(",")] if isinstance(nodes, str) else list(nodes)
+    if not parts or parts == [""]:
+        raise ValueError("no node address given; pass one or more, comma-separated: host:port[,host:port...]")
+    for i, p in enumerate(parts, 1):
+        if not p:
+            raise ValueError(f"node address #{i} is empty (in {nodes!r}); separate addresses with single commas")
+        rest = p.split("://", 1)[1] if "://" in p else p
+        host, _, port = rest.split("/", 1)[0].rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"`{p}` is not a node address; expected host:port (e.g. 127.0.0.1:50051)")
+    return parts
+
+
+def _target(address: str) -> str:
+    # grpc wants host:port; a scheme is dropped (TLS is the channel's choice).
+    return address.split("://", 1)[1] if "://" in address else address
+
+
+# Kinds of a failed attempt.
+_NOT_APPLIED, _UNKNOWN, _REFUSED = "not_applied", "unknown", "refused"
+
+
+def classify(error: grpc.RpcError):
+    """``(kind, reason, holder)`` of a failed append: kind is ``not_applied``,
+    ``unknown`` or ``refused``; ``holder`` a :class:`Holder` or None."""
+    trailers: Dict[str, str] = {}
+    for k, v in error.trailing_metadata() or ():
+        trailers[k] = v
+    reason = error.details() or error.code().name
+    outcome = trailers.get(OUTCOME)
+    if outcome == NOT_APPLIED:
+        name, address = trailers.get(HOLDER), trailers.get(HOLDER_ADDRESS)
+        return _NOT_APPLIED, reason, Holder(name, address) if name and address else None
+    if outcome == UNKNOWN:
+        return _UNKNOWN, reason, None
+    code = error.code()
+    if code in (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+    ):
+        return _REFUSED, reason, None
+    # gRPC answers UNAVAILABLE "failed to connect to all addresses" when no
+    # connection could be made: the request never left. Every other failure
+    # (a broken connection, a deadline) may have reached the node.
+    if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in reason:
+        return _NOT_APPLIED, f"not sent: {reason}", None
+    return _UNKNOWN, f"{code.name}: {reason}", None
+
+
+class Client:
+    """A client of several nodes (a list or ``"a:1,b:2"``), tried in order."""
+
+    def __init__(
+        self,
+        nodes: Union[str, Sequence[str]],
+        token: Optional[str] = None,
+        attempts: int = 6,
+        attempt_timeout: float = 30.0,
+        backoff: float = 0.1,
+        route: bool = True,
+        application: str = "journal",
+        credentials: Optional[grpc.ChannelCredentials] = None,
+    ):
+        self.nodes = parse_nodes(nodes)
+        self.attempts = max(1, attempts)
+        self.attempt_timeout = attempt_timeout
+        self.backoff = backoff
+        self.route_appends = route
+        self.application = application
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._credentials = credentials
+        self._channels: Dict[str, grpc.Channel] = {}
+        self._routes: Dict[str, str] = {}
+        self._current = 0
+
+    def close(self) -> None:
+        for c in self._channels.values():
+            c.close()
+        self._channels.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _channel(self, address: str) -> grpc.Channel:
+        if address not in self._channels:
+            target = _target(address)
+            self._channels[address] = (
+                grpc.secure_channel(target, self._credentials) if self._credentials else grpc.insecure_channel(target)
+            )
+        return self._channels[address]
+
+    def _forget(self, address: str) -> None:
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            channel.close()
+
+    def _next_node(self, failed: str) -> None:
+        if self.nodes[self._current % len(self.nodes)] == failed:
+            self._current = (self._current + 1) % len(self.nodes)
+
+    def _pause(self, n: int) -> None:
+        time.sleep(min(self.backoff * (2 ** min(n, 5)), 2.0))
+
+    def append(self, stream: str, payload: bytes, request_id: Optional[str] = None) -> Outcome:
+        """Appends ``payload``; however many attempts it takes, it applies at
+        most once. Raises :class:`Refused` for a request no retry can help."""
+        request_id = request_id or str(uuid.uuid4())
+        request = pb.AppendRequest(stream=stream, request_id=request_id, payload=payload)
+        maybe_applied, go_to, named, use_route, reason, pauses = False, None, None, True, "", 0
+        for attempt in range(1, self.attempts + 1):
+            if go_to is not None:
+                routed, go_to = go_to.address, None
+            else:
+                routed = self._route_of(stream) if use_route else None
+            target = routed or self.nodes[self._current % len(self.nodes)]
+            try:
+                stub = rpc.JournalStub(self._channel(target))
+                r = stub.Append(request, timeout=self.attempt_timeout, metadata=self._metadata)
+                return Applied(request_id, r.sequence, r.epoch, r.shard, r.holder, target, attempt)
+            except grpc.RpcError as e:
+                error = e
+                kind, reason, holder = classify(e)
+            if kind == _REFUSED:
+                raise Refused(error.code(), error.details() or "")
+            self._routes.pop(stream, None)
+            use_route = False
+            if kind == _NOT_APPLIED and holder is not None and holder.address != target:
+                named = go_to = holder  # follow the named holder at once
+                continue
+            if kind == _UNKNOWN:
+                maybe_applied = True
+                self._forget(target)
+            if routed is None:
+                self._next_node(target)
+            if attempt < self.attempts:
+                self._pause(pauses)
+                pauses += 1
+        if maybe_applied:
+            return Unknown(request_id, reason, self.attempts)
+        if named is None:
+            try:
+                lease = self.route_stream(stream)
+                named = Holder(lease.holder, lease.holder_address) if lease.holder_address else None
+            except (Unreachable, grpc.RpcError):
+                named = None
+        return NotApplied(request_id, reason, named)
+
+    def _route_of(self, stream: str) -> Optional[str]:
+        if not self.route_appends:
+            return None
+        if stream not in self._routes:
+            try:
+                lease = self.route_stream(stream)
+            except (Unreachable, grpc.RpcError):
+                return None
+            if not lease.holder_address:
+                return None
+            if len(self._routes) >= 4096:
+                self._routes.clear()
+            self._routes[stream] = lease.holder_address
+        return self._routes[stream]
+
+    def _any_node(self, call):
+        """Runs an idempotent ``call(channel)`` at the current node, moving on
+        after a failure that may be the node's; every node at least once."""
+        failures = []
+        tries = max(len(self.nodes), self.attempts)
+        for i in range(tries):
+            address = self.nodes[self._current % len(self.nodes)]
+            try:
+                return call(self._channel(address))
+            except grpc.RpcError as e:
+                kind, reason, _ = classify(e)
+                if kind == _REFUSED:
+                    raise Refused(e.code(), e.details() or "")
+                retryable = (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.UNKNOWN,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.CANCELLED,
+                )
+                if e.code() not in retryable:
+                    raise
+                self._forget(address)
+                failures.append((address, reason))
+            self._next_node(address)
+            if (i + 1) % len(self.nodes) == 0 and i + 1 < tries:
+                self._pause(i)
+        raise Unreachable(failures)
+
+    def route(self, application: str, key: int) -> "pb.ShardLease":
+        """Which node holds the shard covering ``key`` of ``application``."""
+        request = pb.RouteRequest(application=application, key=key)
+        return self._any_node(
+            lambda ch: rpc.OwnershipStub(ch).Route(request, timeout=self.attempt_timeout, metadata=self._metadata)
+        )
+
+    def route_stream(self, stream: str) -> "pb.ShardLease":
+        """The lease of the shard ``stream``'s appends go to."""
+        return self.route(self.application, stream_key(stream))
+
+    def read(self, stream: str, from_: int = 1, limit: int = 1000) -> "pb.ReadResponse":
+        """Entries of ``stream`` from sequence ``from_`` (any node answers)."""
+        request = pb.ReadRequest(stream=stream, limit=limit, **{"from": from_})
+        return self._any_node(
+            lambda ch: rpc.JournalStub(ch).Read(request, timeout=self.attempt_timeout, metadata=self._metadata)
+        )

@@ -1,0 +1,83 @@
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+
+from chitin_client import Applied, Client, NotApplied, Refused, parse_nodes, stream_key
+
+HERE = Path(__file__).resolve().parent
+
+
+def fresh(name: str) -> str:
+    return f"py-{name}-{uuid.uuid4().hex[:8]}"
+
+
+def test_the_committed_stubs_are_current():
+    done = subprocess.run([sys.executable, str(HERE.parent / "generate.py"), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_stream_key_is_the_nodes_fnv1a():
+    assert stream_key("") == 0x811C9DC5
+    assert stream_key("a") == 0xE40C292C
+    assert stream_key("foobar") == 0xBF9CF968
+
+
+def test_bad_node_lists_say_what_is_wrong():
+    assert parse_nodes(" a:1 ,b:2") == ["a:1", "b:2"]
+    with pytest.raises(ValueError, match="node address #2 is empty"):
+        Client("a:1,,b:2")
+    with pytest.raises(ValueError, match="`localhost` is not a node address"):
+        Client("localhost")
+    with pytest.raises(ValueError, match="no node address given"):
+        Client("")
+
+
+def test_an_append_fails_over_past_a_dead_node(node, dead):
+    stream = fresh("failover")
+    with Client([dead, node.api], route=False, backoff=0.01) as c:
+        out = c.append(stream, b"one")
+        assert isinstance(out, Applied), out
+        assert (out.attempts, out.node) == (2, node.api)
+        assert [e.payload for e in c.read(stream).entries] == [b"one"]
+
+
+def test_the_same_request_id_applies_once(node, dead):
+    stream = fresh("dedup")
+    with Client([node.api]) as first, Client([dead, node.api], route=False, backoff=0.01) as second:
+        a = first.append(stream, b"x", request_id="py-once")
+        b = second.append(stream, b"x", request_id="py-once")
+        assert isinstance(a, Applied) and isinstance(b, Applied), (a, b)
+        assert b.sequence == a.sequence and b.attempts == 2
+        assert [e.request_id for e in first.read(stream).entries] == ["py-once"]
+
+
+def test_routing_sends_to_the_holder(node, dead):
+    stream = fresh("routed")
+    with Client([dead, node.api], backoff=0.01) as c:
+        lease = c.route_stream(stream)
+        out = c.append(stream, b"r")
+        assert isinstance(out, Applied), out
+        assert (out.attempts, out.node, out.shard) == (1, lease.holder_address, lease.shard)
+
+
+def test_not_applied_names_the_holder(node, dead):
+    stream = fresh("not-applied")
+    with Client([dead, node.api], route=False, attempts=1) as c:
+        out = c.append(stream, b"n")
+        assert isinstance(out, NotApplied), out
+        assert "not sent" in out.reason
+        lease = c.route_stream(stream)
+        assert out.go_to is not None and out.go_to.address == lease.holder_address and out.go_to.name == lease.holder
+        assert list(c.read(stream).entries) == []
+
+
+def test_a_bad_request_is_refused_not_retried(node):
+    with Client([node.api]) as c:
+        with pytest.raises(Refused) as e:
+            c.append("", b"p")
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "stream must be 1..=255 bytes" in e.value.message

@@ -1,0 +1,123 @@
+//! Fenced transactions for an application's own writes.
+//!
+//! Holding a lease token is not enough: a paused process may wake up after
+//! its lease moved. The first statement of every transaction that writes a
+//! shard's data checks the token `(shard, holder, epoch)` against the lease
+//! row, in the database chitin uses, and takes the row's lock **shared**: a
+//! change of holder (which takes it exclusively) waits for the transaction,
+//! and once the holder changed no transaction finds the row. A deposed owner
+//! can never commit; writers of one shard do not queue behind each other.
+//!
+//! ```no_run
+//! # async fn f(pool: sqlx::PgPool, lease: chitin_client::proto::ShardLease) -> Result<(), Box<dyn std::error::Error>> {
+//! use chitin_client::fence::{LeaseToken, begin_postgres};
+//! let token = LeaseToken::from_lease(&lease)?; // from Held, Route or an ACQUIRED event
+//! let mut tx = begin_postgres(&pool, &token).await?; // Err(FenceError::Lost) → the lease moved
+//! sqlx::query("INSERT INTO orders (id) VALUES ($1)").bind(7i64).execute(&mut *tx).await?;
+//! tx.commit().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! These statements are the fence's one definition for applications (the
+//! node's own journal runs the same check, `host/src/lease`).
+
+use sqlx::{MySql, MySqlConnection, MySqlPool, PgConnection, PgPool, Postgres, Transaction};
+
+use crate::proto::ShardLease;
+
+/// PostgreSQL: `$1` shard id, `$2` holder UUID (as `uuid`), `$3` epoch.
+pub const POSTGRES: &str = "SELECT 1 FROM chitin_shard_leases WHERE shard_id = $1 AND holder = $2 AND epoch = $3 \
+                            AND expires_at > clock_timestamp() FOR SHARE";
+
+/// MySQL / MariaDB: shard id, holder UUID (as text), epoch.
+pub const MYSQL: &str = "SELECT 1 FROM chitin_shard_leases WHERE shard_id = ? AND holder = ? AND epoch = ? \
+                         AND expires_at > UTC_TIMESTAMP(6) LOCK IN SHARE MODE";
+
+/// A lease as a fencing token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseToken {
+    pub shard: String,
+    /// The holder's registration UUID (`holder_uuid` of a lease).
+    pub holder: uuid::Uuid,
+    pub epoch: u64,
+}
+
+/// Why a fenced transaction could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum FenceError {
+    /// The token no longer holds the shard (moved, expired, retired by a
+    /// split): the transaction was rolled back; route the key again.
+    #[error("the lease of shard {shard} at epoch {epoch} is lost: no write under it can commit; route the key again")]
+    Lost { shard: String, epoch: u64 },
+    #[error("a lease without a holder cannot fence (shard {shard}): wait for the shard's holder and ask again")]
+    NoHolder { shard: String },
+    #[error("holder_uuid `{value}` of shard {shard} is not a UUID")]
+    BadHolder { shard: String, value: String },
+    #[error("epoch {0} is over the database's range (i64)")]
+    BadEpoch(u64),
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+impl LeaseToken {
+    /// The token of a lease as `Held`, `Route` or the status report it.
+    pub fn from_lease(lease: &ShardLease) -> Result<LeaseToken, FenceError> {
+        if lease.holder_uuid.is_empty() {
+            return Err(FenceError::NoHolder { shard: lease.shard.clone() });
+        }
+        let holder = uuid::Uuid::parse_str(&lease.holder_uuid)
+            .map_err(|_| FenceError::BadHolder { shard: lease.shard.clone(), value: lease.holder_uuid.clone() })?;
+        Ok(LeaseToken { shard: lease.shard.clone(), holder, epoch: lease.epoch })
+    }
+
+    fn epoch(&self) -> Result<i64, FenceError> {
+        i64::try_from(self.epoch).map_err(|_| FenceError::BadEpoch(self.epoch))
+    }
+
+    fn lost(&self) -> FenceError {
+        FenceError::Lost { shard: self.shard.clone(), epoch: self.epoch }
+    }
+}
+
+/// Runs the fence as the next statement of the open transaction `conn`.
+pub async fn check_postgres(conn: &mut PgConnection, token: &LeaseToken) -> Result<(), FenceError> {
+    let row =
+        sqlx::query(POSTGRES).bind(&token.shard).bind(token.holder).bind(token.epoch()?).fetch_optional(conn).await?;
+    row.map(|_| ()).ok_or_else(|| token.lost())
+}
+
+/// Runs the fence as the next statement of the open transaction `conn`.
+pub async fn check_mysql(conn: &mut MySqlConnection, token: &LeaseToken) -> Result<(), FenceError> {
+    let row = sqlx::query(MYSQL)
+        .bind(&token.shard)
+        .bind(token.holder.to_string())
+        .bind(token.epoch()?)
+        .fetch_optional(conn)
+        .await?;
+    row.map(|_| ()).ok_or_else(|| token.lost())
+}
+
+/// Begins a transaction whose first statement is the fence: write under it
+/// and commit; on [`FenceError::Lost`] it has been rolled back.
+pub async fn begin_postgres(pool: &PgPool, token: &LeaseToken) -> Result<Transaction<'static, Postgres>, FenceError> {
+    let mut tx = pool.begin().await?;
+    match check_postgres(&mut *tx, token).await {
+        Ok(()) => Ok(tx),
+        Err(e) => {
+            tx.rollback().await?;
+            Err(e)
+        }
+    }
+}
+
+/// Begins a transaction whose first statement is the fence (MySQL/MariaDB).
+pub async fn begin_mysql(pool: &MySqlPool, token: &LeaseToken) -> Result<Transaction<'static, MySql>, FenceError> {
+    let mut tx = pool.begin().await?;
+    match check_mysql(&mut *tx, token).await {
+        Ok(()) => Ok(tx),
+        Err(e) => {
+            tx.rollback().await?;
+            Err(e)
+        }
+    }
+}

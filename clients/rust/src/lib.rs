@@ -1,0 +1,30 @@
+//! A client of chitin nodes for applications (and the `chitin` CLI):
+//!
+//! - [`Nodes`]: several node addresses (`a:50051,b:50051`), tried in order;
+//! - [`Client`]: appends routed by key to the shard's holder (asked through
+//!   the node's `Ownership.Route`), failing over to another node with the
+//!   **same request id**, answered as an [`AppendOutcome`]: applied, certainly
+//!   not applied (and where to go), or unknown once the retries are spent;
+//!   reads and lookups fail over the same way;
+//! - [`OwnershipWatch`]: a node's ownership events that resubscribes after a
+//!   gap (a restart, a slow watcher) and hands over a fresh `Held` snapshot;
+//! - [`fence`]: an sqlx transaction whose first statement is the lease fence
+//!   for a (shard, holder, epoch), so a deposed owner can never commit.
+//!
+//! The contract it follows is in `docs/clients.md`: outcomes are read from
+//! the `chitin-outcome` trailers ([`proto::outcome`]), never from wording.
+
+pub mod client;
+#[cfg(feature = "fence")]
+pub mod fence;
+pub mod key;
+pub mod nodes;
+pub mod outcome;
+pub mod proto;
+pub mod watch;
+
+pub use client::{Applied, AppendOutcome, BoxChannel, Client, ClientBuilder, Dial, Error, Options, boxed};
+pub use key::{fnv1a, stream_key};
+pub use nodes::{Nodes, NodesError, Unreachable};
+pub use outcome::{Attempt, Holder, classify, never_sent};
+pub use watch::{OwnershipWatch, WatchEvent};

@@ -1,0 +1,103 @@
+//! [`OwnershipWatch`]: a node's `WatchOwnership` stream that survives gaps.
+//!
+//! The stream of one node says what *that* node acquires, drains and loses.
+//! When it breaks (the node restarted, or `DATA_LOSS`: this watcher fell
+//! behind), events may have been missed, so the watch says so
+//! ([`WatchEvent::Gap`]), subscribes again (the first node of the list that
+//! answers, so an application beside its node gets that node back) and
+//! hands over the node's `Held` shards ([`WatchEvent::Subscribed`]): replace
+//! what you knew with it. It subscribes before it asks `Held`, so no change
+//! falls between the snapshot and the events.
+
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::proto::{self, ownership_client::OwnershipClient, ownership_event::Kind};
+
+/// What a watch yields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchEvent {
+    /// (Re)subscribed to `node`: `held` is everything it holds now.
+    Subscribed { node: String, held: Vec<proto::ShardLease> },
+    Acquired { shard: String, epoch: u64 },
+    /// Stop taking new work for the shard (the lease is being handed over).
+    Draining { shard: String, epoch: u64 },
+    /// Stop writing for the shard: the lease is gone.
+    Lost { shard: String, epoch: u64 },
+    /// The stream from `node` ended: events may have been missed. A
+    /// `Subscribed` follows once a node answers.
+    Gap { node: String, reason: String },
+}
+
+/// Longest pause between subscription attempts.
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+pub struct OwnershipWatch {
+    client: Client,
+    stream: Option<(String, tonic::Streaming<proto::OwnershipEvent>)>,
+    pause: Duration,
+}
+
+impl OwnershipWatch {
+    pub(crate) fn new(client: Client) -> OwnershipWatch {
+        OwnershipWatch { client, stream: None, pause: Duration::from_millis(50) }
+    }
+
+    /// The next event; waits (resubscribing as needed) until there is one.
+    pub async fn next(&mut self) -> WatchEvent {
+        loop {
+            let Some((node, stream)) = &mut self.stream else {
+                match self.subscribe().await {
+                    Some(event) => return event,
+                    None => {
+                        tokio::time::sleep(self.pause).await;
+                        self.pause = (self.pause * 2).min(MAX_PAUSE);
+                        continue;
+                    }
+                }
+            };
+            let reason = match stream.message().await {
+                Ok(Some(e)) => match event(e) {
+                    Some(event) => return event,
+                    None => continue,
+                },
+                Ok(None) => "the node ended the stream".to_string(),
+                Err(s) => crate::outcome::describe(&s),
+            };
+            let node = node.clone();
+            self.stream = None;
+            return WatchEvent::Gap { node, reason };
+        }
+    }
+
+    /// Subscribes at the first node that answers both calls.
+    async fn subscribe(&mut self) -> Option<WatchEvent> {
+        for node in self.client.nodes().addresses() {
+            let Ok(conn) = self.client.conn(node).await else { continue };
+            let mut own = OwnershipClient::new(conn);
+            let subscribed = match own.watch_ownership(proto::WatchRequest {}).await {
+                Ok(stream) => own.held(proto::HeldRequest {}).await.map(|held| (stream, held)),
+                Err(e) => Err(e),
+            };
+            let Ok((stream, held)) = subscribed else {
+                self.client.forget(node);
+                continue;
+            };
+            self.stream = Some((node.clone(), stream.into_inner()));
+            self.pause = Duration::from_millis(50);
+            return Some(WatchEvent::Subscribed { node: node.clone(), held: held.into_inner().leases });
+        }
+        None
+    }
+}
+
+fn event(e: proto::OwnershipEvent) -> Option<WatchEvent> {
+    let (shard, epoch) = (e.shard.clone(), e.epoch);
+    match e.kind() {
+        Kind::Acquired => Some(WatchEvent::Acquired { shard, epoch }),
+        Kind::Draining => Some(WatchEvent::Draining { shard, epoch }),
+        Kind::Lost => Some(WatchEvent::Lost { shard, epoch }),
+        // A kind this client does not know (a newer node): skip it.
+        Kind::Unspecified => None,
+    }
+}

@@ -1,0 +1,197 @@
+//! The chitin-client crate (`clients/rust`) and the CLI's `--node a,b,c`
+//! against real node processes: failover past a dead node, the same request
+//! id applied once across a kill (checked in the database), a not-applied
+//! answer that names the holder, fenced transactions, and an ownership watch
+//! that resubscribes after its node restarts.
+
+mod cluster_common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use chitin_client::fence::{self, FenceError, LeaseToken};
+use chitin_client::{AppendOutcome, Client, Nodes, Options, WatchEvent};
+use cluster_common::*;
+
+/// An address nothing listens on.
+fn dead_address() -> String {
+    format!("127.0.0.1:{}", free_port().unwrap())
+}
+
+fn options(route: bool, attempts: u32) -> Options {
+    Options {
+        attempts,
+        attempt_timeout: Duration::from_secs(10),
+        backoff: Duration::from_millis(50),
+        route,
+        ..Options::default()
+    }
+}
+
+fn client(nodes: &[&str], options: Options) -> Client {
+    Client::builder(Nodes::new(nodes.iter().copied()).unwrap()).options(options).build().unwrap()
+}
+
+async fn rows_of(url: &str, request_id: &str) -> i64 {
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    sqlx::query_scalar("SELECT count(*) FROM chitin_journal WHERE request_id = $1")
+        .bind(request_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+}
+
+fn squash(sql: &str) -> String {
+    sql.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fails_over_applies_once_and_names_the_holder() {
+    let mut cluster = Cluster::new(Dialect::Postgres, 2, 4, 2, |_, _| {}).await.unwrap();
+    cluster.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    let url = cluster.db.as_ref().unwrap().url.clone();
+    let (n1, n2) = (cluster.nodes[0].api.clone(), cluster.nodes[1].api.clone());
+    let dead = dead_address();
+    let stream = "rc-orders";
+
+    // A dead node first: the append fails over to the live one.
+    let failover = client(&[&dead, &n1, &n2], options(false, 6));
+    let applied = failover.append(stream, b"one").await.unwrap().applied().unwrap();
+    assert_eq!((applied.attempts, applied.node.as_str()), (2, n1.as_str()), "{applied:?}");
+
+    // Routed by key: the first attempt goes to the shard's holder.
+    let lease = failover.route_stream(stream).await.unwrap();
+    assert_eq!(lease.shard, applied.shard);
+    let routed = client(&[&dead, &n1, &n2], options(true, 6)).append(stream, b"two").await.unwrap().applied().unwrap();
+    assert_eq!((routed.attempts, routed.node.as_str()), (1, lease.holder_address.as_str()), "{routed:?}");
+
+    // Certainly not applied (the only attempt never left), with the holder
+    // to go to, as the cluster names it; nothing stored.
+    match client(&[&dead, &n1], options(false, 1)).append_with_id(stream, "rc-never", b"x").await.unwrap() {
+        AppendOutcome::NotApplied { go_to: Some(h), reason, .. } => {
+            assert_eq!((h.name.as_str(), h.address.as_str()), (lease.holder.as_str(), lease.holder_address.as_str()));
+            assert!(reason.contains("not sent"), "{reason}");
+        }
+        other => panic!("expected not applied with the holder, got {other:?}"),
+    }
+    assert_eq!(rows_of(&url, "rc-never").await, 0);
+
+    // The application's fence passes for the current token, inside a transaction.
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let token = LeaseToken::from_lease(&lease).unwrap();
+    fence::begin_postgres(&pool, &token).await.unwrap().commit().await.unwrap();
+    let stale = LeaseToken { epoch: token.epoch - 1, ..token.clone() };
+    assert!(matches!(fence::begin_postgres(&pool, &stale).await, Err(FenceError::Lost { .. })));
+
+    // Kill the holder, then send the first append again under its request
+    // id: another node answers with the same sequence, and one row exists.
+    cluster.node(&applied.holder).kill9().unwrap();
+    let again = failover.append_with_id(stream, &applied.request_id, b"one").await.unwrap().applied().unwrap();
+    assert_eq!((again.sequence, again.shard.as_str()), (applied.sequence, applied.shard.as_str()), "{again:?}");
+    assert_ne!(again.node, lease.holder_address);
+    assert_eq!(rows_of(&url, &applied.request_id).await, 1);
+
+    // The dead holder's token fails the fence now; the new holder's passes.
+    assert!(matches!(fence::begin_postgres(&pool, &token).await, Err(FenceError::Lost { .. })));
+    let now = LeaseToken::from_lease(&failover.route_stream(stream).await.unwrap()).unwrap();
+    assert!(now.epoch > token.epoch, "{now:?} after {token:?}");
+    fence::begin_postgres(&pool, &now).await.unwrap().rollback().await.unwrap();
+    pool.close().await;
+    cluster.teardown().await.unwrap();
+}
+
+/// The helper's statements are the node's own (`Dialect::fence_sql`).
+#[test]
+fn the_fence_is_the_nodes_fence() {
+    assert_eq!(squash(fence::POSTGRES), squash(Dialect::Postgres.fence_sql()));
+    assert_eq!(squash(fence::MYSQL), squash(Dialect::MySql.fence_sql()));
+}
+
+fn cli(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let mut cmd = Command::new(CHITIN);
+    cmd.args(args).env_remove("CHITIN_NODE").env_remove("CHITIN_NODES");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_watch_resubscribes_and_the_cli_fails_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = standalone_node(dir.path(), "standalone", |_| {}).unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let api = node.api.clone();
+    let dead = dead_address();
+
+    // The CLI: a dead node first, by flag and by either variable.
+    let list = format!("{dead},{api}");
+    let append = ["journal", "append", "--stream", "cli", "--payload", "p"];
+    let (ok, out) = cli(&[&append[..], &["--node", &list]].concat(), &[]);
+    assert!(ok && out.contains("appended sequence=1"), "{out}");
+    let (ok, out) = cli(&append, &[("CHITIN_NODES", &list)]);
+    assert!(ok && out.contains("appended sequence=2"), "{out}");
+    let (ok, out) = cli(&append, &[("CHITIN_NODE", &api)]);
+    assert!(ok && out.contains("appended sequence=3"), "{out}");
+    let (ok, out) = cli(&["cluster", "status", "--node", &list], &[]);
+    assert!(ok && out.contains("shards held"), "{out}");
+    // Bad lists and a list where one node is meant say so.
+    let (ok, out) = cli(&["cluster", "status", "--node", &format!("{api},,{dead}")], &[]);
+    assert!(!ok && out.contains("node address #2 is empty"), "{out}");
+    let (ok, out) = cli(&["cluster", "status", "--node", "localhost"], &[]);
+    assert!(!ok && out.contains("`localhost` is not a node address: it has no port"), "{out}");
+    let (ok, out) = cli(&["policy", "reload", "--node", &list], &[]);
+    assert!(!ok && out.contains("reloads one node; give one address, not 2"), "{out}");
+    let (ok, out) = cli(&["cluster", "status", "--node", &dead], &[]);
+    assert!(!ok && out.contains(&format!("cannot reach the node at {dead}")), "{out}");
+
+    // The watch: a snapshot, a gap when the node stops, a new snapshot (and
+    // the shards back) once it is up again.
+    let watcher = client(&[&api], Options::default());
+    let mut watch = watcher.watch_ownership();
+    let first = tokio::time::timeout(Duration::from_secs(10), watch.next()).await.unwrap();
+    assert!(matches!(&first, WatchEvent::Subscribed { node, .. } if *node == api), "{first:?}");
+    let WatchEvent::Subscribed { held: leases, .. } = first else { unreachable!() };
+    let mut held = leases.into_iter().map(|l| l.shard).collect();
+    assert!(!until_all_held(&mut watch, &mut held).await, "no gap while the node runs");
+    // A clean stop (a crashed standalone node's name stays taken for the
+    // liveness timeout): its shards are lost, then the stream ends.
+    node.terminate(Duration::from_secs(20)).unwrap();
+    let gap = loop {
+        match tokio::time::timeout(Duration::from_secs(10), watch.next()).await.unwrap() {
+            WatchEvent::Draining { .. } | WatchEvent::Lost { .. } => continue,
+            other => break other,
+        }
+    };
+    assert!(matches!(&gap, WatchEvent::Gap { node, .. } if *node == api), "{gap:?}");
+    node.start().unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let mut held = BTreeSet::new();
+    assert!(until_all_held(&mut watch, &mut held).await, "the watch resubscribed");
+}
+
+/// Follows the watch until `held` has every one of the 16 shards; whether
+/// it (re)subscribed on the way. Anything but ownership events fails.
+async fn until_all_held(watch: &mut chitin_client::OwnershipWatch, held: &mut BTreeSet<String>) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut resubscribed = false;
+    while held.len() < 16 {
+        let event = tokio::time::timeout_at(deadline, watch.next()).await.expect("the watch reports every shard held");
+        match event {
+            WatchEvent::Subscribed { held: leases, .. } => {
+                resubscribed = true;
+                *held = leases.into_iter().map(|l| l.shard).collect();
+            }
+            WatchEvent::Acquired { shard, .. } => {
+                held.insert(shard);
+            }
+            WatchEvent::Lost { shard, .. } => {
+                held.remove(&shard);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    resubscribed
+}
