@@ -127,7 +127,14 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("name", "uuid", "state", "address", "last_seen_ms_ago", "shards_held", "version", "protocol")
+    __slots__ = ("name", "uuid", "state", "address", "last_seen_ms_ago", "shards_held", "version", "protocol", "policies")
+    class PoliciesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +143,7 @@ class NodeStatus(_message.Message):
     SHARDS_HELD_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
     name: str
     uuid: str
     state: str
@@ -144,10 +152,18 @@ class NodeStatus(_message.Message):
     shards_held: int
     version: str
     protocol: int
-    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., state: _Optional[str] = ..., address: _Optional[str] = ..., last_seen_ms_ago: _Optional[int] = ..., shards_held: _Optional[int] = ..., version: _Optional[str] = ..., protocol: _Optional[int] = ...) -> None: ...
+    policies: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., state: _Optional[str] = ..., address: _Optional[str] = ..., last_seen_ms_ago: _Optional[int] = ..., shards_held: _Optional[int] = ..., version: _Optional[str] = ..., protocol: _Optional[int] = ..., policies: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("node", "state", "config_version", "nodes", "leases", "unowned", "insecure_listen")
+    __slots__ = ("node", "state", "config_version", "nodes", "leases", "unowned", "insecure_listen", "cluster_policies", "policy_mismatch")
+    class ClusterPoliciesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NODE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     CONFIG_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +171,8 @@ class StatusResponse(_message.Message):
     LEASES_FIELD_NUMBER: _ClassVar[int]
     UNOWNED_FIELD_NUMBER: _ClassVar[int]
     INSECURE_LISTEN_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_POLICIES_FIELD_NUMBER: _ClassVar[int]
+    POLICY_MISMATCH_FIELD_NUMBER: _ClassVar[int]
     node: str
     state: str
     config_version: int
@@ -162,7 +180,9 @@ class StatusResponse(_message.Message):
     leases: _containers.RepeatedCompositeFieldContainer[ShardLease]
     unowned: _containers.RepeatedScalarFieldContainer[str]
     insecure_listen: bool
-    def __init__(self, node: _Optional[str] = ..., state: _Optional[str] = ..., config_version: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[ShardLease, _Mapping]]] = ..., unowned: _Optional[_Iterable[str]] = ..., insecure_listen: _Optional[bool] = ...) -> None: ...
+    cluster_policies: _containers.ScalarMap[str, str]
+    policy_mismatch: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node: _Optional[str] = ..., state: _Optional[str] = ..., config_version: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[ShardLease, _Mapping]]] = ..., unowned: _Optional[_Iterable[str]] = ..., insecure_listen: _Optional[bool] = ..., cluster_policies: _Optional[_Mapping[str, str]] = ..., policy_mismatch: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DrainRequest(_message.Message):
     __slots__ = ()
@@ -229,14 +249,18 @@ class GetConfigResponse(_message.Message):
     def __init__(self, config_json: _Optional[str] = ..., config_version: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
 
 class ReloadPoliciesRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("adopt",)
+    ADOPT_FIELD_NUMBER: _ClassVar[int]
+    adopt: bool
+    def __init__(self, adopt: _Optional[bool] = ...) -> None: ...
 
 class ReloadPoliciesResponse(_message.Message):
-    __slots__ = ("slots",)
+    __slots__ = ("slots", "mismatch")
     SLOTS_FIELD_NUMBER: _ClassVar[int]
+    MISMATCH_FIELD_NUMBER: _ClassVar[int]
     slots: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, slots: _Optional[_Iterable[str]] = ...) -> None: ...
+    mismatch: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, slots: _Optional[_Iterable[str]] = ..., mismatch: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UpgradeStatusRequest(_message.Message):
     __slots__ = ()
@@ -423,3 +447,11 @@ class OwnershipNotice(_message.Message):
 class NoticeAck(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class NodeDownNotice(_message.Message):
+    __slots__ = ("node_uuid", "node")
+    NODE_UUID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    node_uuid: str
+    node: str
+    def __init__(self, node_uuid: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...

@@ -1224,6 +1224,11 @@ class PeerStub:
                 request_serializer=chitin__client_dot_proto_dot_chitin__pb2.OwnershipNotice.SerializeToString,
                 response_deserializer=chitin__client_dot_proto_dot_chitin__pb2.NoticeAck.FromString,
                 _registered_method=True)
+        self.NodeDown = channel.unary_unary(
+                '/chitin.v1.Peer/NodeDown',
+                request_serializer=chitin__client_dot_proto_dot_chitin__pb2.NodeDownNotice.SerializeToString,
+                response_deserializer=chitin__client_dot_proto_dot_chitin__pb2.NoticeAck.FromString,
+                _registered_method=True)
 
 
 class PeerServicer:
@@ -1235,12 +1240,23 @@ class PeerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NodeDown(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Notice': grpc.unary_unary_rpc_method_handler(
                     servicer.Notice,
                     request_deserializer=chitin__client_dot_proto_dot_chitin__pb2.OwnershipNotice.FromString,
+                    response_serializer=chitin__client_dot_proto_dot_chitin__pb2.NoticeAck.SerializeToString,
+            ),
+            'NodeDown': grpc.unary_unary_rpc_method_handler(
+                    servicer.NodeDown,
+                    request_deserializer=chitin__client_dot_proto_dot_chitin__pb2.NodeDownNotice.FromString,
                     response_serializer=chitin__client_dot_proto_dot_chitin__pb2.NoticeAck.SerializeToString,
             ),
     }
@@ -1270,6 +1286,33 @@ class Peer:
             target,
             '/chitin.v1.Peer/Notice',
             chitin__client_dot_proto_dot_chitin__pb2.OwnershipNotice.SerializeToString,
+            chitin__client_dot_proto_dot_chitin__pb2.NoticeAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NodeDown(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chitin.v1.Peer/NodeDown',
+            chitin__client_dot_proto_dot_chitin__pb2.NodeDownNotice.SerializeToString,
             chitin__client_dot_proto_dot_chitin__pb2.NoticeAck.FromString,
             options,
             channel_credentials,
