@@ -78,6 +78,12 @@ impl Peers {
 /// (One rule for the node's forwards and the clients' retries.)
 pub use chitin_client::never_sent;
 
+/// One Peer call of [`super::Node::broadcast`].
+type PeerCall<M> = fn(
+    crate::proto::peer_client::PeerClient<PeerChannel>,
+    tonic::Request<M>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::Status>> + Send>>;
+
 impl super::Node {
     /// Tells every other live node that `holder` now holds `shard` at
     /// `epoch`, without waiting for the answers: the recipient of a handoff
@@ -90,18 +96,7 @@ impl super::Node {
             holder_uuid: holder.to_string(),
             holder: holder_name.to_string(),
         };
-        for peer in self.registry().into_iter().filter(|r| r.live && r.id != self.uuid) {
-            let (peers, notice) = (self.peers.clone(), notice.clone());
-            tokio::spawn(async move {
-                let Ok(channel) = peers.channel(&peer.address).await else { return };
-                let mut request = tonic::Request::new(notice);
-                request.set_timeout(CONNECT_TIMEOUT);
-                if let Err(status) = crate::proto::peer_client::PeerClient::new(channel).notice(request).await {
-                    tracing::debug!(peer = %peer.name, error = %status, "ownership notice not delivered");
-                    peers.forget(&peer.address);
-                }
-            });
-        }
+        self.broadcast("ownership notice", None, notice, |mut c, r| Box::pin(async move { c.notice(r).await.map(drop) }));
     }
 
     /// Tells every other live node that `dead`'s liveness session ended and
@@ -110,14 +105,21 @@ impl super::Node {
     /// UNIMPLEMENTED and finds the same at its next round).
     pub fn announce_down(&self, dead: &crate::lease::NodeRecord) {
         let notice = crate::proto::NodeDownNotice { node_uuid: dead.id.to_string(), node: dead.name.clone() };
-        for peer in self.registry().into_iter().filter(|r| r.live && r.id != self.uuid && r.id != dead.id) {
+        self.broadcast("node-down notice", Some(dead.id), notice, |mut c, r| Box::pin(async move { c.node_down(r).await.map(drop) }));
+    }
+
+    /// Sends `notice` to every other live node but `skip`, without waiting
+    /// for the answers; a peer that does not take it is dialled afresh next
+    /// time. A notice that does not arrive costs only time.
+    fn broadcast<M: Clone + Send + 'static>(&self, what: &'static str, skip: Option<uuid::Uuid>, notice: M, send: PeerCall<M>) {
+        for peer in self.registry().into_iter().filter(|r| r.live && r.id != self.uuid && Some(r.id) != skip) {
             let (peers, notice) = (self.peers.clone(), notice.clone());
             tokio::spawn(async move {
                 let Ok(channel) = peers.channel(&peer.address).await else { return };
                 let mut request = tonic::Request::new(notice);
                 request.set_timeout(CONNECT_TIMEOUT);
-                if let Err(status) = crate::proto::peer_client::PeerClient::new(channel).node_down(request).await {
-                    tracing::debug!(peer = %peer.name, error = %status, "node-down notice not delivered");
+                if let Err(status) = send(crate::proto::peer_client::PeerClient::new(channel), request).await {
+                    tracing::debug!(peer = %peer.name, error = %status, "{what} not delivered");
                     peers.forget(&peer.address);
                 }
             });

@@ -170,13 +170,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stream_key_is_fnv1a_32() {
-        assert_eq!(stream_key(""), 0x811c_9dc5);
-        assert_eq!(stream_key("a"), 0xe40c_292c);
-        assert_eq!(stream_key("foobar"), 0xbf9c_f968);
-    }
-
-    #[test]
     fn the_standalone_map_partitions_the_keyspace() {
         let map = ShardMap::from_config(&standalone_config("n", "127.0.0.1:1", 16));
         assert_eq!(map.shards().len(), 16);
