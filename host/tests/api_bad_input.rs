@@ -261,6 +261,7 @@ const METHODS: &[(&str, First, bool)] = &[
     ("/chitin.v1.Admin/Drain", First::Nothing, false),
     ("/chitin.v1.Admin/UpgradeStatus", First::Nothing, false),
     ("/chitin.v1.Admin/FinalizeUpgrade", First::Str, false),
+    ("/chitin.v1.Admin/Load", First::Str, false),
     ("/chitin.v1.Coordination/Dispatch", First::Str, false),
     ("/chitin.v1.Coordination/AffinityOwner", First::Str, false),
     ("/chitin.v1.Coordination/AffinityList", First::Str, false),

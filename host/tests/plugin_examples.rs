@@ -10,8 +10,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use chitin::policy::{Plugin, PluginSource, Slot};
+
+mod cluster_common;
 
 /// (crate directory under `plugins/`, component file stem, slot).
 const EXAMPLES: [(&str, &str, Slot); 4] = [
@@ -268,4 +271,48 @@ fn ok(out: Output) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// Skewed appends through real nodes that run the load-aware split plugin:
+/// every append lands in the lowest eighth of one shard, so `split-shard`
+/// without `--split-at` must cut inside that eighth (the default would cut
+/// at the midpoint). The nodes count the load; the CLI hands it to the
+/// plugin of `--settings` as samples.
+#[tokio::test(flavor = "multi_thread")]
+async fn split_shard_hands_the_counted_load_to_the_split_plugin() {
+    use cluster_common::*;
+    let split = examples_built().join("load_split.wasm").display().to_string();
+    let c = Cluster::new(Dialect::Postgres, 3, 4, 3, |_, s| s.policies.split = split.clone()).await.unwrap();
+    c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    let map = c.shard_map();
+    let shard = map.shards().iter().min_by_key(|s| s.lower).unwrap().clone();
+    let hot_end = shard.lower + (shard.upper - shard.lower) / 8;
+    let streams: Vec<String> = (0..100_000)
+        .map(|i| format!("hot-{i}"))
+        .filter(|s| (shard.lower..=hot_end).contains(&chitin::node::shard_map::stream_key(s)))
+        .take(16)
+        .collect();
+    for round in 0..6 {
+        for (i, stream) in streams.iter().enumerate() {
+            let api = c.nodes[i % 3].api.clone();
+            append_until_acked(vec![api], stream.clone(), format!("r{round}"), Duration::from_secs(10)).await.unwrap();
+        }
+    }
+    let load = chitin(&["cluster", "load", "--node", &c.nodes[0].api, "--shard", &shard.id, "--json"]);
+    let load: serde_json::Value = serde_json::from_slice(&ok(load).stdout).unwrap();
+    assert!(load[0]["ops_per_sec"].as_f64().unwrap() > 0.0, "{load}");
+
+    let settings = c.nodes[0].settings.display().to_string();
+    let config = c.config_path().display().to_string();
+    let out = chitin(&["cluster", "split-shard", "--config", &config, "--shard-id", &shard.id, "--settings", &settings, "--bake-secs", "0"]);
+    ok(out);
+    let after = c.shard_map();
+    let cut = after.shards().iter().filter(|s| s.parent.as_deref() == Some(shard.id.as_str())).map(|s| s.lower).max().unwrap();
+    assert!(
+        shard.lower < cut && cut <= hot_end + (shard.upper - shard.lower) / 64,
+        "the split cut {} at {cut:08x}, outside the hot eighth {:08x}..{hot_end:08x}",
+        shard.id,
+        shard.lower
+    );
+    c.teardown().await.unwrap();
 }

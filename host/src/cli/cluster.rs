@@ -21,6 +21,17 @@ pub enum ClusterCommand {
     },
     /// Hand every shard of a node over and leave it running, drained, until it is stopped.
     Drain(DrainArgs),
+    /// The append load every live node counted, per shard and per sub-range (what
+    /// `split-shard` without `--split-at` gives the split policy).
+    Load {
+        #[command(flatten)]
+        addr: NodeAddr,
+        /// Only this shard, with its 64 sub-ranges.
+        #[arg(long, value_name = "ID")]
+        shard: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Every instance in the Redis registry, alive or stale.
     Instances {
         #[command(flatten)]
@@ -72,6 +83,7 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<ExitCode> {
         ClusterCommand::CleanupStale { addr } => super::coord::cleanup_stale(addr),
         ClusterCommand::Status { addr, json } => runtime()?.block_on(status(&addr.node, json)),
         ClusterCommand::Drain(args) => runtime()?.block_on(drain(args)),
+        ClusterCommand::Load { addr, shard, json } => runtime()?.block_on(load(&addr.node, shard.as_deref(), json)),
         ClusterCommand::UpgradeStatus { addr, json } => runtime()?.block_on(super::upgrade::status(&addr.node, json)),
         ClusterCommand::FinalizeUpgrade { addr, version } => runtime()?.block_on(super::upgrade::finalize(&addr.node, version)),
     }
@@ -128,6 +140,50 @@ async fn status(nodes: &Nodes, json: bool) -> anyhow::Result<ExitCode> {
         println!("  unowned: {shard}");
     }
     print_policies(&s);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Asks every live node (found through `nodes`) for its counts and sums them.
+async fn load(nodes: &Nodes, shard: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    let status = admin(nodes)
+        .await?
+        .status(proto::StatusRequest {})
+        .await
+        .map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?
+        .into_inner();
+    let addresses: Vec<String> = status.nodes.iter().map(|n| n.address.clone()).collect();
+    let opts = chitin::rollout::exec::Options { tls: super::client::tls(), ..Default::default() };
+    let (loads, silent) = chitin::rollout::exec::cluster_load(&addresses, shard, &opts).await;
+    for node in &silent {
+        eprintln!("no answer from {node}: its counts are missing");
+    }
+    if json {
+        let value: Vec<_> = loads
+            .iter()
+            .map(|l| {
+                serde_json::json!({
+                    "shard": l.shard, "ops_per_sec": l.ops_per_sec, "bytes_per_sec": l.bytes_per_sec,
+                    "ranges": l.ranges.iter().map(|r| serde_json::json!({
+                        "lower": format!("{:08x}", r.lower), "upper": format!("{:08x}", r.upper), "ops_per_sec": r.ops_per_sec,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:<24} {:>12} {:>14}", "SHARD", "APPENDS/S", "BYTES/S");
+    for l in &loads {
+        println!("{:<24} {:>12.2} {:>14.0}", l.shard, l.ops_per_sec, l.bytes_per_sec);
+        if shard.is_some() {
+            for r in l.ranges.iter().filter(|r| r.ops_per_sec > 0.0) {
+                println!("  {:08x}..{:08x} {:>12.2}", r.lower, r.upper, r.ops_per_sec);
+            }
+        }
+    }
+    if loads.is_empty() {
+        println!("(no appends counted in the last minutes)");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

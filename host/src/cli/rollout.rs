@@ -193,6 +193,18 @@ async fn recorded_policies(config: &Path) -> anyhow::Result<chitin::node::policy
     Ok(Default::default())
 }
 
+/// The append load the nodes of the config counted on `shard`: the split
+/// policy's samples (a node that does not answer is named and skipped).
+fn split_load(config: &Path, shard: &str) -> anyhow::Result<Option<chitin::node::load::ShardLoad>> {
+    let config = file::load(config)?;
+    let addresses: Vec<String> = config.nodes.iter().map(|n| n.grpc_address.clone()).collect();
+    let (loads, silent) = runtime()?.block_on(exec::cluster_load(&addresses, Some(shard), &defaults()));
+    for node in &silent {
+        eprintln!("load of {shard}: no answer from {node}; its appends are not in the split policy's samples");
+    }
+    Ok(loads.into_iter().next())
+}
+
 fn policy_error(slot: &'static str) -> impl Fn(anyhow::Error) -> PlanError {
     move |e| PlanError::Policy { slot, message: format!("{e:#}") }
 }
@@ -223,7 +235,19 @@ pub fn run(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
                 // The state and flag checks come before loading the policies.
                 plan::split_request(c, &shard_id, at, children)?;
                 let p = cluster_policies(&config, &policies).map_err(policy_error("split"))?;
-                let points = plan::choose_split_points(c, &shard_id, at, children, |r| p.split_points(r))?;
+                let load = split_load(&config, &shard_id).map_err(policy_error("split"))?;
+                let points = plan::choose_split_points(c, &shard_id, at, children, |mut r| {
+                    if let Some(load) = load {
+                        r.load = Some(chitin_policy_sdk::ShardLoad {
+                            shard: load.shard,
+                            keys: 0,
+                            bytes: load.bytes_per_sec.round() as u64,
+                            ops_per_sec: load.ops_per_sec,
+                        });
+                        r.samples = load.ranges;
+                    }
+                    p.split_points(r)
+                })?;
                 plan::split_shard(c, &shard_id, &points)
             })
         }

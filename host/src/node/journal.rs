@@ -163,6 +163,9 @@ impl Node {
                 match self.store.append_fenced(&permit.token, stream, request_id, payload).await {
                     Ok(a) => {
                         self.metrics.fenced_commits.inc();
+                        if let Some(s) = self.topology().map.shard(&shard) {
+                            self.load.record(&shard, s.lower, s.upper, super::shard_map::stream_key(stream), payload.len());
+                        }
                         return Ok(Acknowledged { sequence: a.seq, epoch: a.epoch, shard, holder: self.name.clone() });
                     }
                     Err(LeaseError::LeaseLost { epoch, .. }) => {

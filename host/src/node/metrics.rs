@@ -195,6 +195,15 @@ async fn register_node(registry: &mut Registry, node: &Node) {
         "1 for a slot whose component differs from the cluster's record; the node then takes no leases.",
         mismatch,
     );
+    let rates = Family::<[(&'static str, String); 1], Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    for l in node.load.snapshot(None) {
+        rates.get_or_create(&[("shard", l.shard)]).set(l.ops_per_sec);
+    }
+    registry.register(
+        "chitin_shard_append_rate",
+        "Appends per second this node acknowledged per shard (decayed, 60 s half-life): the split policy's load.",
+        rates,
+    );
     if let Ok(view) = node.cluster_view().await {
         let (unowned, draining) = shard_counts(node, &view);
         gauge(registry, "chitin_shards_unowned", "Shards of the served config with no live lease holder.", unowned);

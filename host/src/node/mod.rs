@@ -12,6 +12,7 @@
 //! - [`policy_hashes`]: the same policy components on every node;
 //! - [`control`]: the process's control block (the node once it exists);
 //! - [`metrics`]: counters;
+//! - [`load`]: append load per shard and sub-range, for the split policy;
 //! - this module: start-up (checks, identity, registration).
 //!
 //! Lifecycle: `joining` (registered, taking the shards it is preferred for)
@@ -23,6 +24,7 @@ pub mod drain;
 pub mod journal;
 pub mod leases;
 pub mod liveness;
+pub mod load;
 pub mod metrics;
 pub mod peers;
 pub mod plan;
@@ -173,6 +175,8 @@ pub struct Node {
     session_up: std::sync::atomic::AtomicBool,
     /// The slots whose component differs from the cluster's, as last read.
     policy_mismatch: Mutex<Vec<policy_hashes::Mismatch>>,
+    /// Appends counted per shard and sub-range.
+    pub load: load::Load,
 }
 
 impl Node {
@@ -285,6 +289,7 @@ impl Node {
             session: Mutex::new(session),
             session_up: std::sync::atomic::AtomicBool::new(true),
             policy_mismatch: Mutex::new(Vec::new()),
+            load: load::Load::default(),
         });
         if !node.standalone {
             node.record_policies(false).await?;

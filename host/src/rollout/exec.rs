@@ -534,3 +534,45 @@ pub async fn get_config(address: &str, opts: &Options) -> Result<proto::GetConfi
         }),
     }
 }
+
+/// The append load every node at `addresses` counted (of `shard`, or of
+/// every shard), summed per shard, and the nodes that did not answer (a
+/// node that held a shard for part of the window counted that part).
+pub async fn cluster_load(
+    addresses: &[String],
+    shard: Option<&str>,
+    opts: &Options,
+) -> (Vec<crate::node::load::ShardLoad>, Vec<String>) {
+    let mut reports = Vec::new();
+    let mut silent = Vec::new();
+    for address in addresses {
+        let answer = match admin_client(address, opts.token.as_deref(), opts.tls.as_ref(), Duration::from_secs(5)) {
+            Ok(mut client) => client.load(proto::LoadRequest { shard: shard.unwrap_or_default().to_string() }).await.map_err(|s| status_text(&s)),
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(r) => reports.extend(r.into_inner().shards.into_iter().map(shard_load)),
+            Err(why) => silent.push(format!("{address}: {why}")),
+        }
+    }
+    (crate::node::load::merge(reports), silent)
+}
+
+fn shard_load(l: proto::ShardLoad) -> crate::node::load::ShardLoad {
+    crate::node::load::ShardLoad {
+        shard: l.shard,
+        ops_per_sec: l.ops_per_sec,
+        bytes_per_sec: l.bytes_per_sec,
+        ranges: l
+            .ranges
+            .into_iter()
+            .map(|r| chitin_policy_sdk::RangeLoad {
+                lower: r.lower,
+                upper: r.upper,
+                keys: 0,
+                bytes: r.bytes_per_sec.round() as u64,
+                ops_per_sec: r.ops_per_sec,
+            })
+            .collect(),
+    }
+}

@@ -262,6 +262,42 @@ class ReloadPoliciesResponse(_message.Message):
     mismatch: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, slots: _Optional[_Iterable[str]] = ..., mismatch: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class LoadRequest(_message.Message):
+    __slots__ = ("shard",)
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    shard: str
+    def __init__(self, shard: _Optional[str] = ...) -> None: ...
+
+class RangeLoad(_message.Message):
+    __slots__ = ("lower", "upper", "ops_per_sec", "bytes_per_sec")
+    LOWER_FIELD_NUMBER: _ClassVar[int]
+    UPPER_FIELD_NUMBER: _ClassVar[int]
+    OPS_PER_SEC_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_SEC_FIELD_NUMBER: _ClassVar[int]
+    lower: int
+    upper: int
+    ops_per_sec: float
+    bytes_per_sec: float
+    def __init__(self, lower: _Optional[int] = ..., upper: _Optional[int] = ..., ops_per_sec: _Optional[float] = ..., bytes_per_sec: _Optional[float] = ...) -> None: ...
+
+class ShardLoad(_message.Message):
+    __slots__ = ("shard", "ops_per_sec", "bytes_per_sec", "ranges")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    OPS_PER_SEC_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_SEC_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    shard: str
+    ops_per_sec: float
+    bytes_per_sec: float
+    ranges: _containers.RepeatedCompositeFieldContainer[RangeLoad]
+    def __init__(self, shard: _Optional[str] = ..., ops_per_sec: _Optional[float] = ..., bytes_per_sec: _Optional[float] = ..., ranges: _Optional[_Iterable[_Union[RangeLoad, _Mapping]]] = ...) -> None: ...
+
+class LoadResponse(_message.Message):
+    __slots__ = ("shards",)
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    shards: _containers.RepeatedCompositeFieldContainer[ShardLoad]
+    def __init__(self, shards: _Optional[_Iterable[_Union[ShardLoad, _Mapping]]] = ...) -> None: ...
+
 class UpgradeStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

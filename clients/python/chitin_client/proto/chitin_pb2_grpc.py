@@ -368,6 +368,11 @@ class AdminStub:
                 request_serializer=chitin__client_dot_proto_dot_chitin__pb2.FinalizeUpgradeRequest.SerializeToString,
                 response_deserializer=chitin__client_dot_proto_dot_chitin__pb2.FinalizeUpgradeResponse.FromString,
                 _registered_method=True)
+        self.Load = channel.unary_unary(
+                '/chitin.v1.Admin/Load',
+                request_serializer=chitin__client_dot_proto_dot_chitin__pb2.LoadRequest.SerializeToString,
+                response_deserializer=chitin__client_dot_proto_dot_chitin__pb2.LoadResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -434,6 +439,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Load(self, request, context):
+        """The append load this node counted per shard and per sub-range (64 per
+        shard, decayed with a 60 s half-life): the split policy's samples.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -476,6 +489,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.FinalizeUpgrade,
                     request_deserializer=chitin__client_dot_proto_dot_chitin__pb2.FinalizeUpgradeRequest.FromString,
                     response_serializer=chitin__client_dot_proto_dot_chitin__pb2.FinalizeUpgradeResponse.SerializeToString,
+            ),
+            'Load': grpc.unary_unary_rpc_method_handler(
+                    servicer.Load,
+                    request_deserializer=chitin__client_dot_proto_dot_chitin__pb2.LoadRequest.FromString,
+                    response_serializer=chitin__client_dot_proto_dot_chitin__pb2.LoadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -694,6 +712,33 @@ class Admin:
             '/chitin.v1.Admin/FinalizeUpgrade',
             chitin__client_dot_proto_dot_chitin__pb2.FinalizeUpgradeRequest.SerializeToString,
             chitin__client_dot_proto_dot_chitin__pb2.FinalizeUpgradeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Load(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chitin.v1.Admin/Load',
+            chitin__client_dot_proto_dot_chitin__pb2.LoadRequest.SerializeToString,
+            chitin__client_dot_proto_dot_chitin__pb2.LoadResponse.FromString,
             options,
             channel_credentials,
             insecure,
