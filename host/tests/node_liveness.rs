@@ -213,7 +213,7 @@ async fn a_node_whose_session_ends_stops_and_commits_nothing_after_the_takeover(
     // The node finds its registration down at its next heartbeat and exits.
     let deadline = Instant::now() + Duration::from_secs(15);
     while c.nodes[v].is_running() {
-        assert!(Instant::now() < deadline, "{victim} still running after its registration was marked down");
+        assert!(Instant::now() < deadline, "{victim} still running after its registration was marked down:\n{}", c.nodes[v].log_tail(40));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(c.nodes[v].log_text().contains("registration marked down"), "{}", c.nodes[v].log_tail(20));

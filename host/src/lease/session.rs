@@ -15,9 +15,10 @@
 //! and freeing a lease takes the row lock that waits for fenced writers. A
 //! paused or partitioned process keeps its session (its kernel still answers
 //! for its socket), so its shards wait for the TTL as before. The server
-//! drops the session of a host that vanished after TCP keepalives (set here
-//! to about one TTL on PostgreSQL; MySQL's `wait_timeout`, four TTLs and at
-//! least a minute) give up, by which time its leases have expired anyway.
+//! drops the session of a host that vanished after TCP keepalives give up
+//! (set here to about four TTLs on PostgreSQL, ten seconds at least;
+//! MySQL's `wait_timeout`, four TTLs and a minute at least), by which time
+//! its leases have long expired.
 //!
 //! A pooler in transaction mode (PgBouncer) hands statements of one client
 //! connection to different server sessions, which breaks session locks:
@@ -229,25 +230,23 @@ impl Conn {
 
     /// TCP keepalives for the server's side of this session, so that the
     /// session of a host that vanished (no FIN ever comes) ends after about
-    /// `ttl` (PostgreSQL) or a few (MySQL), not after the kernel's two
-    /// hours; never sooner, since a partitioned node must keep its shards
-    /// until their TTL.
+    /// four TTLs, not after the kernel's two hours; never sooner, since a
+    /// node cut off for a while must find its registration still up when
+    /// the network heals (its shards went at their TTL).
     async fn keep_alive(&mut self, ttl: Duration) -> Result<(), LeaseError> {
         let secs = |d: Duration| d.as_secs().max(1);
         match self {
             Conn::Pg(c) => {
-                let version: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::int")
-                    .fetch_one(&mut *c)
-                    .await?;
-                let mut settings = vec![
-                    format!("SET tcp_keepalives_idle = {}", secs(ttl / 2)),
-                    format!("SET tcp_keepalives_interval = {}", secs(ttl / 4)),
-                    "SET tcp_keepalives_count = 2".to_string(),
-                    format!("SET tcp_user_timeout = {}", ttl.as_millis()),
+                // Dead after idle + count × interval of unanswered probes, or
+                // after data unacknowledged that long: four TTLs (10 s at
+                // least), so that a cut node keeps its session through a
+                // partition its leases do not outlive.
+                let settings = [
+                    format!("SET tcp_keepalives_idle = {}", secs(ttl).max(4)),
+                    format!("SET tcp_keepalives_interval = {}", secs(ttl).max(2)),
+                    "SET tcp_keepalives_count = 3".to_string(),
+                    format!("SET tcp_user_timeout = {}", (ttl * 4).max(Duration::from_secs(10)).as_millis()),
                 ];
-                if version >= 140_000 {
-                    settings.push(format!("SET client_connection_check_interval = {}", secs(ttl / 4) * 1000));
-                }
                 for set in settings {
                     sqlx::query(sqlx::AssertSqlSafe(set)).execute(&mut *c).await?;
                 }

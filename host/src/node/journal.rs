@@ -155,6 +155,11 @@ impl Node {
         let mut moved_to_child: Option<String> = None;
         loop {
             changes.borrow_and_update();
+            if self.is_fatal() {
+                return Err(AppendError::not_applied(
+                    "this node's registration was marked down and it is stopping; send the request to another node",
+                ));
+            }
             let shard = match &moved_to_child {
                 Some(child) => child.clone(),
                 None => self.topology().map.route_stream(stream).map_err(|e| AppendError::Invalid(e.to_string()))?.id.clone(),

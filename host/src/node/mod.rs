@@ -517,6 +517,11 @@ impl Node {
         Ok(ClusterView { registry, rows, now })
     }
 
+    /// Whether the node must stop on its own (its registration is gone).
+    pub fn is_fatal(&self) -> bool {
+        *self.fatal.borrow()
+    }
+
     /// Resolves when the node must stop on its own, with the reason.
     pub async fn fatal(&self) -> NodeError {
         let mut rx = self.fatal.subscribe();

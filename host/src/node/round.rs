@@ -145,6 +145,9 @@ impl Node {
         self.set_lifecycle(Lifecycle::Leaving);
         self.leases.forget_all();
         self.fatal.send_replace(true);
+        // Appends parked here for a holder answer now, so that the process
+        // is not held up by them on its way out.
+        self.leases.notify_change();
     }
 
     /// A live lease the database gives this node that its lease table lacks
