@@ -198,7 +198,7 @@ impl Node {
                 Some(h) if h != self.uuid => self.peer_address(h).await,
                 _ => None,
             };
-            let facts = AppendFacts { me: self.uuid, ready: self.is_ready() && self.session_up(), forwarded, live_holder, holder_address };
+            let facts = AppendFacts { me: self.uuid, ready: self.is_ready() && self.session_up() && self.takes_leases(), forwarded, live_holder, holder_address };
             match append_step(&facts) {
                 AppendStep::Adopt => {
                     let row = row.expect("a live holder has a row");

@@ -249,6 +249,15 @@ impl Node {
             .check_cluster_meta(shard_count as u64, settings.lease_ttl(), settings.renew_interval())
             .await?;
         let uuid = store.register_node(&name, &address).await?;
+        // Recorded before anything else, so that peers see this node's
+        // components as soon as they can see the node (a peer hands no
+        // lease to a node whose components differ).
+        let cluster_policies = if standalone {
+            None
+        } else {
+            let allow = settings.policies.allow_mismatch;
+            Some(policy_hashes::record(&store, uuid, &name, &policies.hashes(), allow, false).await?)
+        };
         crate::upgrade::join(&store, uuid).await?;
         let session = if !standalone && settings.cluster.session_liveness && lease::session::supported(store.dialect()) {
             Some(store.open_session(uuid, settings.lease_ttl(), liveness::OWN_LOCK_WAIT).await?)
@@ -291,8 +300,8 @@ impl Node {
             policy_mismatch: Mutex::new(Vec::new()),
             load: load::Load::default(),
         });
-        if !node.standalone {
-            node.record_policies(false).await?;
+        if let Some(cluster) = cluster_policies {
+            node.compare_policies(&cluster);
         }
         Ok(node)
     }
