@@ -382,8 +382,11 @@ async fn a_drain_is_held_to_the_database_cap_and_keeps_only_what_it_cannot_place
     // node-01 drains with a policy that returns every handoff in one round,
     // whatever `max-per-round` says.
     let guest = std::path::PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR")).join("drain_one_round.wasm");
+    // The nodes run different drain components on purpose, so each is
+    // allowed to (policies.allow_mismatch).
     let mut c = Cluster::new(Dialect::Postgres, 4, 16, 0, |name, s| {
         s.leases.max_handoffs_per_round = CAP;
+        s.policies.allow_mismatch = true;
         if name == "node-01" {
             s.policies.drain = guest.display().to_string();
         }
