@@ -327,7 +327,7 @@ impl admin_server::Admin for Api {
     async fn load(&self, req: Request<proto::LoadRequest>) -> Result<Response<proto::LoadResponse>, Status> {
         let shard = req.into_inner().shard;
         let loads = self.node()?.load.snapshot(Some(shard.as_str()).filter(|s| !s.is_empty()));
-        Ok(Response::new(proto::LoadResponse { shards: loads.into_iter().map(load_message).collect() }))
+        Ok(Response::new(proto::LoadResponse { shards: loads.into_iter().map(Into::into).collect() }))
     }
 
     async fn drain(&self, _req: Request<proto::DrainRequest>) -> Result<Response<proto::DrainResponse>, Status> {
@@ -430,19 +430,6 @@ impl peer_server::Peer for Api {
     async fn node_down(&self, req: Request<proto::NodeDownNotice>) -> Result<Response<proto::NoticeAck>, Status> {
         self.node()?.on_node_down(&req.into_inner().node);
         Ok(Response::new(proto::NoticeAck {}))
-    }
-}
-
-fn load_message(l: crate::node::load::ShardLoad) -> proto::ShardLoad {
-    proto::ShardLoad {
-        shard: l.shard,
-        ops_per_sec: l.ops_per_sec,
-        bytes_per_sec: l.bytes_per_sec,
-        ranges: l
-            .ranges
-            .into_iter()
-            .map(|r| proto::RangeLoad { lower: r.lower, upper: r.upper, ops_per_sec: r.ops_per_sec, bytes_per_sec: r.bytes as f64 })
-            .collect(),
     }
 }
 

@@ -75,12 +75,17 @@ impl Bounds {
     /// go from TTL − 2 × renew interval (no later than half a TTL), wide
     /// enough for slow rounds on loaded machines, far above the milliseconds
     /// a wrongly judged session takes.
-    pub fn of(ttl: std::time::Duration, renew: std::time::Duration, slack: std::time::Duration) -> Bounds {
+    ///
+    /// With failpoints armed, parked appends hold the lease rows and delay
+    /// renewals by seconds, so a paused node's last renewal may be long
+    /// before its pause: no takeover is early (`stall_floor_ms` 0).
+    pub fn of(ttl: std::time::Duration, renew: std::time::Duration, slack: std::time::Duration, failpoints: bool) -> Bounds {
         let ms = |d: std::time::Duration| d.as_millis() as u64;
+        let floor = ms(ttl).saturating_sub(2 * ms(renew)).min(ms(ttl) / 2);
         Bounds {
             crash_ms: ms(slack) + 1_000,
             stall_ms: ms(ttl + renew + slack),
-            stall_floor_ms: ms(ttl).saturating_sub(2 * ms(renew)).min(ms(ttl) / 2),
+            stall_floor_ms: if failpoints { 0 } else { floor },
         }
     }
 }
@@ -411,10 +416,12 @@ mod tests {
     #[test]
     fn bounds_follow_the_lease_timing() {
         use std::time::Duration;
-        let b = Bounds::of(Duration::from_secs(2), Duration::from_millis(500), Duration::from_secs(1));
+        let b = Bounds::of(Duration::from_secs(2), Duration::from_millis(500), Duration::from_secs(1), false);
         assert_eq!(b, Bounds { crash_ms: 2_000, stall_ms: 3_500, stall_floor_ms: 1_000 });
-        let b = Bounds::of(Duration::from_secs(15), Duration::from_secs(5), Duration::from_secs(1));
+        let b = Bounds::of(Duration::from_secs(15), Duration::from_secs(5), Duration::from_secs(1), false);
         assert_eq!(b.stall_floor_ms, 5_000);
+        let b = Bounds::of(Duration::from_secs(2), Duration::from_millis(500), Duration::from_secs(1), true);
+        assert_eq!(b.stall_floor_ms, 0, "failpoints delay renewals: no takeover is early");
     }
 
     #[test]

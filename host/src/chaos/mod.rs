@@ -408,13 +408,7 @@ async fn run_in(
     let all_streams: Vec<String> = streams.iter().flatten().cloned().collect();
     let evidence = evidence::read(&store, &lab.database_url, &all_streams).await?;
     store.close().await;
-    let mut bounds = checker::Bounds::of(opts.lease_ttl, opts.renew_interval, opts.takeover_slack);
-    if opts.failpoints.is_some() {
-        // Parked appends hold the lease rows and delay renewals by seconds:
-        // a paused node's last renewal may be long before its pause, so no
-        // takeover is early.
-        bounds.stall_floor_ms = 0;
-    }
+    let bounds = checker::Bounds::of(opts.lease_ttl, opts.renew_interval, opts.takeover_slack, opts.failpoints.is_some());
     let answers: Vec<clients::Ack> = log.acks.iter().chain(&log.resends).cloned().collect();
     let verdict = checker::check(&answers, &log.abandoned, &evidence.rows, &evidence.grants, &deaths, bounds);
     let facts = report::RunFacts {

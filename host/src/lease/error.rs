@@ -89,7 +89,9 @@ pub enum LeaseError {
 
     #[error(
         "the liveness lock of registration {node} stayed taken for {waited:?}: another session holds it (a peer \
-         judging this node, or a pooler in transaction mode sharing one server session between clients)"
+         judging this node, or a pooler in transaction mode sharing one server session between clients). The node \
+         retries; if this repeats, point database.url at the database itself or a session-mode pool, or set \
+         cluster.session_liveness = false"
     )]
     SessionLockHeld { node: Uuid, waited: std::time::Duration },
 

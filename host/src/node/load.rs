@@ -87,6 +87,28 @@ pub struct ShardLoad {
     pub ranges: Vec<RangeLoad>,
 }
 
+impl From<ShardLoad> for crate::proto::ShardLoad {
+    fn from(l: ShardLoad) -> Self {
+        let ranges = l
+            .ranges
+            .into_iter()
+            .map(|r| crate::proto::RangeLoad { lower: r.lower, upper: r.upper, ops_per_sec: r.ops_per_sec, bytes_per_sec: r.bytes as f64 })
+            .collect();
+        crate::proto::ShardLoad { shard: l.shard, ops_per_sec: l.ops_per_sec, bytes_per_sec: l.bytes_per_sec, ranges }
+    }
+}
+
+impl From<crate::proto::ShardLoad> for ShardLoad {
+    fn from(l: crate::proto::ShardLoad) -> Self {
+        let ranges = l
+            .ranges
+            .into_iter()
+            .map(|r| RangeLoad { lower: r.lower, upper: r.upper, keys: 0, bytes: r.bytes_per_sec.round() as u64, ops_per_sec: r.ops_per_sec })
+            .collect();
+        ShardLoad { shard: l.shard, ops_per_sec: l.ops_per_sec, bytes_per_sec: l.bytes_per_sec, ranges }
+    }
+}
+
 /// The counts of every shard this node appended to.
 #[derive(Debug, Default)]
 pub struct Load {

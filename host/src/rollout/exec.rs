@@ -551,28 +551,9 @@ pub async fn cluster_load(
             Err(e) => Err(e),
         };
         match answer {
-            Ok(r) => reports.extend(r.into_inner().shards.into_iter().map(shard_load)),
+            Ok(r) => reports.extend(r.into_inner().shards.into_iter().map(Into::into)),
             Err(why) => silent.push(format!("{address}: {why}")),
         }
     }
     (crate::node::load::merge(reports), silent)
-}
-
-fn shard_load(l: proto::ShardLoad) -> crate::node::load::ShardLoad {
-    crate::node::load::ShardLoad {
-        shard: l.shard,
-        ops_per_sec: l.ops_per_sec,
-        bytes_per_sec: l.bytes_per_sec,
-        ranges: l
-            .ranges
-            .into_iter()
-            .map(|r| chitin_policy_sdk::RangeLoad {
-                lower: r.lower,
-                upper: r.upper,
-                keys: 0,
-                bytes: r.bytes_per_sec.round() as u64,
-                ops_per_sec: r.ops_per_sec,
-            })
-            .collect(),
-    }
 }
