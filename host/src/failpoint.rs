@@ -75,15 +75,33 @@ pub fn check_env() -> Result<(), String> {
     }
 }
 
+#[cfg(feature = "failpoints")]
+fn armed() -> &'static BTreeMap<String, Armed> {
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<BTreeMap<String, Armed>> = OnceLock::new();
+    ARMED.get_or_init(|| std::env::var(ENV).ok().and_then(|s| parse(&s).ok()).unwrap_or_default())
+}
+
+/// Whether the failpoint `name` is armed in this process (a code path that
+/// has no moment for it takes one that does).
+#[cfg(feature = "failpoints")]
+pub fn is_armed(name: &str) -> bool {
+    armed().contains_key(name)
+}
+
+/// Without the `failpoints` feature: never.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn is_armed(_name: &str) -> bool {
+    false
+}
+
 /// Pauses here when the failpoint `name` is armed and its dice say so.
 #[cfg(feature = "failpoints")]
 pub async fn hit(name: &'static str) {
-    use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
-    static ARMED: OnceLock<BTreeMap<String, Armed>> = OnceLock::new();
     static DICE: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
-    let armed = ARMED.get_or_init(|| std::env::var(ENV).ok().and_then(|s| parse(&s).ok()).unwrap_or_default());
-    let Some(point) = armed.get(name) else { return };
+    let Some(point) = armed().get(name) else { return };
     // SplitMix64 over a shared counter: cheap, and good enough for dice.
     let mut z = DICE.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

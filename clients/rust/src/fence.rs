@@ -26,12 +26,21 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, PgConnection, PgPool, Postgres, Tr
 use crate::proto::ShardLease;
 
 /// PostgreSQL: `$1` shard id, `$2` holder UUID (as `uuid`), `$3` epoch.
-pub const POSTGRES: &str = "SELECT 1 FROM chitin_shard_leases WHERE shard_id = $1 AND holder = $2 AND epoch = $3 \
-                            AND expires_at > clock_timestamp() FOR SHARE";
+///
+/// A lease either carries its own expiry or rides on its holder's liveness
+/// record (`liveness_epoch` set: renewed by the holder's heartbeat, ended
+/// when a peer takes the holder over); the `CASE` judges both. The holder's
+/// row is read in a subquery, which the shared lock does not cover, so
+/// writers never queue behind the holder's heartbeat.
+pub const POSTGRES: &str = "SELECT 1 FROM chitin_shard_leases l WHERE l.shard_id = $1 AND l.holder = $2 AND l.epoch = $3 \
+     AND CASE WHEN l.liveness_epoch IS NULL THEN l.expires_at ELSE (SELECT n.lease_expires_at FROM chitin_nodes n \
+     WHERE n.id = l.holder AND n.liveness_epoch = l.liveness_epoch AND n.state <> 'down') END > clock_timestamp() FOR SHARE";
 
-/// MySQL / MariaDB: shard id, holder UUID (as text), epoch.
-pub const MYSQL: &str = "SELECT 1 FROM chitin_shard_leases WHERE shard_id = ? AND holder = ? AND epoch = ? \
-                         AND expires_at > UTC_TIMESTAMP(6) LOCK IN SHARE MODE";
+/// MySQL / MariaDB: shard id, holder UUID (as text), epoch. See [`POSTGRES`].
+pub const MYSQL: &str = "SELECT 1 FROM chitin_shard_leases l WHERE l.shard_id = ? AND l.holder = ? AND l.epoch = ? \
+     AND CASE WHEN l.liveness_epoch IS NULL THEN l.expires_at ELSE (SELECT n.lease_expires_at FROM chitin_nodes n \
+     WHERE n.id = l.holder AND n.liveness_epoch = l.liveness_epoch AND n.state <> 'down') END > UTC_TIMESTAMP(6) \
+     LOCK IN SHARE MODE";
 
 /// A lease as a fencing token.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -219,6 +219,7 @@ impl ownership_server::Ownership for Api {
             holder: None,
             holder_name: None,
             epoch: 0,
+            liveness_epoch: None,
             expires_at: None,
             live: false,
         });

@@ -21,9 +21,25 @@
 //! of a lease — [`Store::try_acquire`] of a free or expired lease, or a
 //! [`Store::handover`] — increments the row's epoch and records
 //! `(shard, epoch, holder)` in `chitin_lease_history`, so epochs strictly
-//! increase with each change of holder. [`Store::renew`] extends the expiry of
-//! an unexpired lease and keeps its epoch; [`Store::release`] frees the row
+//! increase with each change of holder. [`Store::release`] frees the row
 //! (the epoch stays, the next grant goes one higher).
+//!
+//! # Leases on liveness
+//!
+//! A lease lasts in one of two ways. Granted with its own expiry (0.1, and
+//! 0.2 until the cluster is finalized), it is extended by
+//! [`Store::renew`], one row per lease per round. Granted on its holder's
+//! liveness (gate `node-leases`, [`Store::set_leases_on_liveness`]), the row
+//! names the holder's *liveness epoch* and the lease lasts while the
+//! holder's registration is not down, still has that epoch, and its
+//! `lease_expires_at` is in the future: [`Store::heartbeat`] renews every
+//! such lease of a node in one statement, and a lease row changes only
+//! when its holder does (CockroachDB's epoch-based leases, in SQL).
+//! Taking over a dead node is one bump of its liveness epoch (made by the
+//! first grant of one of its expired leases, or by marking it down) plus
+//! the grants: a node that comes back after that finds its epoch moved and
+//! revives none of its old leases. A renewal of a lease with its own expiry
+//! once the gate is on moves it onto liveness, same epoch.
 //!
 //! # Fencing
 //!
@@ -31,23 +47,26 @@
 //! runs in one transaction that *first* takes a shared row lock on the lease
 //! row and checks the token; a change of holder needs an exclusive lock on the
 //! same row, so it waits for in-flight fenced transactions and they cannot
-//! commit after it. Applications fence their own transactions with the same
-//! statement, as the first statement of the transaction:
+//! commit after it. The holder's liveness row is read in a subquery of that
+//! locking read, which neither PostgreSQL nor InnoDB locks: writers of
+//! different shards never queue behind one node row or behind the
+//! heartbeat, and the heartbeat never waits for a writer. Applications fence
+//! their own transactions with the same statement, as the first statement
+//! of the transaction: [`Dialect::fence_sql`] (on PostgreSQL, with `$1`
+//! shard, `$2` holder uuid, `$3` epoch):
 //!
 //! ```sql
-//! -- PostgreSQL ($1 shard, $2 holder uuid, $3 epoch)
-//! SELECT 1 FROM chitin_shard_leases
-//!  WHERE shard_id = $1 AND holder = $2 AND epoch = $3 AND expires_at > clock_timestamp()
+//! SELECT 1 FROM chitin_shard_leases l
+//!  WHERE l.shard_id = $1 AND l.holder = $2 AND l.epoch = $3
+//!    AND CASE WHEN l.liveness_epoch IS NULL THEN l.expires_at
+//!        ELSE (SELECT n.lease_expires_at FROM chitin_nodes n
+//!               WHERE n.id = l.holder AND n.liveness_epoch = l.liveness_epoch
+//!                 AND n.state <> 'down') END > clock_timestamp()
 //!    FOR SHARE;
-//! -- MySQL / MariaDB
-//! SELECT 1 FROM chitin_shard_leases
-//!  WHERE shard_id = ? AND holder = ? AND epoch = ? AND expires_at > UTC_TIMESTAMP(6)
-//!   LOCK IN SHARE MODE;
 //! ```
 //!
-//! No row means the lease is lost: roll back. [`Dialect::fence_sql`] gives
-//! these statements (and SQLite's); [`Store::append_fenced`] does the same
-//! check before it writes to the journal.
+//! No row means the lease is lost: roll back. [`Store::append_fenced`] does
+//! the same check before it writes to the journal.
 //!
 //! # Splits: one owner per key
 //!
@@ -149,18 +168,9 @@ impl Dialect {
     /// lease is lost, so roll back. On SQLite, run it inside `BEGIN IMMEDIATE`.
     pub fn fence_sql(self) -> &'static str {
         match self {
-            Dialect::Postgres => {
-                "SELECT 1 FROM chitin_shard_leases WHERE shard_id = $1 AND holder = $2 AND epoch = $3 \
-                 AND expires_at > clock_timestamp() FOR SHARE"
-            }
-            Dialect::MySql => {
-                "SELECT 1 FROM chitin_shard_leases WHERE shard_id = ? AND holder = ? AND epoch = ? \
-                 AND expires_at > UTC_TIMESTAMP(6) LOCK IN SHARE MODE"
-            }
-            Dialect::Sqlite => {
-                "SELECT 1 FROM chitin_shard_leases WHERE shard_id = ?1 AND holder = ?2 AND epoch = ?3 \
-                 AND expires_at > CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
-            }
+            Dialect::Postgres => pg::FENCE,
+            Dialect::MySql => mysql::FENCE,
+            Dialect::Sqlite => sqlite::FENCE,
         }
     }
 }
@@ -273,7 +283,11 @@ pub struct Lease {
     pub holder: Uuid,
     pub holder_name: String,
     pub epoch: i64,
-    /// By the database clock.
+    /// The holder's liveness epoch the lease rides on (renewed by the
+    /// holder's heartbeat); `None` for a lease with its own expiry.
+    pub liveness_epoch: Option<i64>,
+    /// By the database clock (for a lease on liveness, the holder's as last
+    /// read).
     pub expires_at: DateTime<Utc>,
 }
 
@@ -319,6 +333,9 @@ pub struct LeaseRow {
     pub holder: Option<Uuid>,
     pub holder_name: Option<String>,
     pub epoch: i64,
+    /// See [`Lease::liveness_epoch`].
+    pub liveness_epoch: Option<i64>,
+    /// The lease's own expiry, or its holder's for a lease on liveness.
     pub expires_at: Option<DateTime<Utc>>,
     /// Held and unexpired, by the database clock.
     pub live: bool,
@@ -493,10 +510,26 @@ impl Store {
         dispatch!(self, s => s.register_node(name, address).await)
     }
 
-    /// Records that the node is alive (`last_seen` = database now). Fails with
+    /// Records that the node is alive (`last_seen` = database now) and
+    /// extends every lease it holds on its liveness by the TTL: one
+    /// statement, whatever the number of shards. `liveness_epoch` is the one
+    /// the node knows (1 for a new registration); the current one is
+    /// returned, and a different one means a peer ended the old one and
+    /// every lease on it is gone. Fails with
     /// [`LeaseError::NodeNotRegistered`] once the registration is `down`.
-    pub async fn heartbeat(&self, node: Uuid) -> Result<(), LeaseError> {
-        dispatch!(self, s => s.heartbeat(node).await)
+    pub async fn heartbeat(&self, node: Uuid, liveness_epoch: i64) -> Result<i64, LeaseError> {
+        dispatch!(self, s => s.heartbeat(node, liveness_epoch).await)
+    }
+
+    /// Whether grants from this store ride on the holder's liveness (gate
+    /// `node-leases`, on once the cluster is finalized at 0.2): set by the
+    /// node from the cluster version, shared by every clone of the store.
+    pub fn set_leases_on_liveness(&self, on: bool) {
+        dispatch!(self, s => s.set_on_liveness(on))
+    }
+
+    pub fn leases_on_liveness(&self) -> bool {
+        dispatch!(self, s => s.on_liveness())
     }
 
     /// Moves a live registration to `state` (joining → active → leaving).

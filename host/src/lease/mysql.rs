@@ -27,12 +27,35 @@ use crate::plant::{self, Plant};
 #[derive(Clone, Copy, Debug)]
 pub struct My;
 
-macro_rules! lease_cols {
+/// When the lease of row `l` runs out: see the PostgreSQL dialect. InnoDB
+/// does not lock the rows a subquery of a locking read reads (checked on
+/// MariaDB 10.11 and documented for MySQL 8), so the fence never waits for
+/// a heartbeat, nor a heartbeat for the fence.
+macro_rules! lease_expiry {
     () => {
-        "shard_id, holder, holder_name, epoch, expires_at, \
-         CAST(holder IS NOT NULL AND expires_at > UTC_TIMESTAMP(6) AS SIGNED) AS live FROM chitin_shard_leases"
+        "CASE WHEN l.liveness_epoch IS NULL THEN l.expires_at ELSE (SELECT n.lease_expires_at FROM chitin_nodes n \
+         WHERE n.id = l.holder AND n.liveness_epoch = l.liveness_epoch AND n.state <> 'down') END"
     };
 }
+
+macro_rules! lease_cols {
+    () => {
+        concat!(
+            "l.shard_id, l.holder, l.holder_name, l.epoch, l.liveness_epoch, ",
+            lease_expiry!(),
+            " AS expires_at, CAST(l.holder IS NOT NULL AND ",
+            lease_expiry!(),
+            " > UTC_TIMESTAMP(6) AS SIGNED) AS live FROM chitin_shard_leases l"
+        )
+    };
+}
+
+/// The application's fence: see [`super::Dialect::fence_sql`].
+pub(super) const FENCE: &str = concat!(
+    "SELECT 1 FROM chitin_shard_leases l WHERE l.shard_id = ? AND l.holder = ? AND l.epoch = ? AND ",
+    lease_expiry!(),
+    " > UTC_TIMESTAMP(6) LOCK IN SHARE MODE"
+);
 
 impl Backend for My {
     type Db = MySql;
@@ -45,38 +68,51 @@ impl Backend for My {
         insert_node: "INSERT INTO chitin_nodes (id, name, address, state, started_at, last_seen) \
              VALUES (?, ?, ?, 'joining', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
         name_holder: "SELECT id, address, last_seen FROM chitin_nodes WHERE name = ? AND state <> 'down'",
-        heartbeat: "UPDATE chitin_nodes SET last_seen = UTC_TIMESTAMP(6) WHERE id = ? AND state <> 'down'",
+        heartbeat: "UPDATE chitin_nodes SET last_seen = UTC_TIMESTAMP(6), \
+             lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+             WHERE id = ? AND state <> 'down' AND liveness_epoch = ?",
+        liveness: "SELECT state, liveness_epoch FROM chitin_nodes WHERE id = ?",
         set_state: "UPDATE chitin_nodes SET state = ?, last_seen = UTC_TIMESTAMP(6) WHERE id = ? AND state <> 'down'",
         free_leases_of: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
              WHERE holder = ?",
-        mark_down: "UPDATE chitin_nodes SET state = 'down', last_seen = UTC_TIMESTAMP(6) \
-             WHERE id = ? AND state <> 'down'",
+        mark_down: "UPDATE chitin_nodes SET state = 'down', last_seen = UTC_TIMESTAMP(6), \
+             liveness_epoch = liveness_epoch + 1, lease_expires_at = NULL WHERE id = ? AND state <> 'down'",
+        bump_liveness: "UPDATE chitin_nodes SET liveness_epoch = liveness_epoch + 1, lease_expires_at = NULL \
+             WHERE id = ? AND liveness_epoch = ? AND (lease_expires_at IS NULL OR lease_expires_at <= UTC_TIMESTAMP(6))",
         nodes: "SELECT id, name, address, state, started_at, last_seen, \
              CAST(state <> 'down' AND last_seen > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS SIGNED) AS live \
              FROM chitin_nodes ORDER BY started_at DESC, id",
         node: "SELECT name, state, \
-             CAST(state <> 'down' AND last_seen > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS SIGNED) AS live \
-             FROM chitin_nodes WHERE id = ?",
+             CAST(state <> 'down' AND last_seen > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS SIGNED) AS live, \
+             liveness_epoch, CAST(lease_expires_at > UTC_TIMESTAMP(6) AS SIGNED) AS leased FROM chitin_nodes WHERE id = ?",
         insert_meta: "INSERT INTO chitin_cluster_meta (id, shard_count, lease_ttl_ms, renew_interval_ms, created_at) \
              VALUES (1, ?, ?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE id = id",
         meta: "SELECT shard_count, lease_ttl_ms, renew_interval_ms FROM chitin_cluster_meta WHERE id = 1",
-        lease: concat!("SELECT ", lease_cols!(), " WHERE shard_id = ?"),
-        lease_for_update: concat!("SELECT ", lease_cols!(), " WHERE shard_id = ? FOR UPDATE"),
-        lease_for_share: concat!("SELECT ", lease_cols!(), " WHERE shard_id = ? LOCK IN SHARE MODE"),
+        lease: concat!("SELECT ", lease_cols!(), " WHERE l.shard_id = ?"),
+        lease_for_update: concat!("SELECT ", lease_cols!(), " WHERE l.shard_id = ? FOR UPDATE"),
+        lease_for_share: concat!("SELECT ", lease_cols!(), " WHERE l.shard_id = ? LOCK IN SHARE MODE"),
         ensure_lease: "INSERT INTO chitin_shard_leases (shard_id) VALUES (?) ON DUPLICATE KEY UPDATE shard_id = shard_id",
         grant: "UPDATE chitin_shard_leases SET holder = ?, holder_name = ?, epoch = epoch + 1, \
-             expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE shard_id = ?",
+             expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, liveness_epoch = NULL WHERE shard_id = ?",
+        grant_on_liveness: "UPDATE chitin_shard_leases SET holder = ?, holder_name = ?, epoch = epoch + 1, \
+             expires_at = UTC_TIMESTAMP(6), liveness_epoch = ? WHERE shard_id = ?",
+        convert: "UPDATE chitin_shard_leases SET expires_at = UTC_TIMESTAMP(6), liveness_epoch = ? \
+             WHERE shard_id = ? AND holder = ? AND epoch = ? AND liveness_epoch IS NULL \
+             AND expires_at > UTC_TIMESTAMP(6)",
         retire: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL, \
              epoch = epoch + 1 WHERE shard_id = ?",
         renew: "UPDATE chitin_shard_leases SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
-             WHERE shard_id = ? AND holder = ? AND epoch = ? AND expires_at > UTC_TIMESTAMP(6)",
+             WHERE shard_id = ? AND holder = ? AND epoch = ? AND liveness_epoch IS NULL \
+             AND expires_at > UTC_TIMESTAMP(6)",
         release: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
              WHERE shard_id = ? AND holder = ? AND epoch = ?",
-        holders: concat!("SELECT ", lease_cols!(), " ORDER BY shard_id"),
+        holders: concat!("SELECT ", lease_cols!(), " ORDER BY l.shard_id"),
         leases_of: concat!(
             "SELECT ",
             lease_cols!(),
-            " WHERE holder = ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY shard_id"
+            " WHERE l.holder = ? AND ",
+            lease_expiry!(),
+            " > UTC_TIMESTAMP(6) ORDER BY l.shard_id"
         ),
         insert_history: "INSERT INTO chitin_lease_history (shard_id, epoch, holder, holder_name, via, acquired_at) \
              VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",

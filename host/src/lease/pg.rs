@@ -9,7 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult, PgRow};
 use sqlx::{PgConnection, Postgres, Row};
 use uuid::Uuid;
 
-use super::engine::{Backend, Engine, Sql};
+use super::engine::{AppendInOne, Backend, Engine, Sql};
 use super::{LeaseError, StoreOptions};
 use crate::plant::{self, Plant};
 
@@ -17,15 +17,60 @@ use crate::plant::{self, Plant};
 #[derive(Clone, Copy, Debug)]
 pub struct Pg;
 
-macro_rules! lease_cols {
+/// When the lease of row `l` runs out: its own expiry, or for a lease on
+/// its holder's liveness (migration 0007) the holder's, while the holder is
+/// not down and still at the lease's liveness epoch. The node row is read in
+/// a subquery, which a locking read of `l` does not lock.
+macro_rules! lease_expiry {
     () => {
-        "shard_id, holder, holder_name, epoch, expires_at, \
-         (holder IS NOT NULL AND expires_at > clock_timestamp()) AS live FROM chitin_shard_leases"
+        "CASE WHEN l.liveness_epoch IS NULL THEN l.expires_at ELSE (SELECT n.lease_expires_at FROM chitin_nodes n \
+         WHERE n.id = l.holder AND n.liveness_epoch = l.liveness_epoch AND n.state <> 'down') END"
     };
 }
 
+macro_rules! lease_cols {
+    () => {
+        concat!(
+            "l.shard_id, l.holder, l.holder_name, l.epoch, l.liveness_epoch, ",
+            lease_expiry!(),
+            " AS expires_at, (l.holder IS NOT NULL AND ",
+            lease_expiry!(),
+            " > clock_timestamp()) AS live FROM chitin_shard_leases l"
+        )
+    };
+}
+
+/// The application's fence: see [`super::Dialect::fence_sql`].
+pub(super) const FENCE: &str = concat!(
+    "SELECT 1 FROM chitin_shard_leases l WHERE l.shard_id = $1 AND l.holder = $2 AND l.epoch = $3 AND ",
+    lease_expiry!(),
+    " > clock_timestamp() FOR SHARE"
+);
+
 impl Backend for Pg {
     type Db = Postgres;
+
+    // The fence's locking read, the stream's sequence bump and the insert as
+    // one statement: one round trip, its own transaction. The bump reads
+    // from the fence and the insert from the bump, so a failed fence writes
+    // nothing and returns no row; a repeated request id fails the insert,
+    // which undoes the bump with it.
+    const APPEND_IN_ONE: Option<AppendInOne> = Some(AppendInOne {
+        fenced: concat!(
+            "WITH fence AS (SELECT 1 FROM chitin_shard_leases l WHERE l.shard_id = $1 AND l.holder = $2::uuid \
+             AND l.epoch = $3 AND ",
+            lease_expiry!(),
+            " > clock_timestamp() FOR SHARE), \
+             bumped AS (INSERT INTO chitin_journal_streams AS s (stream, last_seq) SELECT $4, 1 FROM fence \
+             ON CONFLICT (stream) DO UPDATE SET last_seq = s.last_seq + 1 RETURNING last_seq) \
+             INSERT INTO chitin_journal (stream, seq, request_id, payload, shard_id, epoch) \
+             SELECT $4, last_seq, $5, $6, $1, $3 FROM bumped RETURNING seq"
+        ),
+        unfenced: "WITH bumped AS (INSERT INTO chitin_journal_streams AS s (stream, last_seq) VALUES ($3, 1) \
+             ON CONFLICT (stream) DO UPDATE SET last_seq = s.last_seq + 1 RETURNING last_seq) \
+             INSERT INTO chitin_journal (stream, seq, request_id, payload, shard_id, epoch) \
+             SELECT $3, last_seq, $4, $5, $1, $2 FROM bumped RETURNING seq",
+    });
 
     const SQL: Sql = Sql {
         now: "SELECT clock_timestamp() AS now",
@@ -34,39 +79,53 @@ impl Backend for Pg {
              AND last_seen <= clock_timestamp() - $2 * interval '1 microsecond'",
         insert_node: "INSERT INTO chitin_nodes (id, name, address, state) VALUES ($1::uuid, $2, $3, 'joining')",
         name_holder: "SELECT id, address, last_seen FROM chitin_nodes WHERE name = $1 AND state <> 'down'",
-        heartbeat: "UPDATE chitin_nodes SET last_seen = clock_timestamp() WHERE id = $1::uuid AND state <> 'down'",
+        heartbeat: "UPDATE chitin_nodes SET last_seen = clock_timestamp(), \
+             lease_expires_at = clock_timestamp() + $1 * interval '1 microsecond' \
+             WHERE id = $2::uuid AND state <> 'down' AND liveness_epoch = $3",
+        liveness: "SELECT state, liveness_epoch FROM chitin_nodes WHERE id = $1::uuid",
         set_state: "UPDATE chitin_nodes SET state = $1, last_seen = clock_timestamp() \
              WHERE id = $2::uuid AND state <> 'down'",
         free_leases_of: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
              WHERE holder = $1::uuid",
-        mark_down: "UPDATE chitin_nodes SET state = 'down', last_seen = clock_timestamp() \
-             WHERE id = $1::uuid AND state <> 'down'",
+        mark_down: "UPDATE chitin_nodes SET state = 'down', last_seen = clock_timestamp(), \
+             liveness_epoch = liveness_epoch + 1, lease_expires_at = NULL WHERE id = $1::uuid AND state <> 'down'",
+        bump_liveness: "UPDATE chitin_nodes SET liveness_epoch = liveness_epoch + 1, lease_expires_at = NULL \
+             WHERE id = $1::uuid AND liveness_epoch = $2 \
+             AND (lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp())",
         nodes: "SELECT id, name, address, state, started_at, last_seen, \
              (state <> 'down' AND last_seen > clock_timestamp() - $1 * interval '1 microsecond') AS live \
              FROM chitin_nodes ORDER BY started_at DESC, id",
         node: "SELECT name, state, \
-             (state <> 'down' AND last_seen > clock_timestamp() - $1 * interval '1 microsecond') AS live \
-             FROM chitin_nodes WHERE id = $2::uuid",
+             (state <> 'down' AND last_seen > clock_timestamp() - $1 * interval '1 microsecond') AS live, \
+             liveness_epoch, (lease_expires_at > clock_timestamp()) AS leased FROM chitin_nodes WHERE id = $2::uuid",
         insert_meta: "INSERT INTO chitin_cluster_meta (id, shard_count, lease_ttl_ms, renew_interval_ms) \
              VALUES (1, $1, $2, $3) ON CONFLICT (id) DO NOTHING",
         meta: "SELECT shard_count, lease_ttl_ms, renew_interval_ms FROM chitin_cluster_meta WHERE id = 1",
-        lease: concat!("SELECT ", lease_cols!(), " WHERE shard_id = $1"),
-        lease_for_update: concat!("SELECT ", lease_cols!(), " WHERE shard_id = $1 FOR UPDATE"),
-        lease_for_share: concat!("SELECT ", lease_cols!(), " WHERE shard_id = $1 FOR SHARE"),
+        lease: concat!("SELECT ", lease_cols!(), " WHERE l.shard_id = $1"),
+        lease_for_update: concat!("SELECT ", lease_cols!(), " WHERE l.shard_id = $1 FOR UPDATE"),
+        lease_for_share: concat!("SELECT ", lease_cols!(), " WHERE l.shard_id = $1 FOR SHARE"),
         ensure_lease: "INSERT INTO chitin_shard_leases (shard_id) VALUES ($1) ON CONFLICT (shard_id) DO NOTHING",
         grant: "UPDATE chitin_shard_leases SET holder = $1::uuid, holder_name = $2, epoch = epoch + 1, \
-             expires_at = clock_timestamp() + $3 * interval '1 microsecond' WHERE shard_id = $4",
+             expires_at = clock_timestamp() + $3 * interval '1 microsecond', liveness_epoch = NULL WHERE shard_id = $4",
+        grant_on_liveness: "UPDATE chitin_shard_leases SET holder = $1::uuid, holder_name = $2, epoch = epoch + 1, \
+             expires_at = clock_timestamp(), liveness_epoch = $3 WHERE shard_id = $4",
+        convert: "UPDATE chitin_shard_leases SET expires_at = clock_timestamp(), liveness_epoch = $1 \
+             WHERE shard_id = $2 AND holder = $3::uuid AND epoch = $4 AND liveness_epoch IS NULL \
+             AND expires_at > clock_timestamp()",
         retire: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL, \
              epoch = epoch + 1 WHERE shard_id = $1",
         renew: "UPDATE chitin_shard_leases SET expires_at = clock_timestamp() + $1 * interval '1 microsecond' \
-             WHERE shard_id = $2 AND holder = $3::uuid AND epoch = $4 AND expires_at > clock_timestamp()",
+             WHERE shard_id = $2 AND holder = $3::uuid AND epoch = $4 AND liveness_epoch IS NULL \
+             AND expires_at > clock_timestamp()",
         release: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
              WHERE shard_id = $1 AND holder = $2::uuid AND epoch = $3",
-        holders: concat!("SELECT ", lease_cols!(), " ORDER BY shard_id"),
+        holders: concat!("SELECT ", lease_cols!(), " ORDER BY l.shard_id"),
         leases_of: concat!(
             "SELECT ",
             lease_cols!(),
-            " WHERE holder = $1::uuid AND expires_at > clock_timestamp() ORDER BY shard_id"
+            " WHERE l.holder = $1::uuid AND ",
+            lease_expiry!(),
+            " > clock_timestamp() ORDER BY l.shard_id"
         ),
         insert_history: "INSERT INTO chitin_lease_history (shard_id, epoch, holder, holder_name, via, acquired_at) \
              VALUES ($1, $2, $3::uuid, $4, $5, clock_timestamp())",

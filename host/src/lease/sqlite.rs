@@ -50,16 +50,36 @@ macro_rules! new_uuid {
     };
 }
 
+/// When the lease of row `l` runs out: see the PostgreSQL dialect.
+macro_rules! lease_expiry {
+    () => {
+        "CASE WHEN l.liveness_epoch IS NULL THEN l.expires_at ELSE (SELECT n.lease_expires_at FROM chitin_nodes n \
+         WHERE n.id = l.holder AND n.liveness_epoch = l.liveness_epoch AND n.state <> 'down') END"
+    };
+}
+
 macro_rules! lease {
     ($($tail:expr),*) => {
         concat!(
-            "SELECT shard_id, holder, holder_name, epoch, expires_at, (holder IS NOT NULL AND expires_at > ",
+            "SELECT l.shard_id, l.holder, l.holder_name, l.epoch, l.liveness_epoch, ",
+            lease_expiry!(),
+            " AS expires_at, (l.holder IS NOT NULL AND ",
+            lease_expiry!(),
+            " > ",
             now_ms!(),
-            ") AS live FROM chitin_shard_leases",
+            ") AS live FROM chitin_shard_leases l",
             $($tail),*
         )
     };
 }
+
+/// The application's fence: see [`super::Dialect::fence_sql`].
+pub(super) const FENCE: &str = concat!(
+    "SELECT 1 FROM chitin_shard_leases l WHERE l.shard_id = ?1 AND l.holder = ?2 AND l.epoch = ?3 AND ",
+    lease_expiry!(),
+    " > ",
+    now_ms!()
+);
 
 macro_rules! retirements {
     ($tail:expr) => {
@@ -93,7 +113,14 @@ impl Backend for Lite {
             ")"
         ),
         name_holder: "SELECT id, address, last_seen FROM chitin_nodes WHERE name = ? AND state <> 'down'",
-        heartbeat: concat!("UPDATE chitin_nodes SET last_seen = ", now_ms!(), " WHERE id = ? AND state <> 'down'"),
+        heartbeat: concat!(
+            "UPDATE chitin_nodes SET lease_expires_at = ",
+            now_plus!(),
+            ", last_seen = ",
+            now_ms!(),
+            " WHERE id = ? AND state <> 'down' AND liveness_epoch = ?"
+        ),
+        liveness: "SELECT state, liveness_epoch FROM chitin_nodes WHERE id = ?",
         set_state: concat!(
             "UPDATE chitin_nodes SET state = ?, last_seen = ",
             now_ms!(),
@@ -102,9 +129,16 @@ impl Backend for Lite {
         free_leases_of: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
              WHERE holder = ?",
         mark_down: concat!(
-            "UPDATE chitin_nodes SET state = 'down', last_seen = ",
+            "UPDATE chitin_nodes SET state = 'down', liveness_epoch = liveness_epoch + 1, lease_expires_at = NULL, \
+             last_seen = ",
             now_ms!(),
             " WHERE id = ? AND state <> 'down'"
+        ),
+        bump_liveness: concat!(
+            "UPDATE chitin_nodes SET liveness_epoch = liveness_epoch + 1, lease_expires_at = NULL \
+             WHERE id = ? AND liveness_epoch = ? AND (lease_expires_at IS NULL OR lease_expires_at <= ",
+            now_ms!(),
+            ")"
         ),
         nodes: concat!(
             "SELECT id, name, address, state, started_at, last_seen, (state <> 'down' AND last_seen > ",
@@ -114,7 +148,9 @@ impl Backend for Lite {
         node: concat!(
             "SELECT name, state, (state <> 'down' AND last_seen > ",
             now_minus!(),
-            ") AS live FROM chitin_nodes WHERE id = ?"
+            ") AS live, liveness_epoch, (lease_expires_at > ",
+            now_ms!(),
+            ") AS leased FROM chitin_nodes WHERE id = ?"
         ),
         insert_meta: concat!(
             "INSERT INTO chitin_cluster_meta (id, shard_count, lease_ttl_ms, renew_interval_ms, created_at) \
@@ -123,27 +159,39 @@ impl Backend for Lite {
             ") ON CONFLICT (id) DO NOTHING"
         ),
         meta: "SELECT shard_count, lease_ttl_ms, renew_interval_ms FROM chitin_cluster_meta WHERE id = 1",
-        lease: lease!(" WHERE shard_id = ?"),
-        lease_for_update: lease!(" WHERE shard_id = ?"),
-        lease_for_share: lease!(" WHERE shard_id = ?"),
+        lease: lease!(" WHERE l.shard_id = ?"),
+        lease_for_update: lease!(" WHERE l.shard_id = ?"),
+        lease_for_share: lease!(" WHERE l.shard_id = ?"),
         ensure_lease: "INSERT INTO chitin_shard_leases (shard_id) VALUES (?) ON CONFLICT (shard_id) DO NOTHING",
         grant: concat!(
             "UPDATE chitin_shard_leases SET holder = ?, holder_name = ?, epoch = epoch + 1, expires_at = ",
             now_plus!(),
-            " WHERE shard_id = ?"
+            ", liveness_epoch = NULL WHERE shard_id = ?"
+        ),
+        grant_on_liveness: concat!(
+            "UPDATE chitin_shard_leases SET holder = ?, holder_name = ?, epoch = epoch + 1, expires_at = ",
+            now_ms!(),
+            ", liveness_epoch = ? WHERE shard_id = ?"
+        ),
+        convert: concat!(
+            "UPDATE chitin_shard_leases SET expires_at = ",
+            now_ms!(),
+            ", liveness_epoch = ? WHERE shard_id = ? AND holder = ? AND epoch = ? AND liveness_epoch IS NULL \
+             AND expires_at > ",
+            now_ms!()
         ),
         retire: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL, \
              epoch = epoch + 1 WHERE shard_id = ?",
         renew: concat!(
             "UPDATE chitin_shard_leases SET expires_at = ",
             now_plus!(),
-            " WHERE shard_id = ? AND holder = ? AND epoch = ? AND expires_at > ",
+            " WHERE shard_id = ? AND holder = ? AND epoch = ? AND liveness_epoch IS NULL AND expires_at > ",
             now_ms!()
         ),
         release: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
              WHERE shard_id = ? AND holder = ? AND epoch = ?",
-        holders: lease!(" ORDER BY shard_id"),
-        leases_of: lease!(" WHERE holder = ? AND expires_at > ", now_ms!(), " ORDER BY shard_id"),
+        holders: lease!(" ORDER BY l.shard_id"),
+        leases_of: lease!(" WHERE l.holder = ? AND ", lease_expiry!(), " > ", now_ms!(), " ORDER BY l.shard_id"),
         insert_history: concat!(
             "INSERT INTO chitin_lease_history (shard_id, epoch, holder, holder_name, via, acquired_at) \
              VALUES (?, ?, ?, ?, ?, ",

@@ -9,6 +9,11 @@
 //! reports `lost`, before anyone else can take the shard; the epoch check of
 //! every write makes it safe even if the node is paused past that point.
 //!
+//! A lease on the node's liveness (gate `node-leases`) is renewed by the
+//! node's heartbeat, one statement for all of them: its renewal was sent
+//! when the last heartbeat under the same liveness epoch was. A heartbeat
+//! that finds the epoch ended by a peer drops every lease on the old one.
+//!
 //! Each shard has a gate: a write holds it shared for its transaction, a
 //! handoff takes it exclusively, so a handoff waits for in-flight writes and
 //! no new write starts once it is draining.
@@ -35,6 +40,14 @@ pub enum OwnershipEvent {
     Acquired { shard: String, epoch: i64 },
     Draining { shard: String, epoch: i64 },
     Lost { shard: String, epoch: i64 },
+}
+
+/// The liveness epoch this node's leases ride on, and when the last
+/// heartbeat that renewed them was sent.
+#[derive(Clone, Copy, Debug)]
+struct Liveness {
+    epoch: i64,
+    renewed: Option<Instant>,
 }
 
 struct Held {
@@ -75,6 +88,7 @@ pub struct Leases {
     ttl: Duration,
     safety: Duration,
     held: Mutex<HashMap<String, Held>>,
+    liveness: Mutex<Liveness>,
     events: broadcast::Sender<OwnershipEvent>,
     /// Bumped on every change of ownership this node learns of.
     generation: watch::Sender<u64>,
@@ -90,6 +104,8 @@ impl Leases {
             ttl,
             safety,
             held: Mutex::new(HashMap::new()),
+            // A new registration starts at liveness epoch 1 (the column's default).
+            liveness: Mutex::new(Liveness { epoch: 1, renewed: None }),
             events: broadcast::channel(1024).0,
             generation: watch::channel(0).0,
             metrics,
@@ -121,8 +137,50 @@ impl Leases {
         self.events.subscribe()
     }
 
-    fn serve_until(&self, sent: Instant) -> Instant {
-        sent + self.ttl.saturating_sub(self.safety)
+    fn window(&self, renewed: Instant) -> Instant {
+        renewed + self.ttl.saturating_sub(self.safety)
+    }
+
+    fn liveness(&self) -> Liveness {
+        *self.liveness.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Until when `lease`, renewed by a statement sent at `sent`, may be
+    /// served: a lease on liveness by the node's last heartbeat instead (and
+    /// not at all on an epoch that ended).
+    fn serve_until(&self, lease: &Lease, sent: Instant) -> Instant {
+        match lease.liveness_epoch {
+            None => self.window(sent),
+            Some(epoch) => match self.liveness() {
+                Liveness { epoch: current, renewed: Some(renewed) } if current == epoch => self.window(renewed),
+                _ => Instant::now(),
+            },
+        }
+    }
+
+    /// Heartbeats, which renews every lease on this node's liveness at once.
+    /// When a peer ended the liveness epoch (this node was cut off or paused
+    /// past its TTL), the leases on it are gone: they are dropped here.
+    pub async fn heartbeat(&self) -> Result<(), LeaseError> {
+        let sent = Instant::now();
+        let known = self.liveness().epoch;
+        let epoch = self.store.heartbeat(self.me, known).await?;
+        *self.liveness.lock().unwrap_or_else(|p| p.into_inner()) = Liveness { epoch, renewed: Some(sent) };
+        if epoch != known {
+            tracing::warn!(known, epoch, "a peer ended this node's liveness epoch: its leases on it are gone");
+        }
+        let (until, mut ended) = (self.window(sent), Vec::new());
+        for h in self.lock().values_mut() {
+            match h.lease.liveness_epoch {
+                Some(e) if e == epoch => h.serve_until = until,
+                Some(_) => ended.push((h.lease.shard.clone(), h.lease.epoch)),
+                None => {}
+            }
+        }
+        for (shard, epoch) in ended {
+            self.forget(&shard, Some(epoch));
+        }
+        Ok(())
     }
 
     /// The shards held and servable now, with their leases and how long
@@ -165,7 +223,7 @@ impl Leases {
     fn insert(&self, lease: Lease, sent: Instant) {
         let epoch = lease.epoch;
         let shard = lease.shard.clone();
-        let serve_until = self.serve_until(sent);
+        let serve_until = self.serve_until(&lease, sent);
         let fresh = {
             let mut held = self.lock();
             match held.get_mut(&shard) {
@@ -262,17 +320,23 @@ impl Leases {
         Ok(())
     }
 
-    /// Renews every held lease that is not draining.
+    /// Renews every held lease with its own expiry that is not draining
+    /// (the heartbeat renews those on liveness).
     pub async fn renew_all(&self) {
-        let leases: Vec<Lease> = self.lock().values().filter(|h| !h.draining).map(|h| h.lease.clone()).collect();
+        let leases: Vec<Lease> = self
+            .lock()
+            .values()
+            .filter(|h| !h.draining && h.lease.liveness_epoch.is_none())
+            .map(|h| h.lease.clone())
+            .collect();
         for lease in leases {
             let sent = Instant::now();
             match self.store.renew(&lease).await {
                 Ok(renewed) => {
                     let mut held = self.lock();
                     if let Some(h) = held.get_mut(&lease.shard).filter(|h| h.lease.epoch == renewed.epoch) {
+                        h.serve_until = self.serve_until(&renewed, sent);
                         h.lease = renewed;
-                        h.serve_until = self.serve_until(sent);
                     }
                 }
                 Err(e @ LeaseError::LeaseLost { .. }) => {

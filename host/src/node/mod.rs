@@ -499,6 +499,7 @@ impl Node {
             holder: self.uuid,
             holder_name: self.name.clone(),
             epoch,
+            liveness_epoch: None,
             expires_at: Default::default(),
         }
     }

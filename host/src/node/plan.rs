@@ -355,6 +355,7 @@ mod tests {
             holder,
             holder_name: None,
             epoch: 3,
+            liveness_epoch: None,
             expires_at: None,
             live,
         };

@@ -22,15 +22,20 @@ pub fn live_peers(registry: &[NodeRecord], me: &str) -> HashMap<String, LiveNode
 }
 
 impl Node {
-    /// One lease round: heartbeat, renew, read the cluster, rank, act.
+    /// One lease round: heartbeat (renewing every lease on liveness), renew
+    /// the leases with their own expiry, read the cluster, rank, act.
     pub async fn round(&self) -> Result<(), NodeError> {
-        if let Err(e) = self.store.heartbeat(self.uuid).await {
+        if let Err(e) = self.leases.heartbeat().await {
             if matches!(e, LeaseError::NodeNotRegistered(_)) {
                 self.registration_lost();
             }
             return Err(e.into());
         }
         self.leases.renew_all().await;
+        if !self.store.leases_on_liveness() {
+            // Until the cluster is finalized at 0.2: the gate turns on within a round of it.
+            crate::upgrade::apply_gates(&self.store, crate::upgrade::store::cluster_version(&self.store).await?);
+        }
         let registry = self.refresh_registry().await?;
         if !self.session_up() {
             // Without its liveness session the node takes nothing: a peer may

@@ -29,9 +29,19 @@ pub const PEER_PROTOCOL_2: Gate = Gate {
     what: "node-to-node calls (the Peer service) must speak protocol 2: a 0.1.0 node's calls are refused",
 };
 
-/// Every gate, oldest first. The next one planned is the node-liveness
-/// schema (issue #15), whose contract step drops what 0.1.0 reads.
-pub const GATES: &[Gate] = &[PEER_PROTOCOL_2];
+/// `node-leases`: shard leases ride on their holder's liveness record
+/// (migration 0007): one heartbeat per node and round renews them all.
+/// 0.1.0 judges a lease by its own expiry, so grants stay per-lease until
+/// every node reads the liveness record.
+pub const NODE_LEASES: Gate = Gate {
+    name: "node-leases",
+    since: Release::new(0, 2),
+    what: "shard leases are granted on the holder's liveness epoch and renewed by its heartbeat, not one row at a time",
+};
+
+/// Every gate, oldest first. The contract step of `node-leases` (dropping
+/// the per-lease expiry 0.1.0 reads) ships a release after it.
+pub const GATES: &[Gate] = &[PEER_PROTOCOL_2, NODE_LEASES];
 
 impl Gate {
     /// Whether the gate is on in a cluster finalized at `cluster`.
@@ -59,7 +69,8 @@ mod tests {
         let (r01, r02, r03) = (Release::new(0, 1), Release::new(0, 2), Release::new(0, 3));
         assert!(!PEER_PROTOCOL_2.active(r01));
         assert!(PEER_PROTOCOL_2.active(r02) && PEER_PROTOCOL_2.active(r03));
-        assert_eq!(activated(r01, r02), vec![&PEER_PROTOCOL_2]);
+        assert_eq!(activated(r01, r02), vec![&PEER_PROTOCOL_2, &NODE_LEASES]);
+        assert!(!NODE_LEASES.active(r01) && NODE_LEASES.active(r02));
         assert!(activated(r02, r02).is_empty());
     }
 

@@ -48,6 +48,7 @@ pub async fn join(store: &Store, node: Uuid) -> Result<Release, JoinError> {
         }
         return Err(refused.into());
     }
+    apply_gates(store, cluster);
     if cluster < binary {
         let pending: Vec<&str> = gates::GATES.iter().filter(|g| !g.active(cluster)).map(|g| g.name).collect();
         tracing::info!(
@@ -56,6 +57,15 @@ pub async fn join(store: &Store, node: Uuid) -> Result<Release, JoinError> {
         );
     }
     Ok(cluster)
+}
+
+/// Turns on in `store` what the gates active at `cluster` allow (they only
+/// ever turn on: a cluster version never goes back).
+pub fn apply_gates(store: &Store, cluster: Release) {
+    if gates::NODE_LEASES.active(cluster) && !store.leases_on_liveness() {
+        tracing::info!(gate = gates::NODE_LEASES.name, "gate on: new leases ride on their holder's liveness");
+        store.set_leases_on_liveness(true);
+    }
 }
 
 /// A live registration and the version it recorded.
@@ -139,7 +149,7 @@ mod tests {
         let (r01, r02) = (Release::new(0, 1), Release::new(0, 2));
         let all_new = [member("a", "0.2.0-dev"), member("b", "0.2.1")];
         let plan = plan_finalize(r01, r02, r02, &all_new).unwrap();
-        assert_eq!(plan.activated, vec![&gates::PEER_PROTOCOL_2]);
+        assert_eq!(plan.activated, vec![&gates::PEER_PROTOCOL_2, &gates::NODE_LEASES]);
         let mixed = [member("a", "0.2.0"), member("b", version::UNRECORDED_VERSION)];
         let why = plan_finalize(r01, r02, r02, &mixed).unwrap_err();
         assert_eq!(why.len(), 1, "{why:?}");

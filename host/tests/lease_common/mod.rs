@@ -209,8 +209,8 @@ pub async fn registration(url: String) -> Result<()> {
     s.deregister(a1).await?;
     let a2 = s.register_node("node-a", "127.0.0.1:7001").await?;
     ensure!(a2 != a1, "a restart must get a fresh UUID");
-    ensure!(matches!(s.heartbeat(a1).await, Err(LeaseError::NodeNotRegistered(id)) if id == a1));
-    s.heartbeat(a2).await?;
+    ensure!(matches!(s.heartbeat(a1, 1).await, Err(LeaseError::NodeNotRegistered(id)) if id == a1));
+    s.heartbeat(a2, 1).await?;
     s.set_node_state(a2, chitin::lease::NodeState::Active)
         .await?;
 
@@ -219,7 +219,7 @@ pub async fn registration(url: String) -> Result<()> {
     let a3 = s.register_node("node-a", "127.0.0.1:7001").await?;
     ensure!(a3 != a2);
     ensure!(matches!(
-        s.heartbeat(a2).await,
+        s.heartbeat(a2, 1).await,
         Err(LeaseError::NodeNotRegistered(_))
     ));
 
@@ -877,7 +877,28 @@ impl FencedTx {
 /// Runs `Dialect::fence_sql` for `token` as the first statement of a new
 /// application transaction: `Some` (still open) when the token passes.
 pub async fn fence(url: &str, dialect: Dialect, token: &LeaseToken) -> Result<Option<FencedTx>> {
-    let sql = dialect.fence_sql();
+    fence_with(url, dialect, dialect.fence_sql(), token).await
+}
+
+/// The fence of 0.1, which judges a lease by its own expiry only.
+fn fence_of_0_1(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => {
+            "SELECT 1 FROM chitin_shard_leases WHERE shard_id = $1 AND holder = $2 AND epoch = $3 \
+             AND expires_at > clock_timestamp() FOR SHARE"
+        }
+        Dialect::MySql => {
+            "SELECT 1 FROM chitin_shard_leases WHERE shard_id = ? AND holder = ? AND epoch = ? \
+             AND expires_at > UTC_TIMESTAMP(6) LOCK IN SHARE MODE"
+        }
+        Dialect::Sqlite => {
+            "SELECT 1 FROM chitin_shard_leases WHERE shard_id = ?1 AND holder = ?2 AND epoch = ?3 \
+             AND expires_at > CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+        }
+    }
+}
+
+async fn fence_with(url: &str, dialect: Dialect, sql: &'static str, token: &LeaseToken) -> Result<Option<FencedTx>> {
     Ok(match dialect {
         Dialect::Postgres => {
             let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(url).await?;
@@ -924,6 +945,84 @@ pub async fn passes_fence(url: &str, dialect: Dialect, token: &LeaseToken) -> Re
         }
         None => false,
     })
+}
+
+/// Leases on liveness (gate `node-leases`): one heartbeat renews every
+/// lease of a node and a fenced writer never holds it up; the leases end
+/// with the node's liveness; a takeover ends the liveness epoch, so a node
+/// that comes back revives none of them; a lease with its own expiry moves
+/// onto liveness at its renewal; the 0.1 fence refuses a lease on liveness
+/// (an application still on it fails safe). Removing any of these makes a
+/// check below fail.
+pub async fn leases_on_liveness(url: String) -> Result<()> {
+    let s = store(&url, 1_500, 30_000).await?;
+    let dialect = s.dialect();
+    let n1 = s.register_node("n1", "a1").await?;
+    let n2 = s.register_node("n2", "a2").await?;
+    let own = s.try_acquire("own", n1, None).await?.context("grant before the gate")?;
+    ensure!(own.liveness_epoch.is_none(), "{own:?}");
+    s.set_leases_on_liveness(true);
+    ensure!(
+        matches!(s.try_acquire("a", n1, None).await, Err(LeaseError::NodeNotLive(id)) if id == n1),
+        "a node whose liveness has not started (no heartbeat yet) takes nothing"
+    );
+    ensure!(s.heartbeat(n1, 1).await? == 1);
+    let mut held = Vec::new();
+    for shard in ["a", "b", "c"] {
+        let l = s.try_acquire(shard, n1, None).await?.context("grant")?;
+        ensure!(l.liveness_epoch == Some(1), "{l:?}");
+        held.push(l);
+    }
+    let moved = s.renew(&own).await?;
+    ensure!(moved.liveness_epoch == Some(1) && moved.epoch == own.epoch, "moved onto liveness at renewal: {moved:?}");
+    held.push(moved);
+    ensure!(!fence_with(&url, dialect, fence_of_0_1(dialect), &held[0].token()).await?.is_some(), "the 0.1 fence refuses");
+
+    // Heartbeats alone keep every lease live for several TTLs, and a writer
+    // inside its fenced transaction does not hold a heartbeat up.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let writer = if dialect == Dialect::Sqlite { None } else { fence(&url, dialect, &held[0].token()).await? };
+        ensure!(dialect == Dialect::Sqlite || writer.is_some(), "the fence passes on a heartbeated lease");
+        tokio::time::timeout(Duration::from_secs(1), s.heartbeat(n1, 1)).await.context("the heartbeat waited for a writer")??;
+        if let Some(tx) = writer {
+            tx.commit().await?;
+        }
+    }
+    for l in &held {
+        ensure!(passes_fence(&url, dialect, &l.token()).await?, "{} renewed by heartbeats alone", l.shard);
+        ensure!(s.lease(&l.shard).await?.context("row")?.live);
+    }
+    ensure!(s.leases_of(n1).await?.len() == 4);
+
+    // No heartbeat for longer than the TTL: every lease ends with it.
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    for l in &held {
+        ensure!(!passes_fence(&url, dialect, &l.token()).await?, "{} outlived its node's liveness", l.shard);
+        ensure!(!s.lease(&l.shard).await?.context("row")?.live);
+    }
+    ensure!(expect_lost(s.append_fenced(&held[0].token(), "st", "r1", b"x").await).is_ok());
+
+    // A peer takes one over: that ends n1's liveness epoch, so n1 coming
+    // back moves to epoch 2 and none of its other leases lives again.
+    ensure!(s.heartbeat(n2, 1).await? == 1);
+    let taken = s.try_acquire("a", n2, None).await?.context("takeover")?;
+    ensure!(taken.epoch == held[0].epoch + 1 && taken.liveness_epoch == Some(1), "{taken:?}");
+    ensure!(s.heartbeat(n1, 1).await? == 2, "the heartbeat reports the epoch a peer ended");
+    for l in &held[1..] {
+        ensure!(!passes_fence(&url, dialect, &l.token()).await?, "{} revived by a returning node", l.shard);
+        ensure!(expect_lost(s.renew(l).await).is_ok());
+    }
+    let again = s.try_acquire("b", n1, None).await?.context("n1 takes b again")?;
+    ensure!(again.liveness_epoch == Some(2) && again.epoch == held[1].epoch + 1, "{again:?}");
+    ensure!(passes_fence(&url, dialect, &again.token()).await?);
+
+    // Marked down: every lease on its liveness ends at once.
+    s.deregister(n1).await?;
+    ensure!(!passes_fence(&url, dialect, &again.token()).await?);
+    ensure!(matches!(s.heartbeat(n1, 2).await, Err(LeaseError::NodeNotRegistered(_))));
+    s.close().await;
+    Ok(())
 }
 
 fn names(ids: &[&str]) -> Vec<String> {
@@ -1090,6 +1189,10 @@ macro_rules! lease_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn migrate_idempotent() {
             lease_common::run($dialect, lease_common::migrate_idempotent).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn leases_on_liveness() {
+            lease_common::run($dialect, lease_common::leases_on_liveness).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn registration() {
