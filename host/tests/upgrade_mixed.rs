@@ -415,6 +415,13 @@ async fn finalize_refused(c: &Cluster, i: usize, older: &[&str], version: &str) 
     assert!(s.gates.iter().all(|g| !g.active), "{s:?}");
 }
 
+/// Held leases with their own expiry, and on their holder's liveness.
+async fn lease_kinds(store: &chitin::lease::Store) -> (usize, usize) {
+    let rows = store.holders().await.unwrap();
+    let held = || rows.iter().filter(|r| r.holder.is_some());
+    (held().filter(|r| r.liveness_epoch.is_none()).count(), held().filter(|r| r.liveness_epoch.is_some()).count())
+}
+
 async fn finalize(c: &Cluster) {
     let out = tokio::process::Command::new(CHITIN)
         .args(["cluster", "finalize-upgrade", "--node", &c.nodes[0].api])
@@ -483,7 +490,21 @@ async fn a_rolling_upgrade_from_the_previous_release_fails_no_append() {
         finalize_refused(c, 0, &["node-02", "node-03"], &old_version).await;
         done.push(replace(c, 1, &new, BINARY_VERSION).await?);
         done.push(replace(c, 2, &new, BINARY_VERSION).await?);
+        let store = c.store().await;
+        let (_, on_liveness) = lease_kinds(&store).await;
+        assert_eq!(on_liveness, 0, "a lease rode on liveness before finalize (gate node-leases is off)");
         finalize(c).await;
+        // Within a few rounds every held lease is on its holder's liveness.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (own, on_liveness) = lease_kinds(&store).await;
+            if own == 0 && on_liveness > 0 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{own} leases still carry their own expiry after finalize\n{}", c.logs());
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        store.close().await;
         Ok(done)
     })
     .await

@@ -16,7 +16,7 @@ use uuid::Uuid;
 use crate::plant::{self, Plant};
 
 use super::{
-    Appended, HistoryEntry, JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken, LostReason, NodeRecord, NodeState,
+    Appended, HistoryEntry, NewEntry, JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken, LostReason, NodeRecord, NodeState,
     Retirement, SplitSeed, StoreOptions, lost, lost_reason, micros, parse_uuid, unique_violation,
 };
 
@@ -849,6 +849,58 @@ where
                 }
                 Err(e) => Err(e.into()),
             }
+        })
+        .await
+    }
+
+    /// Appends `entries` under one fence in one transaction (group commit):
+    /// one lock of the lease row and one COMMIT for all of them, each entry
+    /// still answered with its own sequence, or the original outcome of a
+    /// request id applied before (also earlier in the same batch).
+    pub(crate) async fn append_batch(&self, token: &LeaseToken, entries: &[NewEntry]) -> Result<Vec<Appended>, LeaseError> {
+        crate::failpoint::hit("append.before_fence").await;
+        let fence = !plant::active(Plant::Fence);
+        self.with_retry("append batch", || async {
+            let mut tx = self.begin().await?;
+            if fence {
+                let cur = Self::lease_in(&mut tx, B::SQL.lease_for_share, &token.shard).await?;
+                if let Some(reason) = lost_reason(cur.as_ref(), token) {
+                    tx.rollback().await?;
+                    return Err(lost(token, reason).into());
+                }
+            }
+            let mut done = Vec::with_capacity(entries.len());
+            for e in entries {
+                let before = sqlx::query(B::SQL.entry_of_request)
+                    .bind(e.stream.as_str())
+                    .bind(e.request_id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if let Some(r) = before {
+                    let (seq, epoch) = (r.try_get("seq")?, r.try_get("epoch")?);
+                    done.push(if plant::active(Plant::Dedup) { Appended { seq: seq + 1, epoch, fresh: true } } else { Appended { seq, epoch, fresh: false } });
+                    continue;
+                }
+                let seq = B::next_seq(&mut tx, &e.stream).await?;
+                let inserted = sqlx::query(B::SQL.insert_entry)
+                    .bind(e.stream.as_str())
+                    .bind(seq)
+                    .bind(e.request_id.as_str())
+                    .bind(e.payload.as_slice())
+                    .bind(token.shard.as_str())
+                    .bind(token.epoch)
+                    .execute(&mut *tx)
+                    .await;
+                match inserted {
+                    Ok(_) => done.push(Appended { seq, epoch: token.epoch, fresh: true }),
+                    // A racing writer of the same id committed meanwhile: run again, and find it.
+                    Err(err) if unique_violation(&err).is_some() => return Err(Attempt::Again(err)),
+                    Err(err) => return Err(err.into()),
+                }
+            }
+            crate::failpoint::hit("append.before_commit").await;
+            tx.commit().await?;
+            Ok(done)
         })
         .await
     }

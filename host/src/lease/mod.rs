@@ -372,6 +372,14 @@ pub struct Appended {
     pub fresh: bool,
 }
 
+/// An entry to append.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewEntry {
+    pub stream: String,
+    pub request_id: String,
+    pub payload: Vec<u8>,
+}
+
 /// One journal entry.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JournalEntry {
@@ -719,6 +727,15 @@ impl Store {
         payload: &[u8],
     ) -> Result<Appended, LeaseError> {
         dispatch!(self, s => s.append(Some(token), &token.shard, token.epoch, stream, request_id, payload).await)
+    }
+
+    /// Appends every entry under one fence in one transaction (group
+    /// commit): the fence as for [`Store::append_fenced`], then each entry
+    /// in order, answered with its own sequence, or with the original
+    /// outcome (`fresh = false`) of a request id applied before, earlier in
+    /// the batch included. All or nothing: a lost lease writes none of them.
+    pub async fn append_batch(&self, token: &LeaseToken, entries: &[NewEntry]) -> Result<Vec<Appended>, LeaseError> {
+        dispatch!(self, s => s.append_batch(token, entries).await)
     }
 
     /// The same insert without the lease check (the benchmark's baseline).

@@ -20,7 +20,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::lease::{JournalEntry, LeaseError};
+use crate::lease::{JournalEntry, LeaseError, NewEntry};
 use crate::proto::{self, outcome};
 
 use super::Node;
@@ -165,7 +165,8 @@ impl Node {
                 None => self.topology().map.route_stream(stream).map_err(|e| AppendError::Invalid(e.to_string()))?.id.clone(),
             };
             if let Some(permit) = self.leases.permit(&shard).await {
-                match self.store.append_fenced(&permit.token, stream, request_id, payload).await {
+                let entry = NewEntry { stream: stream.to_owned(), request_id: request_id.to_owned(), payload: payload.to_vec() };
+                match self.group_commit.append(&self.store, &permit.token, entry).await {
                     Ok(a) => {
                         self.metrics.fenced_commits.inc();
                         if let Some(s) = self.topology().map.shard(&shard) {

@@ -21,6 +21,7 @@
 
 pub mod control;
 pub mod drain;
+pub mod group_commit;
 pub mod journal;
 pub mod leases;
 pub mod liveness;
@@ -177,6 +178,8 @@ pub struct Node {
     policy_mismatch: Mutex<Vec<policy_hashes::Mismatch>>,
     /// Appends counted per shard and sub-range.
     pub load: load::Load,
+    /// Concurrent appends to one shard, committed together.
+    group_commit: Arc<group_commit::GroupCommit>,
 }
 
 impl Node {
@@ -299,6 +302,7 @@ impl Node {
             session_up: std::sync::atomic::AtomicBool::new(true),
             policy_mismatch: Mutex::new(Vec::new()),
             load: load::Load::default(),
+            group_commit: Arc::default(),
         });
         if let Some(cluster) = cluster_policies {
             node.compare_policies(&cluster);

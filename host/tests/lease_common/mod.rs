@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
@@ -1025,6 +1026,53 @@ pub async fn leases_on_liveness(url: String) -> Result<()> {
     Ok(())
 }
 
+/// A batch is one fenced transaction: each entry gets its own sequence, a
+/// repeat (earlier in the batch, or applied before) its original outcome;
+/// a lost lease writes none of them. Concurrent appends through the node's
+/// group commit share transactions (PostgreSQL shows it: one `xmin` per
+/// transaction) and are still numbered without gaps.
+pub async fn append_batch(url: String) -> Result<()> {
+    use chitin::lease::NewEntry;
+    let s = store(&url, 30_000, 30_000).await?;
+    s.set_leases_on_liveness(true);
+    let n1 = s.register_node("n1", "a1").await?;
+    let n2 = s.register_node("n2", "a2").await?;
+    s.heartbeat(n1, 1).await?;
+    s.heartbeat(n2, 1).await?;
+    let l = s.try_acquire("s", n1, None).await?.context("grant")?;
+    let entry = |stream: &str, id: &str| NewEntry { stream: stream.into(), request_id: id.into(), payload: id.as_bytes().to_vec() };
+    let got = s.append_batch(&l.token(), &[entry("x", "r1"), entry("x", "r2"), entry("y", "r1"), entry("x", "r1")]).await?;
+    let seqs: Vec<(i64, bool)> = got.iter().map(|a| (a.seq, a.fresh)).collect();
+    ensure!(seqs == vec![(1, true), (2, true), (1, true), (1, false)], "{seqs:?}");
+    let again = s.append_batch(&l.token(), &[entry("x", "r2"), entry("x", "r3")]).await?;
+    ensure!(again.iter().map(|a| (a.seq, a.fresh)).collect::<Vec<_>>() == vec![(2, false), (3, true)], "{again:?}");
+
+    let moved = s.handover(&l, n2).await?;
+    ensure!(expect_lost(s.append_batch(&l.token(), &[entry("x", "r4"), entry("z", "r1")]).await).is_ok());
+    ensure!(s.read("x", 0, 100).await?.len() == 3 && s.read("z", 0, 100).await?.is_empty(), "a lost batch wrote something");
+
+    let group = Arc::new(chitin::node::group_commit::GroupCommit::default());
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let (group, s, token) = (group.clone(), s.clone(), moved.token());
+            tokio::spawn(async move { group.append(&s, &token, entry("g", &format!("g{i}"))).await })
+        })
+        .collect();
+    let mut seqs = Vec::new();
+    for t in tasks {
+        seqs.push(t.await??.seq);
+    }
+    seqs.sort();
+    ensure!(seqs == (1..=32).collect::<Vec<i64>>(), "group commit numbered {seqs:?}");
+    if s.dialect() == Dialect::Postgres {
+        let mut c = sqlx::PgConnection::connect(&url).await?;
+        let transactions: i64 = sqlx::query_scalar("SELECT count(DISTINCT xmin::text) FROM chitin_journal WHERE stream = 'g'").fetch_one(&mut c).await?;
+        ensure!(transactions <= 16, "32 concurrent appends took {transactions} transactions: no group commit");
+    }
+    s.close().await;
+    Ok(())
+}
+
 fn names(ids: &[&str]) -> Vec<String> {
     ids.iter().map(|s| s.to_string()).collect()
 }
@@ -1189,6 +1237,10 @@ macro_rules! lease_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn migrate_idempotent() {
             lease_common::run($dialect, lease_common::migrate_idempotent).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn append_batch() {
+            lease_common::run($dialect, lease_common::append_batch).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn leases_on_liveness() {
