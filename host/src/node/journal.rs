@@ -335,7 +335,7 @@ impl Node {
                     status.message()
                 )))
             }
-            Err(status) if never_sent(&status) => {
+            Err(status) if never_sent(&status) || crate::plant::active(crate::plant::Plant::ForwardOnce) => {
                 self.peers.forget(address);
                 Ok(Err(None))
             }
