@@ -21,6 +21,11 @@ const BEFORE_FENCE: &str = "append.before_fence=0.3:2500";
 /// before the taker has waited past the takeover bound.
 const BEFORE_COMMIT: &str = "append.before_commit=0.02:8000";
 
+/// Parks three appends in ten for 2.5 s after their COMMIT, before the node
+/// answers: a forwarding node's wait (at most a TTL, 2 s) runs out first,
+/// and the holder's answer is lost although the append committed.
+const AFTER_COMMIT: &str = "append.after_commit=0.3:2500";
+
 /// The local PostgreSQL, in whose server each run makes a fresh database.
 const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
@@ -143,13 +148,18 @@ fn the_split_retirement_plant_is_caught_as_overlapping_owners() {
     assert!(count(&r, "overlapping_owners") > 0, "no overlapping owners caught:\n{stdout}");
 }
 
-/// A forward whose answer was lost taken as never sent: the holder parks
-/// a forwarded append past the forward's timeout (at most a TTL), the
-/// forwarding node waits out its takeover budget and answers "not
-/// applied", the client gives the id up, and the parked append commits.
+/// A forward whose answer was lost taken as never sent: the holder
+/// commits a forwarded append and parks before answering, the forward's
+/// wait runs out, the forwarding node waits out its takeover budget and
+/// answers "not applied", and the client gives up an id that is stored.
+/// Without the plant the same run passes: the lost answer is "outcome
+/// unknown", and the client's retry of the same id gets the stored answer.
 #[test]
 fn the_forward_once_plant_is_caught_as_a_given_up_request_stored() {
-    let (r, stdout) = run(Some("forward-once"), BEFORE_FENCE, "1", "76");
+    let (r, stdout) = run(None, AFTER_COMMIT, "2", "76");
+    assert_eq!(r["passed"], true, "the control run failed, so the plant's failure would prove nothing:\n{stdout}");
+    assert!(count(&r, "abandoned") < count(&r, "acknowledged"), "{stdout}");
+    let (r, stdout) = run(Some("forward-once"), AFTER_COMMIT, "2", "76");
     assert_eq!(r["passed"], false, "{stdout}");
     assert!(count(&r, "not_applied_stored") > 0, "no given-up request stored:\n{stdout}");
 }
@@ -159,7 +169,7 @@ fn plants_are_listed_and_unknown_ones_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--list-plants"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
-    for name in ["fence", "dedup", "idle-bound", "epoch-bump", "split-retirement", "forward-once", "append.before_commit", "compiled in: yes"] {
+    for name in ["fence", "dedup", "idle-bound", "epoch-bump", "split-retirement", "forward-once", "append.after_commit", "compiled in: yes"] {
         assert!(text.contains(name), "{name} missing from --list-plants:\n{text}");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--plant", "meteor"]).output().unwrap();

@@ -167,6 +167,7 @@ impl Node {
             if let Some(permit) = self.leases.permit(&shard).await {
                 match self.store.append_fenced(&permit.token, stream, request_id, payload).await {
                     Ok(a) => {
+                        crate::failpoint::hit("append.after_commit").await;
                         self.metrics.fenced_commits.inc();
                         if let Some(s) = self.topology().map.shard(&shard) {
                             self.load.record(&shard, s.lower, s.upper, super::shard_map::stream_key(stream), payload.len());
