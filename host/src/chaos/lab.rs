@@ -175,9 +175,11 @@ impl Lab {
         };
         let opts = exec::Options { bake: Duration::from_secs(1), token: None, tls: None, ..exec::Options::default() };
         let mut progress = |line: &str| tracing::info!(%line, "split-shard");
-        exec::execute(&self.config, *checkpoint, from, resumed, &opts, &mut progress).await.map_err(|e| e.to_string())?;
+        let outcome = exec::execute(&self.config, *checkpoint, from, resumed, &opts, &mut progress).await;
+        // Every step that converged rewrote the file: its shards are the run's, done or not.
         let config = crate::topology::file::load(&self.config).map_err(|e| e.to_string())?;
         note_ranges(&config, &mut self.ranges);
+        outcome.map_err(|e| e.to_string())?;
         Ok(format!("split {shard} ({range}) at {at:08x}"))
     }
 
