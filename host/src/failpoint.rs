@@ -15,6 +15,7 @@ use std::time::Duration;
 pub const POINTS: &[(&str, &str)] = &[
     ("append.before_fence", "an append after the node's own lease check, before the database fence"),
     ("append.before_commit", "an append after its fence and insert, before COMMIT (the lease row held shared)"),
+    ("append.after_commit", "an append after its COMMIT, before the node answers (a forward's answer lost past its timeout)"),
     ("handover.before_commit", "a handover after the grant, before COMMIT (the lease row held exclusively)"),
     ("split.before_commit", "a split after the parent's retirement and the children's grants, before COMMIT"),
 ];

@@ -15,10 +15,23 @@ pub enum Plant {
     Dedup,
     /// The bounds on idle transactions and lock waits of every database session.
     IdleBound,
+    /// The epoch bump of a grant: a new holder gets the epoch its
+    /// predecessor held (and the history, keyed by epoch, keeps only the
+    /// first holder of it).
+    EpochBump,
+    /// The retirement of a split parent's lease: the split records the
+    /// parent retired but leaves its lease row (holder and epoch) as it was,
+    /// so the parent's token stays valid beside its children's.
+    SplitRetirement,
+    /// The forward's at-most-once rule: a forward whose answer was lost
+    /// (a timeout, a reset after sending) is taken as never sent, so the
+    /// forwarding node may answer "not applied" for a request that commits.
+    ForwardOnce,
 }
 
 impl Plant {
-    pub const ALL: [Plant; 3] = [Plant::Fence, Plant::Dedup, Plant::IdleBound];
+    pub const ALL: [Plant; 6] =
+        [Plant::Fence, Plant::Dedup, Plant::IdleBound, Plant::EpochBump, Plant::SplitRetirement, Plant::ForwardOnce];
 
     /// The name `--plant` takes.
     pub fn name(self) -> &'static str {
@@ -26,6 +39,9 @@ impl Plant {
             Plant::Fence => "fence",
             Plant::Dedup => "dedup",
             Plant::IdleBound => "idle-bound",
+            Plant::EpochBump => "epoch-bump",
+            Plant::SplitRetirement => "split-retirement",
+            Plant::ForwardOnce => "forward-once",
         }
     }
 
@@ -35,6 +51,9 @@ impl Plant {
             Plant::Fence => "the database fence of every append (lease row lock and check)",
             Plant::Dedup => "request-id dedup: a repeated request id is answered as a new append",
             Plant::IdleBound => "the idle-transaction and lock-wait bounds of database sessions",
+            Plant::EpochBump => "the epoch bump of a grant: a new holder gets its predecessor's epoch",
+            Plant::SplitRetirement => "the retirement of a split parent's lease: its token stays valid beside its children's",
+            Plant::ForwardOnce => "the forward's at-most-once rule: a forward whose answer was lost is taken as never sent",
         }
     }
 

@@ -21,21 +21,39 @@ const BEFORE_FENCE: &str = "append.before_fence=0.3:2500";
 /// before the taker has waited past the takeover bound.
 const BEFORE_COMMIT: &str = "append.before_commit=0.02:8000";
 
+/// Parks three appends in ten for 2.5 s after their COMMIT, before the node
+/// answers: a forwarding node's wait (at most a TTL, 2 s) runs out first,
+/// and the holder's answer is lost although the append committed.
+const AFTER_COMMIT: &str = "append.after_commit=0.3:2500";
+
+/// The local PostgreSQL, in whose server each run makes a fresh database.
+const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
 /// A short run: 3 nodes on a fresh database in the local PostgreSQL,
 /// `faults` pauses, the given plant and failpoints; returns the report.
 fn run(plant: Option<&str>, failpoints: &str, faults: &str, seed: &str) -> (Value, String) {
-    run_on("postgres://postgres@127.0.0.1:5432/postgres", plant, failpoints, faults, seed)
+    run_on(POSTGRES, plant, failpoints, faults, seed)
 }
+
+/// A pause and a split of a shard (the bag of two kinds gives one of each
+/// in two faults): what the epoch-bump and split-retirement plants are
+/// caught in, beside a control run without a plant.
+const PAUSE_AND_SPLIT: &str = "pause,split-shard";
+const PAUSE_AND_SPLIT_SEED: &str = "81";
 
 /// Eight clients: enough appends in flight that every pause catches some.
 const CLIENTS: &str = "8";
 
 fn run_on(server: &str, plant: Option<&str>, failpoints: &str, faults: &str, seed: &str) -> (Value, String) {
+    run_kinds(server, plant, failpoints, "pause", faults, seed)
+}
+
+fn run_kinds(server: &str, plant: Option<&str>, failpoints: &str, kinds: &str, faults: &str, seed: &str) -> (Value, String) {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::Builder::new().prefix("chitin-plant-").tempdir().unwrap();
     let report = dir.path().join("report.json");
     let mut args =
-        vec!["chaos", "--faults", faults, "--seed", seed, "--kinds", "pause", "--clients", CLIENTS, "--failpoints", failpoints, "--database-url", server];
+        vec!["chaos", "--faults", faults, "--seed", seed, "--kinds", kinds, "--clients", CLIENTS, "--failpoints", failpoints, "--database-url", server];
     if let Some(p) = plant {
         args.extend(["--plant", p]);
     }
@@ -102,11 +120,56 @@ fn the_idle_bound_plant_is_caught_as_slow_takeovers() {
 }
 
 #[test]
+fn without_a_plant_a_pause_and_a_split_pass() {
+    let (r, stdout) = run_kinds(POSTGRES, None, "", PAUSE_AND_SPLIT, "2", PAUSE_AND_SPLIT_SEED);
+    assert_eq!(r["passed"], true, "the control run failed, so a plant's failure would prove nothing:\n{stdout}");
+    assert_eq!(r["faults_by_kind"]["split-shard"], 1, "{stdout}");
+    assert_eq!(r["faults_by_kind"]["pause"], 1, "{stdout}");
+    assert!(count(&r, "takeovers") > 0, "{stdout}");
+}
+
+/// A grant that keeps its predecessor's epoch: the paused holder's shards
+/// are taken over under the epochs it held, so two holders acknowledge
+/// commits under one (shard, epoch).
+#[test]
+fn the_epoch_bump_plant_is_caught_as_an_epoch_held_by_two_holders() {
+    let (r, stdout) = run_kinds(POSTGRES, Some("epoch-bump"), "", PAUSE_AND_SPLIT, "2", PAUSE_AND_SPLIT_SEED);
+    assert_eq!(r["passed"], false, "{stdout}");
+    assert!(count(&r, "epoch_reused") > 0, "no epoch held by two holders caught:\n{stdout}");
+}
+
+/// A split that leaves its parent's lease row as it was: the parent's
+/// token stays valid beside its children's, which only judging ownership
+/// per key range sees (the parent and its children are different shards).
+#[test]
+fn the_split_retirement_plant_is_caught_as_overlapping_owners() {
+    let (r, stdout) = run_kinds(POSTGRES, Some("split-retirement"), "", PAUSE_AND_SPLIT, "2", PAUSE_AND_SPLIT_SEED);
+    assert_eq!(r["passed"], false, "{stdout}");
+    assert!(count(&r, "overlapping_owners") > 0, "no overlapping owners caught:\n{stdout}");
+}
+
+/// A forward whose answer was lost taken as never sent: the holder
+/// commits a forwarded append and parks before answering, the forward's
+/// wait runs out, the forwarding node waits out its takeover budget and
+/// answers "not applied", and the client gives up an id that is stored.
+/// Without the plant the same run passes: the lost answer is "outcome
+/// unknown", and the client's retry of the same id gets the stored answer.
+#[test]
+fn the_forward_once_plant_is_caught_as_a_given_up_request_stored() {
+    let (r, stdout) = run(None, AFTER_COMMIT, "2", "76");
+    assert_eq!(r["passed"], true, "the control run failed, so the plant's failure would prove nothing:\n{stdout}");
+    assert!(count(&r, "abandoned") < count(&r, "acknowledged"), "{stdout}");
+    let (r, stdout) = run(Some("forward-once"), AFTER_COMMIT, "2", "76");
+    assert_eq!(r["passed"], false, "{stdout}");
+    assert!(count(&r, "not_applied_stored") > 0, "no given-up request stored:\n{stdout}");
+}
+
+#[test]
 fn plants_are_listed_and_unknown_ones_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--list-plants"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
-    for name in ["fence", "dedup", "idle-bound", "append.before_commit", "compiled in: yes"] {
+    for name in ["fence", "dedup", "idle-bound", "epoch-bump", "split-retirement", "forward-once", "append.after_commit", "compiled in: yes"] {
         assert!(text.contains(name), "{name} missing from --list-plants:\n{text}");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--plant", "meteor"]).output().unwrap();

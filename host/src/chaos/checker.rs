@@ -15,9 +15,13 @@
 //!   it held is granted again within the crash bound (session liveness: a
 //!   second and the slack); after it stalls (a pause, a network cut: it
 //!   keeps its session), within the lease TTL + renew interval + slack, and
-//!   not before its leases can have expired (TTL − renew interval − margin).
+//!   not before its leases can have expired (TTL − renew interval − margin);
+//! - ownership is judged per key range, from the configs the run pushed
+//!   ([`check_ownership`]): no two leases whose key ranges overlap are live
+//!   at once, no row of a split parent commits after its retirement, and no
+//!   (shard, epoch) is held by two holders.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +46,28 @@ pub struct Grant {
     pub epoch: i64,
     pub holder: String,
     pub acquired_us: i64,
+}
+
+/// A split parent's retirement, from `chitin_shard_retirements`: `epoch`
+/// is the parent's epoch after it (a retirement moves the epoch past every
+/// grant, so no token of the parent passes the fence again).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Retired {
+    pub shard: String,
+    pub epoch: i64,
+    pub retired_us: i64,
+}
+
+/// Every shard's key range (inclusive bounds), from every config the run
+/// pushed: a split's parent keeps its range, its children cover parts of it.
+pub type Ranges = BTreeMap<String, (u32, u32)>;
+
+/// One lease as ownership is judged: a grant and its holder.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Owner {
+    pub shard: String,
+    pub epoch: i64,
+    pub holder: String,
 }
 
 /// A node that stopped serving at `at_us` (database clock) while holding `shards`.
@@ -103,6 +129,16 @@ pub enum Violation {
     EarlyTakeover { fault: usize, node: String, shard: String, died_us: i64, granted_us: i64, floor_ms: u64 },
     /// A request answered "not applied" (and given up) was stored after all.
     NotAppliedStored { stream: String, request_id: String, seq: i64 },
+    /// Two leases whose key ranges overlap were live at the same time (from
+    /// `from_us` until `until_us`; `None`: the end of the run): two tokens
+    /// could pass the fence for the same keys.
+    OverlappingOwners { first: Owner, second: Owner, from_us: i64, until_us: Option<i64> },
+    /// A row of a split parent committed after the parent's retirement did.
+    RetiredShardWrite { stream: String, seq: i64, request_id: String, shard: String, epoch: i64, retired_us: i64, committed_us: i64 },
+    /// One (shard, epoch) held by more than one holder, by the history or by
+    /// the holders that acknowledged first-attempt commits under it: a grant
+    /// kept the epoch it replaced.
+    EpochReused { shard: String, epoch: i64, holders: Vec<String> },
 }
 
 /// A measured takeover.
@@ -125,6 +161,12 @@ pub struct Verdict {
     pub slow_takeovers: usize,
     pub early_takeovers: usize,
     pub not_applied_stored: usize,
+    #[serde(default)]
+    pub overlapping_owners: usize,
+    #[serde(default)]
+    pub retired_writes: usize,
+    #[serde(default)]
+    pub epoch_reused: usize,
 }
 
 /// Judges a run.
@@ -273,6 +315,108 @@ fn check_takeovers(grants: &[Grant], deaths: &[Death], bounds: Bounds, v: &mut V
     }
 }
 
+/// Judges ownership per key range (see the module docs): adds its
+/// violations to `v`. `acks` are every answer the clients got; only
+/// first-attempt commits that were not re-sent name the holder that
+/// committed them (a repeated request is answered by whichever holder finds
+/// it stored, with the original epoch).
+pub fn check_ownership(acks: &[Ack], rows: &[Row], grants: &[Grant], retirements: &[Retired], ranges: &Ranges, v: &mut Verdict) {
+    check_overlaps(grants, retirements, ranges, v);
+    check_retired_writes(rows, retirements, v);
+    check_epoch_reuse(acks, grants, v);
+}
+
+/// When each grant could pass the fence: from its grant until the next
+/// grant of its shard, or until the shard's retirement if the retirement
+/// moved the epoch past it. A grant neither superseded nor retired past its
+/// epoch is live to the end (`None`): its expiry is in no record, and a
+/// retirement that left the epoch where it was left the token valid.
+fn live_intervals<'a>(grants: &'a [Grant], retirements: &[Retired]) -> BTreeMap<&'a str, Vec<(&'a Grant, i64, Option<i64>)>> {
+    let retired: HashMap<&str, &Retired> = retirements.iter().map(|r| (r.shard.as_str(), r)).collect();
+    let mut out = BTreeMap::new();
+    for (shard, list) in grants_by_shard(grants) {
+        let ret = retired.get(shard);
+        let spans = list
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let next = list.get(i + 1).map(|n| n.acquired_us);
+                let retired_at = ret.filter(|r| r.epoch > g.epoch).map(|r| r.retired_us);
+                let end = match (next, retired_at) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                (*g, g.acquired_us, end)
+            })
+            .collect();
+        out.insert(shard, spans);
+    }
+    out
+}
+
+fn owner(g: &Grant) -> Owner {
+    Owner { shard: g.shard.clone(), epoch: g.epoch, holder: g.holder.clone() }
+}
+
+fn check_overlaps(grants: &[Grant], retirements: &[Retired], ranges: &Ranges, v: &mut Verdict) {
+    let live = live_intervals(grants, retirements);
+    let shards: Vec<(&str, (u32, u32))> = live.keys().filter_map(|s| ranges.get(*s).map(|r| (*s, *r))).collect();
+    for (i, &(a, (a_lo, a_hi))) in shards.iter().enumerate() {
+        for &(b, (b_lo, b_hi)) in &shards[i + 1..] {
+            if a_lo > b_hi || b_lo > a_hi {
+                continue;
+            }
+            for &(ga, a_from, a_until) in &live[a] {
+                for &(gb, b_from, b_until) in &live[b] {
+                    let from = a_from.max(b_from);
+                    let until = match (a_until, b_until) {
+                        (Some(x), Some(y)) => Some(x.min(y)),
+                        (x, y) => x.or(y),
+                    };
+                    if until.is_none_or(|u| from < u) {
+                        v.overlapping_owners += 1;
+                        v.violations.push(Violation::OverlappingOwners { first: owner(ga), second: owner(gb), from_us: from, until_us: until });
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn check_retired_writes(rows: &[Row], retirements: &[Retired], v: &mut Verdict) {
+    let retired: HashMap<&str, i64> = retirements.iter().map(|r| (r.shard.as_str(), r.retired_us)).collect();
+    for r in rows {
+        if let Some(&at) = retired.get(r.shard.as_str()).filter(|&&at| r.committed_us > at) {
+            v.retired_writes += 1;
+            v.violations.push(Violation::RetiredShardWrite {
+                stream: r.stream.clone(),
+                seq: r.seq,
+                request_id: r.request_id.clone(),
+                shard: r.shard.clone(),
+                epoch: r.epoch,
+                retired_us: at,
+                committed_us: r.committed_us,
+            });
+        }
+    }
+}
+
+fn check_epoch_reuse(acks: &[Ack], grants: &[Grant], v: &mut Verdict) {
+    let mut holders: BTreeMap<(&str, i64), BTreeSet<&str>> = BTreeMap::new();
+    for g in grants {
+        holders.entry((&g.shard, g.epoch)).or_default().insert(&g.holder);
+    }
+    for a in acks.iter().filter(|a| a.attempts == 1 && !a.resent && !a.holder.is_empty()) {
+        holders.entry((&a.shard, a.epoch)).or_default().insert(&a.holder);
+    }
+    for ((shard, epoch), names) in holders {
+        if names.len() > 1 {
+            v.epoch_reused += 1;
+            v.violations.push(Violation::EpochReused { shard: shard.to_string(), epoch, holders: names.into_iter().map(str::to_string).collect() });
+        }
+    }
+}
+
 /// Stretches during which some client waited longer than `threshold_ms`
 /// for an acknowledgement, merged across clients: `(start_ms, end_ms)`.
 pub fn unavailability(acks: &[Ack], threshold_ms: u64) -> Vec<(u64, u64)> {
@@ -332,6 +476,8 @@ mod tests {
             first_try_ms: 0,
             acked_ms: 1,
             attempts: 1,
+            holder: String::new(),
+            resent: false,
         }
     }
 
@@ -430,6 +576,95 @@ mod tests {
         let v = check_no_abandoned(&[], &[], &[grant(1, "a", 0), grant(2, "b", 500_000)], &[death]);
         assert!(v.violations.is_empty());
         assert!(v.takeovers.is_empty());
+    }
+
+    fn granted(shard: &str, epoch: i64, holder: &str, at: i64) -> Grant {
+        Grant { shard: shard.into(), epoch, holder: holder.into(), acquired_us: at }
+    }
+
+    fn retired(shard: &str, epoch: i64, at: i64) -> Retired {
+        Retired { shard: shard.into(), epoch, retired_us: at }
+    }
+
+    fn ownership(acks: &[Ack], rows: &[Row], grants: &[Grant], retirements: &[Retired]) -> Verdict {
+        // p covers 0..=99, split into c0 (0..=49) and c1 (50..=99); q is beside them.
+        let ranges: Ranges =
+            [("p", (0, 99)), ("c0", (0, 49)), ("c1", (50, 99)), ("q", (100, 199))].into_iter().map(|(s, r)| (s.to_string(), r)).collect();
+        let mut v = Verdict::default();
+        check_ownership(acks, rows, grants, retirements, &ranges, &mut v);
+        v
+    }
+
+    fn kinds(v: &Verdict) -> Vec<String> {
+        v.violations.iter().map(|x| serde_json::to_value(x).unwrap()["kind"].as_str().unwrap().to_string()).collect()
+    }
+
+    #[test]
+    fn ownership_is_judged_per_key_range() {
+        // The parent p, held by a from t=0 (epoch 3), is retired at t=100
+        // (epoch 4) and its children granted in the same transaction.
+        let before = [granted("p", 2, "b", 0), granted("p", 3, "a", 50), granted("q", 1, "b", 0), granted("q", 2, "a", 70)];
+        let split = |child_at: i64| {
+            let mut g = before.to_vec();
+            g.extend([granted("c0", 1, "a", child_at), granted("c1", 1, "a", child_at), granted("c1", 2, "b", 400)]);
+            g
+        };
+        let clean = split(100);
+        let cases: Vec<(&str, Vec<Grant>, Vec<Retired>, Vec<&str>)> = vec![
+            ("a clean split", clean.clone(), vec![retired("p", 4, 100)], vec![]),
+            ("the same under statement times (children after the retirement)", split(101), vec![retired("p", 4, 100)], vec![]),
+            (
+                "a retirement that left the epoch: the parent's token outlives the split",
+                clean.clone(),
+                vec![retired("p", 3, 100)],
+                vec!["overlapping_owners"; 3],
+            ),
+            ("no retirement at all", clean.clone(), vec![], vec!["overlapping_owners"; 3]),
+            ("a child granted before its parent retired", split(90), vec![retired("p", 4, 100)], vec!["overlapping_owners"; 2]),
+            ("shards side by side are never judged together", before.to_vec(), vec![], vec![]),
+        ];
+        for (name, grants, retirements, want) in cases {
+            let v = ownership(&[], &[], &grants, &retirements);
+            assert_eq!(kinds(&v), want, "{name}: {:?}", v.violations);
+            assert_eq!(v.overlapping_owners, want.len(), "{name}");
+        }
+        // The overlap says who and when.
+        let v = ownership(&[], &[], &split(90), &[retired("p", 4, 100)]);
+        let first = Owner { shard: "c0".into(), epoch: 1, holder: "a".into() };
+        let second = Owner { shard: "p".into(), epoch: 3, holder: "a".into() };
+        assert_eq!(v.violations[0], Violation::OverlappingOwners { first, second, from_us: 90, until_us: Some(100) });
+    }
+
+    #[test]
+    fn a_row_of_a_retired_parent_committed_after_its_retirement_is_a_violation() {
+        let grants = [granted("p", 3, "a", 0)];
+        let at = |t| Row { shard: "p".into(), ..row("x", "r1", 1, 3, t) };
+        for (committed, want) in [(99, 0), (100, 0), (101, 1)] {
+            let v = ownership(&[], &[at(committed)], &grants, &[retired("p", 4, 100)]);
+            assert_eq!(v.retired_writes, want, "committed at {committed}");
+        }
+        let v = ownership(&[], &[at(500)], &grants, &[retired("p", 4, 100)]);
+        assert!(matches!(&v.violations[0], Violation::RetiredShardWrite { retired_us: 100, committed_us: 500, .. }));
+    }
+
+    #[test]
+    fn an_epoch_held_by_two_holders_is_reused() {
+        let grants = [granted("s", 1, "a", 0), granted("s", 2, "b", 100)];
+        let by = |holder: &str, epoch: i64, attempts: u32, resent: bool| Ack { holder: holder.into(), attempts, resent, ..ack("x", "r", 1, epoch) };
+        let cases = [
+            ("every holder under its own epoch", vec![by("a", 1, 1, false), by("b", 2, 1, false)], 0),
+            ("b committed under a's epoch", vec![by("a", 1, 1, false), by("b", 1, 1, false)], 1),
+            // A repeated request is answered by whichever holder finds it, with the first epoch.
+            ("a retried request answered by the next holder", vec![by("b", 1, 3, false)], 0),
+            ("a re-sent request answered by the next holder", vec![by("b", 1, 1, true)], 0),
+            ("an answer that names no holder", vec![by("", 1, 1, false)], 0),
+        ];
+        for (name, acks, want) in cases {
+            let v = ownership(&acks, &[], &grants, &[]);
+            assert_eq!(v.epoch_reused, want, "{name}: {:?}", v.violations);
+        }
+        let v = ownership(&[by("b", 1, 1, false)], &[], &grants, &[]);
+        assert_eq!(v.violations, vec![Violation::EpochReused { shard: "s".into(), epoch: 1, holders: vec!["a".into(), "b".into()] }]);
     }
 
     #[test]

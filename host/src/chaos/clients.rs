@@ -1,7 +1,9 @@
 //! Journal clients that behave like real ones: each appends continuously
-//! with a fresh request id per append through the chitin-client crate, which
-//! moves on to the next node when one fails and retries the same request id;
-//! a client keeps retrying until one acknowledges (or the run's grace ends).
+//! with a fresh request id per append through the chitin-client crate, one
+//! node per call, moving on to the next node when one fails: after an
+//! unknown outcome it retries the same request id until one acknowledges
+//! (or the run's grace ends); after a "not applied" it gives the id up,
+//! unless an earlier outcome of it was unknown.
 //! Every acknowledgement is logged with what the node said it committed.
 
 use std::time::Duration;
@@ -23,6 +25,13 @@ pub struct Ack {
     pub acked_ms: u64,
     /// Nodes asked before one acknowledged.
     pub attempts: u32,
+    /// The holder that committed it, by name (for a repeated request: the
+    /// holder that found it stored).
+    #[serde(default)]
+    pub holder: String,
+    /// An acknowledged request sent again (see [`RESEND_EVERY`]).
+    #[serde(default)]
+    pub resent: bool,
 }
 
 /// What a client did.
@@ -94,7 +103,7 @@ pub async fn run(plan: ClientPlan, mut stop: watch::Receiver<bool>) -> ClientLog
         if n % RESEND_EVERY == 5 && log.acks.last().is_some_and(|a| a.request_id == request_id) {
             client.client.move_on();
             if let Answer::Acked(again) = client.until_acked(&stream, &request_id, &stop).await {
-                log.resends.push(again);
+                log.resends.push(Ack { resent: true, ..again });
             }
         }
         let pause = tokio::time::sleep(plan.interval);
@@ -118,12 +127,13 @@ enum Answer {
 }
 
 /// The client of a plan: no routing (each client stays on its node until
-/// it fails, as the runs have always measured), one round of the nodes per
-/// call, and the old fixed pause between attempts.
+/// it fails, as the runs have always measured), one attempt per call (so
+/// that every "not applied" answer is one node's, and is judged), and the
+/// old fixed pause between attempts.
 fn journal_client(plan: &ClientPlan) -> Result<Client, Error> {
     let nodes = Nodes::new(plan.nodes.iter().cloned()).map_err(|e| Error::Refused { code: tonic::Code::InvalidArgument, message: e.to_string() })?;
     let options = Options {
-        attempts: plan.nodes.len() as u32,
+        attempts: 1,
         attempt_timeout: plan.attempt_timeout,
         backoff: Duration::from_millis(100),
         max_backoff: Duration::from_millis(100),
@@ -149,6 +159,7 @@ impl Runner<'_> {
     async fn until_acked(&self, stream: &str, request_id: &str, stop: &watch::Receiver<bool>) -> Answer {
         let first_try_ms = self.ms();
         let mut attempts = 0u32;
+        let mut maybe_applied = false;
         let mut stop_seen: Option<std::time::Instant> = None;
         loop {
             if *stop.borrow() && stop_seen.is_none() {
@@ -165,17 +176,29 @@ impl Runner<'_> {
                         sequence: a.sequence as i64,
                         epoch: a.epoch as i64,
                         shard: a.shard,
+                        holder: a.holder,
+                        resent: false,
                         first_try_ms,
                         acked_ms: self.ms(),
                         attempts: attempts + a.attempts,
                     });
                 }
                 // Certainly not committed by any attempt: a client may give
-                // the id up (its next append has a new one).
-                Ok(AppendOutcome::NotApplied { .. }) => return Answer::Abandoned,
+                // the id up (its next append has a new one), unless an
+                // earlier round's outcome was unknown (that one may have).
+                Ok(AppendOutcome::NotApplied { .. }) if !maybe_applied => {
+                    self.client.move_on();
+                    return Answer::Abandoned;
+                }
+                Ok(AppendOutcome::NotApplied { .. }) => {
+                    attempts += 1;
+                    self.client.move_on();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 // May have committed: the same request id again applies at most once.
                 Ok(AppendOutcome::Unknown { attempts: n, .. }) => {
                     attempts += n;
+                    maybe_applied = true;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(e) => return Answer::Rejected(e.to_string()),

@@ -1,15 +1,15 @@
 //! What the checker judges a run by: the stored journal rows and lease
-//! grants, each with the time it counts as committed, and an account of
-//! what that time is.
+//! grants and split retirements, each with the time it counts as
+//! committed, and an account of what that time is.
 //!
 //! A statement time (the INSERT's `clock_timestamp()`) is not a commit time:
 //! a fence that is broken so that its INSERT precedes a takeover and its
 //! COMMIT follows it would pass a judgement by statement times. PostgreSQL
 //! with `track_commit_timestamp = on` (the chaos lab's private server runs
 //! with it) records when each transaction committed, which
-//! `pg_xact_commit_timestamp(xmin)` reads for every row: journal rows and
-//! history rows are written once and never updated, so their `xmin` is the
-//! transaction that wrote them.
+//! `pg_xact_commit_timestamp(xmin)` reads for every row: journal rows,
+//! history rows and retirements are written once and never updated, so
+//! their `xmin` is the transaction that wrote them.
 
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
@@ -17,7 +17,7 @@ use sqlx::Connection;
 use crate::lease::{Dialect, Store};
 
 use super::ChaosError;
-use super::checker::{Grant, Row};
+use super::checker::{Grant, Retired, Row};
 
 /// What the times of the rows and grants are.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +56,7 @@ impl Basis {
 pub struct Evidence {
     pub rows: Vec<Row>,
     pub grants: Vec<Grant>,
+    pub retirements: Vec<Retired>,
     pub basis: Basis,
 }
 
@@ -109,6 +110,11 @@ async fn read_commit_times(url: &str, streams: &[String]) -> Result<Evidence, Ch
         .fetch_all(&mut c)
         .await
         .map_err(sql_error("read the lease history with commit times"))?;
+    let retired_sql = format!("SELECT shard_id, epoch, {}, {commit} FROM chitin_shard_retirements", micros("retired_at"));
+    let retired: Vec<(String, i64, i64, Option<i64>)> = sqlx::query_as(sqlx::AssertSqlSafe(retired_sql))
+        .fetch_all(&mut c)
+        .await
+        .map_err(sql_error("read the split retirements with commit times"))?;
     let _ = c.close().await;
     let mut fallbacks = 0;
     let mut at = |statement: i64, commit: Option<i64>| {
@@ -130,7 +136,11 @@ async fn read_commit_times(url: &str, streams: &[String]) -> Result<Evidence, Ch
         .into_iter()
         .map(|(shard, epoch, holder, statement, commit)| Grant { shard, epoch, holder, acquired_us: at(statement, commit) })
         .collect();
-    Ok(Evidence { rows, grants, basis: Basis::CommitTime { fallbacks } })
+    let retirements = retired
+        .into_iter()
+        .map(|(shard, epoch, statement, commit)| Retired { shard, epoch, retired_us: at(statement, commit) })
+        .collect();
+    Ok(Evidence { rows, grants, retirements, basis: Basis::CommitTime { fallbacks } })
 }
 
 async fn read_statement_times(store: &Store, streams: &[String], why: String) -> Result<Evidence, ChaosError> {
@@ -157,7 +167,13 @@ async fn read_statement_times(store: &Store, streams: &[String], why: String) ->
         .into_iter()
         .map(|h| Grant { shard: h.shard, epoch: h.epoch, holder: h.holder_name, acquired_us: h.acquired_at.timestamp_micros() })
         .collect();
-    Ok(Evidence { rows, grants, basis: Basis::StatementTime { why } })
+    let retirements = store
+        .retirements()
+        .await?
+        .into_iter()
+        .map(|r| Retired { shard: r.shard, epoch: r.epoch, retired_us: r.retired_at.timestamp_micros() })
+        .collect();
+    Ok(Evidence { rows, grants, retirements, basis: Basis::StatementTime { why } })
 }
 
 #[cfg(test)]

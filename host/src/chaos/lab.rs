@@ -2,6 +2,7 @@
 //! the questions the nemesis asks of them (who holds what, has the cluster
 //! recovered).
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tonic::transport::Endpoint;
@@ -10,7 +11,9 @@ use crate::proto::{self, admin_client::AdminClient};
 use crate::testkit::{NodeProc, PrivatePostgres, PrivateRedis, http_status};
 
 use super::ChaosError;
+use super::checker::Ranges;
 use super::network::Network;
+use super::rng::Rng;
 
 /// The servers, network and nodes of a run.
 pub struct Lab {
@@ -28,6 +31,17 @@ pub struct Lab {
     pub clock_offset_us: i64,
     /// Node processes that exited on their own and were started again.
     pub supervisor_restarts: Vec<String>,
+    /// The cluster config file, which control sequences (a split) rewrite.
+    pub config: PathBuf,
+    /// The key range of every shard of every config the run pushed.
+    pub ranges: Ranges,
+}
+
+/// Adds the key range of every shard of `config` to `ranges`.
+pub fn note_ranges(config: &crate::topology::model::ClusterConfig, ranges: &mut Ranges) {
+    for (_, s) in config.shards() {
+        ranges.insert(s.id.clone(), (s.lower, s.upper));
+    }
 }
 
 /// `cluster_config.json` with one `journal` application of `shards` equal
@@ -136,6 +150,37 @@ impl Lab {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// Splits an active shard drawn from `rng` in two at its middle, with
+    /// the control sequence `chitin cluster split-shard --split-at` runs
+    /// (pushed to every node, each step converged, a 1 s bake); notes the
+    /// children's ranges. Its error is the fault's outcome, not the run's.
+    pub async fn split(&mut self, rng: &mut Rng) -> Result<String, String> {
+        use crate::rollout::exec::{self, Prepared};
+        use crate::rollout::plan::{self, Sequence};
+        use crate::topology::model::ShardState;
+        let config = crate::topology::file::load(&self.config).map_err(|e| e.to_string())?;
+        let active: Vec<_> = config.shards().map(|(_, s)| s).filter(|s| s.state == ShardState::Active && s.upper > s.lower).collect();
+        if active.is_empty() {
+            return Err("no active shard to split".into());
+        }
+        let s = active[rng.below(active.len())];
+        let (shard, range, at) = (s.id.clone(), s.range_string(), s.lower + (s.upper - s.lower) / 2 + 1);
+        let seq = Sequence::SplitShard { shard_id: shard.clone(), split_at: Some(format!("{at:08x}")), children: 2 };
+        let Prepared::Run { checkpoint, from, resumed } =
+            exec::prepare(&self.config, seq, |c| plan::split_shard(c, &shard, &[at])).map_err(|e| e.to_string())?
+        else {
+            return Err(format!("split-shard of {shard} planned nothing"));
+        };
+        let opts = exec::Options { bake: Duration::from_secs(1), token: None, tls: None, ..exec::Options::default() };
+        let mut progress = |line: &str| tracing::info!(%line, "split-shard");
+        let outcome = exec::execute(&self.config, *checkpoint, from, resumed, &opts, &mut progress).await;
+        // Every step that converged rewrote the file: its shards are the run's, done or not.
+        let config = crate::topology::file::load(&self.config).map_err(|e| e.to_string())?;
+        note_ranges(&config, &mut self.ranges);
+        outcome.map_err(|e| e.to_string())?;
+        Ok(format!("split {shard} ({range}) at {at:08x}"))
     }
 
     /// Hands every shard of node `k` over (Admin.Drain).

@@ -315,6 +315,8 @@ async fn run_in(
         nodes.push(node);
     }
     let store = Store::connect(&local_db_url).await?;
+    let mut ranges = checker::Ranges::new();
+    lab::note_ranges(&crate::topology::file::load(&config).map_err(|e| ChaosError::Options(e.to_string()))?, &mut ranges);
     let mut lab = lab::Lab {
         nodes,
         redis_url: redis.url("127.0.0.1"),
@@ -327,6 +329,8 @@ async fn run_in(
         renew: opts.renew_interval,
         clock_offset_us: 0,
         supervisor_restarts: Vec::new(),
+        config: config.clone(),
+        ranges,
     };
     // The first node creates the schema; the others follow.
     lab.nodes[0].start()?;
@@ -410,7 +414,8 @@ async fn run_in(
     store.close().await;
     let bounds = checker::Bounds::of(opts.lease_ttl, opts.renew_interval, opts.takeover_slack, opts.failpoints.is_some());
     let answers: Vec<clients::Ack> = log.acks.iter().chain(&log.resends).cloned().collect();
-    let verdict = checker::check(&answers, &log.abandoned, &evidence.rows, &evidence.grants, &deaths, bounds);
+    let mut verdict = checker::check(&answers, &log.abandoned, &evidence.rows, &evidence.grants, &deaths, bounds);
+    checker::check_ownership(&answers, &evidence.rows, &evidence.grants, &evidence.retirements, &lab.ranges, &mut verdict);
     let facts = report::RunFacts {
         run: report::RunInfo {
             seed: opts.seed,

@@ -31,9 +31,15 @@ pub enum FaultKind {
     Database,
     /// Cut one node off the network, past its lease TTL, then heal.
     Partition,
+    /// Split an active shard in two at its middle (`chitin cluster
+    /// split-shard`'s control sequence). Drawn only when asked for.
+    SplitShard,
 }
 
 impl FaultKind {
+    /// The kinds a run draws from by default: every kind but
+    /// `split-shard`, which changes the topology for good (ask for it with
+    /// `--kinds`).
     pub const ALL: [FaultKind; 7] = [
         FaultKind::Kill,
         FaultKind::Pause,
@@ -54,6 +60,7 @@ impl FaultKind {
             FaultKind::Redis => "redis",
             FaultKind::Database => "database",
             FaultKind::Partition => "partition",
+            FaultKind::SplitShard => "split-shard",
         }
     }
 
@@ -64,7 +71,7 @@ impl FaultKind {
     }
 
     fn needs_node(self) -> bool {
-        !matches!(self, FaultKind::Redis | FaultKind::Database)
+        !matches!(self, FaultKind::Redis | FaultKind::Database | FaultKind::SplitShard)
     }
 
     /// Whether the fault proves something only against a node that holds
@@ -202,6 +209,13 @@ pub async fn inject(
             net.heal(k)?;
             format!("cut off for {down:?}")
         }
+        (FaultKind::SplitShard, None) => match lab.split(rng).await {
+            Ok(detail) => detail,
+            Err(why) => {
+                ineffective = Some(format!("split-shard failed: {why}"));
+                format!("split failed ({why})")
+            }
+        },
         _ => unreachable!("node chosen exactly for node faults"),
     };
     let ended_ms = ms();

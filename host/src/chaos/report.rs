@@ -63,6 +63,15 @@ pub struct Report {
     /// Requests answered "not applied" that the clients gave up.
     #[serde(default)]
     pub abandoned: usize,
+    /// Pairs of leases whose key ranges overlap, live at the same time.
+    #[serde(default)]
+    pub overlapping_owners: usize,
+    /// Rows of split parents committed after their retirement.
+    #[serde(default)]
+    pub retired_writes: usize,
+    /// (shard, epoch) pairs held by more than one holder.
+    #[serde(default)]
+    pub epoch_reused: usize,
     /// Stalls (pause, cut) are taken over within this.
     pub takeover_bound_ms: u64,
     /// Crashes (kill) are taken over within this.
@@ -181,6 +190,9 @@ impl Report {
             slow_takeovers: verdict.slow_takeovers,
             not_applied_stored: verdict.not_applied_stored,
             abandoned: f.log.abandoned.len(),
+            overlapping_owners: verdict.overlapping_owners,
+            retired_writes: verdict.retired_writes,
+            epoch_reused: verdict.epoch_reused,
             takeover_bound_ms: f.takeover_bounds.stall_ms,
             crash_takeover_bound_ms: f.takeover_bounds.crash_ms,
             stall_takeover_floor_ms: f.takeover_bounds.stall_floor_ms,
@@ -237,6 +249,9 @@ impl Report {
             ("lost", self.lost.to_string()),
             ("duplicates", self.duplicates.to_string()),
             ("stale-epoch commits", self.stale_epoch.to_string()),
+            ("leases of overlapping key ranges live at once", self.overlapping_owners.to_string()),
+            ("rows of split parents committed after their retirement", self.retired_writes.to_string()),
+            ("epochs held by two holders", self.epoch_reused.to_string()),
             ("acks that disagree with the store", self.mismatched.to_string()),
             ("rejected as invalid", self.rejected.to_string()),
             (

@@ -168,6 +168,7 @@ impl Node {
                 let entry = NewEntry { stream: stream.to_owned(), request_id: request_id.to_owned(), payload: payload.to_vec() };
                 match self.group_commit.append(&self.store, &permit.token, entry).await {
                     Ok(a) => {
+                        crate::failpoint::hit("append.after_commit").await;
                         self.metrics.fenced_commits.inc();
                         if let Some(s) = self.topology().map.shard(&shard) {
                             self.load.record(&shard, s.lower, s.upper, super::shard_map::stream_key(stream), payload.len());
@@ -336,7 +337,7 @@ impl Node {
                     status.message()
                 )))
             }
-            Err(status) if never_sent(&status) => {
+            Err(status) if never_sent(&status) || crate::plant::active(crate::plant::Plant::ForwardOnce) => {
                 self.peers.forget(address);
                 Ok(Err(None))
             }
