@@ -2,7 +2,8 @@
 //!
 //! `append(stream, request_id, payload)` is accepted by any node. The
 //! stream's key ([`super::shard_map::stream_key`]) picks a shard; the holder
-//! commits under the fence, any other node forwards to the holder (see
+//! commits under the fence (concurrent appends to one shard in one
+//! transaction: [`super::group_commit`]), any other node forwards to the holder (see
 //! [`super::plan::append_step`] for the choice). A forwarded request is never
 //! forwarded again and never waits at the node it reached: a node that no
 //! longer holds the shard answers at once with a typed not-applied that

@@ -795,6 +795,25 @@ pub async fn application_fence_sql(url: String) -> Result<()> {
             "fence for ({shard}, {holder}, {epoch}): found {found}, want {want}"
         );
     }
+    if s.dialect() == Dialect::Postgres {
+        // The single-statement shape of examples/ownership.md: the fence in a
+        // WITH, the write selected from it.
+        let mut c = sqlx::PgConnection::connect(&url).await?;
+        sqlx::query("CREATE TABLE app_orders (id bigint PRIMARY KEY)").execute(&mut c).await?;
+        let write = format!("WITH fence AS ({sql}) INSERT INTO app_orders (id) SELECT $4 FROM fence RETURNING id");
+        for (holder, epoch, id, want) in [(n2, l2.epoch, 1i64, true), (n1, l1.epoch, 2, false)] {
+            let row: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(write.clone()))
+                .bind(&l2.shard)
+                .bind(holder)
+                .bind(epoch)
+                .bind(id)
+                .fetch_optional(&mut c)
+                .await?;
+            ensure!(row.is_some() == want, "single-statement fenced write by epoch {epoch}: {row:?}");
+        }
+        let stored: Vec<i64> = sqlx::query_scalar("SELECT id FROM app_orders").fetch_all(&mut c).await?;
+        ensure!(stored == vec![1], "a stale token wrote through the single-statement fence: {stored:?}");
+    }
     s.close().await;
     Ok(())
 }
