@@ -330,3 +330,40 @@ async fn a_snapshot_of_a_running_cluster_round_trips_through_diff_and_fixtures()
     assert!(test.contains(" passed, 0 failed"), "{test}");
     c.teardown().await.unwrap();
 }
+
+#[test]
+fn a_drain_component_ignoring_the_round_cap_is_shown_as_the_node_would_carry_it_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshot = zoned_snapshot();
+    let snap = write(tmp.path(), "snap.json", &snapshot.to_json());
+    let guest = PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR")).join("drain_one_round.wasm");
+    let out = chitin(&[
+        "policy", "diff", "--plugin", guest.to_str().unwrap(), "--max-handoffs-per-round", "1", "--json", snap.to_str().unwrap(),
+    ]);
+    let report: Report = serde_json::from_str(&ok(&out)).unwrap();
+    assert!(!report.drains.is_empty(), "{report:#?}");
+    // The guest sends each held shard to its first other replica node in
+    // one round; the host cuts that into rounds of one, in shard order.
+    for d in &report.drains {
+        let mut held: Vec<&str> =
+            snapshot.leases.iter().filter(|l| l.holder == d.node).map(|l| l.shard.as_str()).collect();
+        held.sort();
+        let expected: Vec<Vec<(String, String)>> = held
+            .iter()
+            .map(|shard| {
+                let (_, s) = snapshot.config.shards().find(|(_, s)| s.id == *shard).unwrap();
+                let to = s.replicas.iter().find(|r| r.node_id != d.node).unwrap().node_id.clone();
+                vec![(shard.to_string(), to)]
+            })
+            .collect();
+        let got: Vec<Vec<(String, String)>> =
+            d.new.rounds.iter().map(|r| r.iter().map(|h| (h.shard.clone(), h.to.clone())).collect()).collect();
+        assert_eq!(got, expected, "{}", d.node);
+        assert!(d.old.rounds.iter().all(|r| r.len() == 1), "the default's rounds are capped too: {:?}", d.old);
+        assert_ne!(d.old, d.new);
+    }
+    let drains = report.calls.iter().find(|c| c.call == "plan-drain").unwrap();
+    assert_eq!((drains.cases, drains.differing), (6, report.drains.len()));
+    let human = ok(&chitin(&["policy", "diff", "--plugin", guest.to_str().unwrap(), "--max-handoffs-per-round", "1", snap.to_str().unwrap()]));
+    assert!(human.contains(&format!("drains changed ({} nodes)", report.drains.len())) && human.contains("round 2: "), "{human}");
+}

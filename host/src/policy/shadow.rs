@@ -16,8 +16,8 @@
 //!   load as the samples (as `chitin cluster split-shard` without
 //!   `--split-at`);
 //! - `drain.plan-drain`: each live node holding leases drained (as the node
-//!   drains: only shards with a live replica node elsewhere, then the
-//!   host's check of the answer and its cap on handoffs per round).
+//!   drains: only shards with a live replica node elsewhere, no load, then
+//!   the host's check of the answer and its cap on handoffs per round).
 //!
 //! `instance-id` is not compared: a snapshot records no node's environment.
 //!
@@ -637,7 +637,8 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(s, "{} against {} over config version {}", self.plugin, self.against, self.config_version);
         for c in &self.calls {
-            let _ = writeln!(s, "  {:<30} {:>6} calls {:>6} differ", format!("{}.{}", c.slot, c.call), c.cases, c.differing);
+            let calls = if c.cases == 1 { "call " } else { "calls" };
+            let _ = writeln!(s, "  {:<30} {:>6} {calls} {:>6} differ", format!("{}.{}", c.slot, c.call), c.cases, c.differing);
         }
         for k in &self.skipped {
             let _ = writeln!(s, "  {:<30} not compared: {}", k.slot.to_string(), k.why);
@@ -685,7 +686,8 @@ impl Report {
             for d in &self.drains {
                 let _ = writeln!(s, "  {}:", d.node);
                 for (label, view) in [("old", &d.old), ("new", &d.new)] {
-                    let _ = writeln!(s, "    {label}: {} rounds", view.rounds.len());
+                    let n = view.rounds.len();
+                    let _ = writeln!(s, "    {label}: {n} {}", if n == 1 { "round" } else { "rounds" });
                     for (i, round) in view.rounds.iter().enumerate() {
                         let hs: Vec<String> = round.iter().map(|h| format!("{} -> {}", h.shard, h.to)).collect();
                         let _ = writeln!(s, "      round {}: {}", i + 1, hs.join(", "));
