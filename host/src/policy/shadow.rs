@@ -487,8 +487,12 @@ pub struct FailureChange {
     pub new: String,
 }
 
-/// Compares both answers (`old`, `new`) of every case.
-pub fn compare(answers: &[(Case, Result<Output, String>, Result<Output, String>)]) -> Report {
+/// One case with its answer from each side (`old`, `new`); a failure as
+/// [`failure_text`] writes it.
+pub type Answered = (Case, Result<Output, String>, Result<Output, String>);
+
+/// Compares both answers of every case.
+pub fn compare(answers: &[Answered]) -> Report {
     let mut report = Report::default();
     let mut calls: Vec<CallSummary> = Vec::new();
     for (case, old, new) in answers {
