@@ -1,7 +1,9 @@
 //! Lease benchmarks against the PostgreSQL server on 127.0.0.1:5432 (a fresh
 //! database per run, dropped at the end):
-//! - fenced journal commits per second against the same insert without the
-//!   lease check, same run, same database, 1 and 16 concurrent writers;
+//! - fenced appends per second against a bare single-statement `INSERT`
+//!   into a plain table and against the same append without the lease
+//!   check, and group-committed appends against the same `INSERT`: same
+//!   run, same database, 1, 16 and 64 concurrent writers on one shard;
 //! - time from a holder's death (it stops renewing) until another node has
 //!   taken all 16 of its shards, as a multiple of the lease TTL, at TTL 1 s
 //!   and 15 s with the renew interval a third of the TTL.
@@ -12,33 +14,59 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chitin::lease::{Store, StoreOptions};
+use chitin::lease::{NewEntry, Store, StoreOptions};
+use chitin::node::group_commit::GroupCommit;
 
 mod common;
 use common::{drop_db, fresh_db};
 
 async fn store(url: &str, ttl: Duration) -> Store {
-    let s = Store::connect_with(url, StoreOptions { lease_ttl: ttl, liveness_timeout: ttl, max_connections: 20, ..StoreOptions::default() })
+    let s = Store::connect_with(url, StoreOptions { lease_ttl: ttl, liveness_timeout: ttl, max_connections: 64, ..StoreOptions::default() })
         .await
         .unwrap();
     s.migrate().await.unwrap();
     s
 }
 
+/// How one measured append is made.
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    /// `Store::append_fenced`: the fence, the sequence bump and the insert (one statement on PostgreSQL).
+    Fenced,
+    /// The same without the fence.
+    Unfenced,
+    /// Through the node's group commit: concurrent appends share fenced transactions.
+    Group,
+    /// A bare single-statement `INSERT` into a plain table: the physical limit of this client.
+    Bare,
+}
+
 /// Commits per second of `writers` tasks doing `per_writer` appends each.
-async fn rate(store: &Store, writers: usize, per_writer: usize, fenced: bool, token: &chitin::lease::LeaseToken, tag: &str) -> f64 {
+async fn rate(store: &Store, pool: &sqlx::PgPool, writers: usize, per_writer: usize, path: Path, token: &chitin::lease::LeaseToken, tag: &str) -> f64 {
+    let group = Arc::new(GroupCommit::default());
     let started = Instant::now();
     let tasks: Vec<_> = (0..writers)
         .map(|w| {
-            let (store, token, tag) = (store.clone(), token.clone(), tag.to_string());
+            let (store, pool, token, tag, group) = (store.clone(), pool.clone(), token.clone(), tag.to_string(), group.clone());
             tokio::spawn(async move {
                 for i in 0..per_writer {
                     let stream = format!("{tag}-{w}");
                     let id = format!("{tag}-{w}-{i}");
-                    if fenced {
-                        store.append_fenced(&token, &stream, &id, b"payload").await.unwrap();
-                    } else {
-                        store.append_unfenced(&token, &stream, &id, b"payload").await.unwrap();
+                    match path {
+                        Path::Fenced => drop(store.append_fenced(&token, &stream, &id, b"payload").await.unwrap()),
+                        Path::Unfenced => drop(store.append_unfenced(&token, &stream, &id, b"payload").await.unwrap()),
+                        Path::Group => {
+                            let entry = NewEntry { stream, request_id: id, payload: b"payload".to_vec() };
+                            group.append(&store, &token, entry).await.unwrap();
+                        }
+                        Path::Bare => {
+                            sqlx::query("INSERT INTO bench_bare (stream, payload) VALUES ($1, $2)")
+                                .bind(&stream)
+                                .bind(&b"payload"[..])
+                                .execute(&pool)
+                                .await
+                                .unwrap();
+                        }
                     }
                 }
             })
@@ -82,24 +110,36 @@ fn main() {
     rt.block_on(async {
         let (name, url) = fresh_db().await;
         let s = store(&url, Duration::from_secs(600)).await;
+        s.set_leases_on_liveness(true);
         let node = s.register_node("bench", "127.0.0.1:1").await.unwrap();
+        s.heartbeat(node, 1).await.unwrap();
         let lease = s.try_acquire("bench-shard", node, None).await.unwrap().unwrap();
         let token = lease.token();
-        let s = Arc::new(s);
+        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(64).connect(&url).await.unwrap();
+        sqlx::query("CREATE TABLE bench_bare (id bigserial PRIMARY KEY, stream text NOT NULL, payload bytea NOT NULL)")
+            .execute(&pool)
+            .await
+            .unwrap();
         println!("| measurement | figure | baseline | baseline figure | ratio |");
         println!("|---|---:|---|---:|---:|");
-        for writers in [1usize, 16] {
-            let per = if writers == 1 { 2000 } else { 300 };
-            // Warm both paths, then alternate to share any drift.
-            rate(&s, writers, 50, true, &token, &format!("warm-f{writers}")).await;
-            rate(&s, writers, 50, false, &token, &format!("warm-u{writers}")).await;
-            let unfenced = rate(&s, writers, per, false, &token, &format!("u{writers}")).await;
-            let fenced = rate(&s, writers, per, true, &token, &format!("f{writers}")).await;
-            println!(
-                "| fenced journal commits/s, {writers} writer(s), PostgreSQL | {fenced:.0} | unfenced insert | {unfenced:.0} | {:.2}x |",
-                fenced / unfenced
-            );
+        for writers in [1usize, 16, 64] {
+            let per = (2000 / writers).max(50);
+            for path in [Path::Bare, Path::Unfenced, Path::Fenced, Path::Group] {
+                rate(&s, &pool, writers, 20, path, &token, &format!("warm{writers}")).await;
+            }
+            // Interleaved rounds, so that drift falls on every path alike.
+            let mut sums = [0.0f64; 4];
+            for round in 0..3 {
+                for (k, path) in [Path::Bare, Path::Unfenced, Path::Fenced, Path::Group].into_iter().enumerate() {
+                    sums[k] += rate(&s, &pool, writers, per, path, &token, &format!("r{round}-{k}-{writers}")).await;
+                }
+            }
+            let [bare, unfenced, fenced, group] = sums.map(|x| x / 3.0);
+            println!("| fenced appends/s, {writers} writer(s) on one shard | {fenced:.0} | bare single-statement INSERT | {bare:.0} | {:.2}x |", fenced / bare);
+            println!("| fenced appends/s, {writers} writer(s) on one shard | {fenced:.0} | the same statement without the fence | {unfenced:.0} | {:.2}x |", fenced / unfenced);
+            println!("| group-committed appends/s, {writers} writer(s) on one shard | {group:.0} | bare single-statement INSERT | {bare:.0} | {:.2}x |", group / bare);
         }
+        pool.close().await;
         s.close().await;
         for ttl in [Duration::from_secs(1), Duration::from_secs(15)] {
             let took = takeover(&url, ttl).await;

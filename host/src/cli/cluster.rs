@@ -1,4 +1,4 @@
-//! `chitin cluster status|drain|instances|cleanup-stale` (and `chitin admin
+//! `chitin cluster status|drain|load|snapshot|instances|cleanup-stale` (and `chitin admin
 //! drain`); the rollout verbs live in `rollout.rs`, the upgrade verbs in
 //! `upgrade.rs`.
 
@@ -31,6 +31,13 @@ pub enum ClusterCommand {
         shard: Option<String>,
         #[arg(long)]
         json: bool,
+    },
+    /// Record the cluster for a shadow comparison of policies (`chitin policy
+    /// diff`, `chitin policy fixture`): the config the nodes run, the nodes,
+    /// leases, load and the cluster's policy hashes, as JSON on stdout.
+    Snapshot {
+        #[command(flatten)]
+        addr: NodeAddr,
     },
     /// Every instance in the Redis registry, alive or stale.
     Instances {
@@ -83,6 +90,7 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<ExitCode> {
         ClusterCommand::CleanupStale { addr } => super::coord::cleanup_stale(addr),
         ClusterCommand::Status { addr, json } => runtime()?.block_on(status(&addr.node, json)),
         ClusterCommand::Drain(args) => runtime()?.block_on(drain(args)),
+        ClusterCommand::Snapshot { addr } => runtime()?.block_on(snapshot(&addr.node)),
         ClusterCommand::Load { addr, shard, json } => runtime()?.block_on(load(&addr.node, shard.as_deref(), json)),
         ClusterCommand::UpgradeStatus { addr, json } => runtime()?.block_on(super::upgrade::status(&addr.node, json)),
         ClusterCommand::FinalizeUpgrade { addr, version } => runtime()?.block_on(super::upgrade::finalize(&addr.node, version)),
@@ -184,6 +192,90 @@ async fn load(nodes: &Nodes, shard: Option<&str>, json: bool) -> anyhow::Result<
     if loads.is_empty() {
         println!("(no appends counted in the last minutes)");
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `chitin cluster snapshot`: the status and config of the first node of
+/// `nodes` that answers, and the load every live node counted.
+async fn snapshot(nodes: &Nodes) -> anyhow::Result<ExitCode> {
+    use chitin::topology::snapshot::{Snapshot, SnapshotLease, SnapshotLoad, SnapshotNode, VERSION};
+    let mut client = admin(nodes).await?;
+    let status = client
+        .status(proto::StatusRequest {})
+        .await
+        .map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?
+        .into_inner();
+    let got = client
+        .get_config(proto::GetConfigRequest {})
+        .await
+        .map_err(|s| anyhow::anyhow!("get-config failed: {}", s.message()))?
+        .into_inner();
+    anyhow::ensure!(
+        !got.config_json.is_empty(),
+        "the node {} is {} and has no config yet: nothing to record",
+        status.node,
+        if got.state.is_empty() { "UNPROVISIONED" } else { got.state.as_str() }
+    );
+    let config = chitin::topology::ClusterConfig::from_json(&got.config_json)
+        .map_err(|e| anyhow::anyhow!("the node {} sent a config that does not parse: {e}", status.node))?;
+    let addresses: Vec<String> = status.nodes.iter().map(|n| n.address.clone()).collect();
+    let opts = chitin::rollout::exec::Options { tls: super::client::tls(), ..Default::default() };
+    let (loads, silent) = chitin::rollout::exec::cluster_load(&addresses, None, &opts).await;
+    for node in &silent {
+        eprintln!("no answer from {node}: its load counts are missing from the snapshot");
+    }
+    let state = |s: &str| match s {
+        "joining" => chitin::policy::sdk::NodeState::Joining,
+        "active" => chitin::policy::sdk::NodeState::Active,
+        "leaving" => chitin::policy::sdk::NodeState::Leaving,
+        _ => chitin::policy::sdk::NodeState::Down,
+    };
+    let shards: std::collections::HashSet<&str> = config.shards().map(|(_, s)| s.id.as_str()).collect();
+    let mut snap = Snapshot {
+        version: VERSION,
+        taken_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        taken_via: status.node.clone(),
+        nodes: status
+            .nodes
+            .iter()
+            .map(|n| SnapshotNode {
+                name: n.name.clone(),
+                id: n.uuid.clone(),
+                address: n.address.clone(),
+                state: state(&n.state),
+                // Status lists the live registrations only.
+                live: true,
+                zone: None,
+                labels: Vec::new(),
+            })
+            .collect(),
+        // Status lists the live leases only; a lease of a shard another
+        // config version has is left out (the snapshot has one config).
+        leases: status
+            .leases
+            .iter()
+            .filter(|l| shards.contains(l.shard.as_str()))
+            .map(|l| SnapshotLease { shard: l.shard.clone(), holder: l.holder.clone(), holder_id: l.holder_uuid.clone(), epoch: l.epoch, live: true })
+            .collect(),
+        load: loads
+            .into_iter()
+            .filter(|l| shards.contains(l.shard.as_str()))
+            .map(|l| SnapshotLoad { shard: l.shard, ops_per_sec: l.ops_per_sec, bytes_per_sec: l.bytes_per_sec, ranges: l.ranges })
+            .collect(),
+        policies: status.cluster_policies.into_iter().collect(),
+        config,
+    };
+    snap.complete_nodes();
+    print!("{}", snap.to_json());
+    eprintln!(
+        "recorded config version {}: {} nodes ({} live), {} leases, load of {} shards, via {}",
+        snap.config.version,
+        snap.nodes.len(),
+        snap.nodes.iter().filter(|n| n.live).count(),
+        snap.leases.len(),
+        snap.load.len(),
+        snap.taken_via
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -44,7 +44,7 @@ pub enum Command {
     /// Append to and read the reference journal.
     #[command(subcommand)]
     Journal(journal::JournalCommand),
-    /// Cluster status and drain; bootstrap, add-node, move-shard, split-shard, rebalance, get-config.
+    /// Cluster status, load, snapshot and drain; bootstrap, add-node, move-shard, split-shard, rebalance, get-config.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
     /// Dispatch a command to a target: claims the target for the node.
@@ -61,7 +61,7 @@ pub enum Command {
     /// Create, change, validate and compare cluster configs (cluster_config.json).
     #[command(subcommand)]
     Config(config::ConfigCommand),
-    /// Inspect, test and scaffold policy plugins.
+    /// Inspect, test, compare (over a cluster snapshot) and scaffold policy plugins.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
     /// Fault-injection run: nodes, clients, kills, pauses, restarts, drains,

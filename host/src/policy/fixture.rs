@@ -19,13 +19,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Limits, Plugin, PolicyCallError, Slot, SlotRunner, sdk};
 
 /// One fixture file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fixture {
     #[serde(default)]
@@ -37,7 +37,7 @@ pub struct Fixture {
 }
 
 /// The answer a fixture expects.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Expect {
     Ok(Value),

@@ -19,7 +19,9 @@
 //!   calls in the SDK's plain types (one module per supported version; the
 //!   record conversions come from the SDK's `__policy_conversions!`);
 //! - [`slot`]: a loaded slot: a warm instance, deadlines and error mapping;
-//! - [`fixture`]: the fixture runner behind `chitin policy test`.
+//! - [`fixture`]: the fixture runner behind `chitin policy test`;
+//! - [`shadow`]: two components over one cluster snapshot, their decisions
+//!   compared (`chitin policy diff`) or recorded as fixtures (`chitin policy fixture`).
 //!
 //! Calls are synchronous and take microseconds; from async code call them
 //! through `tokio::task::spawn_blocking` (WASI host calls, such as a guest's
@@ -32,6 +34,7 @@ pub mod env;
 pub mod fixture;
 pub mod plugin;
 pub mod sandbox;
+pub mod shadow;
 pub mod since_v0_1_0;
 pub mod slot;
 pub mod wit;

@@ -6,7 +6,8 @@
 //! checks one config ([`validate`]) and a change between two versions
 //! ([`transition`]), describes a change ([`diff`]) and a config
 //! ([`summary`]), builds new versions ([`ops`]) and hands the config to the
-//! policies as SDK records ([`policy_view`]).
+//! policies as SDK records ([`policy_view`]) and records a running cluster
+//! for a shadow comparison of policies ([`snapshot`]).
 //!
 //! Nothing here does I/O except [`file`], which reads and writes one file.
 //! Every check returns *every* violation it finds, each with a stable
@@ -21,6 +22,7 @@ pub mod ops;
 pub mod policy_view;
 pub mod route;
 pub mod rules;
+pub mod snapshot;
 pub mod summary;
 pub mod transition;
 pub mod validate;

@@ -205,6 +205,20 @@ impl ClusterConfig {
     }
 }
 
+/// The JSON form of `cluster_config.json`, for a config embedded in another
+/// document (a snapshot, say): a malformed bound fails the whole document.
+impl Serialize for ClusterConfig {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        wire::Config::from_model(self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ClusterConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        wire::Config::deserialize(deserializer)?.into_model().map_err(serde::de::Error::custom)
+    }
+}
+
 /// The JSON layout, field for field.
 mod wire {
     use super::*;
