@@ -30,6 +30,8 @@ const SIZES: [usize; 3] = [1_000, 10_000, 100_000];
 /// Concurrent renewals in the per-lease round (the nodes do it side by side).
 const WORKERS: usize = 16;
 const RENEW_INTERVAL: Duration = Duration::from_secs(5);
+/// Longer than PostgreSQL's statistics flush interval (1 s).
+const FLUSH: Duration = Duration::from_millis(1_500);
 
 /// CPU seconds the database server has used so far.
 fn server_cpu(pids: &[u32]) -> f64 {
@@ -37,10 +39,14 @@ fn server_cpu(pids: &[u32]) -> f64 {
     let mut total = 0.0;
     for pid in all_with_children(pids) {
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+            // Fields after the command's closing parenthesis: utime, stime,
+            // and the reaped children's cutime, cstime are the 12th to 15th
+            // (a PostgreSQL backend's time moves to the postmaster's
+            // cutime when it exits).
             let after = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
-            let f: Vec<&str> = after.split_whitespace().collect();
-            total += (f[11].parse::<f64>().unwrap_or(0.0) + f[12].parse::<f64>().unwrap_or(0.0)) / tick;
+            let f: Vec<f64> = after.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+            let reaped = if pids.contains(&pid) { f[13] + f[14] } else { 0.0 };
+            total += (f[11] + f[12] + reaped) / tick;
         }
     }
     total
@@ -117,11 +123,11 @@ impl Db {
             }
             Db::My { url, .. } => {
                 let mut c = sqlx::MySqlConnection::connect(url).await.unwrap();
-                let rows = sqlx::query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Innodb_rows_updated')").fetch_all(&mut c).await.unwrap();
+                let rows = sqlx::query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Handler_update')").fetch_all(&mut c).await.unwrap();
                 let get = |name: &str| {
                     rows.iter().find(|r| r.get::<String, _>(0) == name).map_or(0.0, |r| r.get::<String, _>(1).parse().unwrap_or(0.0))
                 };
-                Counters { statements: get("Questions"), updated: get("Innodb_rows_updated") }
+                Counters { statements: get("Questions"), updated: get("Handler_update") }
             }
         }
     }
@@ -172,12 +178,13 @@ struct Round {
 }
 
 async fn measure<F: Future<Output = ()>>(db: &Db, round: F) -> Round {
+    // PostgreSQL's backends flush their statistics at most once a second.
+    tokio::time::sleep(FLUSH).await;
     let (before, cpu) = (db.counters().await, server_cpu(db.pids()));
     let started = Instant::now();
     round.await;
     let wall = started.elapsed();
-    // Counters of the last statements arrive with a short delay on PostgreSQL.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(FLUSH).await;
     let cpu = server_cpu(db.pids()) - cpu;
     let after = db.counters().await;
     Round { wall, cpu, counted: after - before }
@@ -189,7 +196,7 @@ fn lease(shard: usize, nodes: &[(Uuid, String)]) -> Lease {
 }
 
 async fn bench(db: &Db) {
-    let store = Store::connect_with(db.url(), StoreOptions { max_connections: WORKERS as u32 + 2, ..StoreOptions::default() }).await.unwrap();
+    let store = connect(db).await;
     store.migrate().await.unwrap();
     let mut nodes = Vec::new();
     for i in 0..NODES {
@@ -199,10 +206,14 @@ async fn bench(db: &Db) {
     for (id, _) in &nodes {
         store.heartbeat(*id, 1).await.unwrap();
     }
+    store.close().await;
     for shards in SIZES {
         // Per-lease renewal: every lease, by WORKERS at a time.
         db.truncate().await;
         db.seed(&nodes, shards, false).await;
+        // Each round on a pool of its own, closed at its end: PostgreSQL's
+        // backends flush their statistics when they exit.
+        let store = connect(db).await;
         let per_lease = measure(db, async {
             let tasks: Vec<_> = (0..WORKERS)
                 .map(|w| {
@@ -217,17 +228,21 @@ async fn bench(db: &Db) {
             for t in tasks {
                 t.await.unwrap();
             }
+            store.close().await;
         })
         .await;
         // Leases on liveness: one heartbeat per node.
         db.truncate().await;
         db.seed(&nodes, shards, true).await;
+        let store = connect(db).await;
         let on_liveness = measure(db, async {
             for (id, _) in &nodes {
                 store.heartbeat(*id, 1).await.unwrap();
             }
+            store.close().await;
         })
         .await;
+        let store = connect(db).await;
         let started = Instant::now();
         let rows = store.holders().await.unwrap();
         let read = started.elapsed();
@@ -253,8 +268,12 @@ async fn bench(db: &Db) {
             on_liveness.cpu / per_lease.cpu.max(0.01)
         );
         println!("| {} | {shards} | a round's read of the lease table (`holders`) | 1 | 0 | {:.1} ms | | |", db.name(), read.as_secs_f64() * 1e3);
+        store.close().await;
     }
-    store.close().await;
+}
+
+async fn connect(db: &Db) -> Store {
+    Store::connect_with(db.url(), StoreOptions { max_connections: WORKERS as u32 + 2, ..StoreOptions::default() }).await.unwrap()
 }
 
 fn mariadb_pids() -> Vec<u32> {
