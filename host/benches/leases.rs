@@ -21,7 +21,7 @@ mod common;
 use common::{drop_db, fresh_db};
 
 async fn store(url: &str, ttl: Duration) -> Store {
-    let s = Store::connect_with(url, StoreOptions { lease_ttl: ttl, liveness_timeout: ttl, max_connections: 64, ..StoreOptions::default() })
+    let s = Store::connect_with(url, StoreOptions { lease_ttl: ttl, liveness_timeout: ttl, max_connections: 32, ..StoreOptions::default() })
         .await
         .unwrap();
     s.migrate().await.unwrap();
@@ -115,7 +115,7 @@ fn main() {
         s.heartbeat(node, 1).await.unwrap();
         let lease = s.try_acquire("bench-shard", node, None).await.unwrap().unwrap();
         let token = lease.token();
-        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(64).connect(&url).await.unwrap();
+        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(32).connect(&url).await.unwrap();
         sqlx::query("CREATE TABLE bench_bare (id bigserial PRIMARY KEY, stream text NOT NULL, payload bytea NOT NULL)")
             .execute(&pool)
             .await

@@ -249,7 +249,7 @@ where
     /// Runs `attempt` until it finishes, again after contention (at most
     /// [`ATTEMPTS`] times); then [`LeaseError::Contention`] with the last
     /// driver error.
-    async fn with_retry<T, F, Fut>(&self, op: &'static str, mut attempt: F) -> Result<T, LeaseError>
+    pub(crate) async fn with_retry<T, F, Fut>(&self, op: &'static str, mut attempt: F) -> Result<T, LeaseError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, Attempt>>,
@@ -432,7 +432,7 @@ where
     }
 
     /// Why `token` no longer holds its lease, read after the statement that needed it failed.
-    async fn lost_error(&self, token: &LeaseToken) -> LeaseError {
+    pub(crate) async fn lost_error(&self, token: &LeaseToken) -> LeaseError {
         let row = match sqlx::query(B::SQL.lease).bind(token.shard.as_str()).fetch_optional(&self.pool).await {
             Ok(row) => row,
             Err(e) => return e.into(),

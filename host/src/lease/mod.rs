@@ -735,7 +735,11 @@ impl Store {
     /// outcome (`fresh = false`) of a request id applied before, earlier in
     /// the batch included. All or nothing: a lost lease writes none of them.
     pub async fn append_batch(&self, token: &LeaseToken, entries: &[NewEntry]) -> Result<Vec<Appended>, LeaseError> {
-        dispatch!(self, s => s.append_batch(token, entries).await)
+        match self {
+            Store::Postgres(s) => pg::append_batch(s, token, entries).await,
+            Store::MySql(s) => s.append_batch(token, entries).await,
+            Store::Sqlite(s) => s.append_batch(token, entries).await,
+        }
     }
 
     /// The same insert without the lease check (the benchmark's baseline).

@@ -9,8 +9,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult, PgRow};
 use sqlx::{PgConnection, Postgres, Row};
 use uuid::Uuid;
 
-use super::engine::{AppendInOne, Backend, Engine, Sql};
-use super::{LeaseError, StoreOptions};
+use super::engine::{AppendInOne, Attempt, Backend, Engine, Sql};
+use super::{Appended, LeaseError, LeaseToken, NewEntry, StoreOptions};
 use crate::plant::{self, Plant};
 
 /// The PostgreSQL dialect.
@@ -180,6 +180,89 @@ impl Backend for Pg {
         .bind(stream)
         .fetch_one(conn)
     }
+}
+
+/// A batch of appends as one statement: the fence gates the input; entries
+/// whose request id is stored (or repeated earlier in the batch) are left
+/// out; each stream's sequence is bumped once by its count, and the fresh
+/// entries are numbered from it in batch order. Returns the inserted rows.
+const APPEND_BATCH: &str = concat!(
+    "WITH fence AS (SELECT 1 FROM chitin_shard_leases l WHERE l.shard_id = $1 AND l.holder = $2::uuid \
+     AND l.epoch = $3 AND ",
+    lease_expiry!(),
+    " > clock_timestamp() FOR SHARE), \
+     input AS (SELECT t.stream, t.request_id, t.payload, t.ord \
+       FROM unnest($4::text[], $5::text[], $6::bytea[]) WITH ORDINALITY AS t(stream, request_id, payload, ord) \
+       WHERE EXISTS (SELECT 1 FROM fence)), \
+     fresh AS (SELECT DISTINCT ON (i.stream, i.request_id) i.stream, i.request_id, i.payload, i.ord FROM input i \
+       WHERE NOT EXISTS (SELECT 1 FROM chitin_journal j WHERE j.stream = i.stream AND j.request_id = i.request_id) \
+       ORDER BY i.stream, i.request_id, i.ord), \
+     counts AS (SELECT stream, count(*) AS k FROM fresh GROUP BY stream), \
+     bumped AS (INSERT INTO chitin_journal_streams AS s (stream, last_seq) SELECT stream, k FROM counts \
+       ON CONFLICT (stream) DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq RETURNING s.stream, s.last_seq), \
+     numbered AS (SELECT f.stream, f.request_id, f.payload, \
+       b.last_seq - c.k + row_number() OVER (PARTITION BY f.stream ORDER BY f.ord) AS seq \
+       FROM fresh f JOIN counts c ON c.stream = f.stream JOIN bumped b ON b.stream = f.stream) \
+     INSERT INTO chitin_journal (stream, seq, request_id, payload, shard_id, epoch) \
+     SELECT stream, seq, request_id, payload, $1, $3 FROM numbered RETURNING stream, request_id, seq"
+);
+
+/// [`super::Store::append_batch`] on PostgreSQL: one round trip for the
+/// batch, one more only when some entry was not fresh (to answer it with
+/// its original outcome).
+pub(super) async fn append_batch(e: &Engine<Pg>, token: &LeaseToken, entries: &[NewEntry]) -> Result<Vec<Appended>, LeaseError> {
+    use std::collections::HashMap;
+    crate::failpoint::hit("append.before_fence").await;
+    if plant::active(Plant::Fence) || plant::active(Plant::Dedup) || crate::failpoint::is_armed("append.before_commit") {
+        // The planted bugs and the pause before COMMIT live in the transactional batch.
+        return e.append_batch(token, entries).await;
+    }
+    let (streams, ids, payloads): (Vec<&str>, Vec<&str>, Vec<&[u8]>) =
+        entries.iter().map(|x| (x.stream.as_str(), x.request_id.as_str(), x.payload.as_slice())).collect();
+    let mut stored: HashMap<(String, String), (i64, i64, bool)> = e
+        .with_retry("append batch", || async {
+            let rows = sqlx::query(APPEND_BATCH)
+                .bind(token.shard.as_str())
+                .bind(token.holder.to_string())
+                .bind(token.epoch)
+                .bind(&streams)
+                .bind(&ids)
+                .bind(&payloads)
+                .fetch_all(&e.pool)
+                .await;
+            match rows {
+                Ok(rows) => rows
+                    .iter()
+                    .map(|r| Ok(((r.try_get("stream")?, r.try_get("request_id")?), (r.try_get("seq")?, token.epoch, true))))
+                    .collect::<Result<_, sqlx::Error>>()
+                    .map_err(Attempt::from),
+                // A racing writer of the same id committed meanwhile: run again, and find it.
+                Err(err) if super::unique_violation(&err).is_some() => Err(Attempt::Again(err)),
+                Err(err) => Err(err.into()),
+            }
+        })
+        .await?;
+    let mut answers = Vec::with_capacity(entries.len());
+    let mut first = std::collections::HashSet::new();
+    for x in entries {
+        let key = (x.stream.clone(), x.request_id.clone());
+        if !stored.contains_key(&key) {
+            let row = sqlx::query("SELECT seq, epoch FROM chitin_journal WHERE stream = $1 AND request_id = $2")
+                .bind(x.stream.as_str())
+                .bind(x.request_id.as_str())
+                .fetch_optional(&e.pool)
+                .await?;
+            match row {
+                Some(r) => drop(stored.insert(key.clone(), (r.try_get("seq")?, r.try_get("epoch")?, false))),
+                // Neither written nor stored before: the fence refused the batch.
+                None => return Err(e.lost_error(token).await),
+            }
+        }
+        let (seq, epoch, fresh) = stored[&key];
+        // A repeat within the batch is answered as applied before.
+        answers.push(Appended { seq, epoch, fresh: fresh && first.insert(key) });
+    }
+    Ok(answers)
 }
 
 pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<Pg>, LeaseError> {
