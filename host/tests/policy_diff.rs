@@ -319,6 +319,22 @@ async fn a_snapshot_of_a_running_cluster_round_trips_through_diff_and_fixtures()
     let counted: f64 = snap.load.iter().map(|l| l.ops_per_sec).sum();
     assert!(counted > 0.0, "the appends left no load: {:?}", snap.load);
     assert!(snap.load.iter().all(|l| l.ranges.len() == 64), "64 sub-ranges per shard");
+    // A drain's request carries the load recorded for the shards it hands over, as the node's does.
+    let drains: Vec<sdk::DrainRequest> = chitin::policy::shadow::cases(&snap, &Default::default())
+        .into_iter()
+        .filter_map(|c| match c.request {
+            chitin::policy::shadow::Request::PlanDrain(d) => Some(d.request),
+            _ => None,
+        })
+        .collect();
+    assert!(!drains.is_empty());
+    for d in &drains {
+        let handed: BTreeSet<&str> = d.holders.iter().map(|h| h.shard.as_str()).collect();
+        let loaded: BTreeSet<&str> = d.load.iter().map(|l| l.shard.as_str()).collect();
+        let recorded: BTreeSet<&str> = snap.load.iter().map(|l| l.shard.as_str()).filter(|s| handed.contains(s)).collect();
+        assert_eq!(loaded, recorded, "the drain of {} carries the load of its shards", d.leaving);
+    }
+    assert!(drains.iter().any(|d| !d.load.is_empty()), "no drain carried any load: {drains:?}");
 
     let tmp = tempfile::tempdir().unwrap();
     let path = write(tmp.path(), "snap.json", &text);

@@ -73,7 +73,7 @@ impl Node {
             shards,
             replicas: replicas_in,
             holders: placeable.iter().map(|shard| sdk::Holder { shard: shard.clone(), node: self.name.clone() }).collect(),
-            load: Vec::new(),
+            load: self.load.snapshot(None).iter().filter(|l| placeable.contains(&l.shard)).map(|l| l.policy_load()).collect(),
             max_per_round: cap,
         };
         let policy_rounds = if placeable.is_empty() { Vec::new() } else { self.call_policy(move |p| p.plan_drain(request)).await? };

@@ -87,6 +87,19 @@ pub struct ShardLoad {
     pub ranges: Vec<RangeLoad>,
 }
 
+impl ShardLoad {
+    /// The shard's load as a policy request carries it (the drain's
+    /// `load`; the split's, beside its sub-ranges as samples).
+    pub fn policy_load(&self) -> chitin_policy_sdk::ShardLoad {
+        chitin_policy_sdk::ShardLoad {
+            shard: self.shard.clone(),
+            keys: 0,
+            bytes: self.bytes_per_sec.round() as u64,
+            ops_per_sec: self.ops_per_sec,
+        }
+    }
+}
+
 impl From<ShardLoad> for crate::proto::ShardLoad {
     fn from(l: ShardLoad) -> Self {
         let ranges = l

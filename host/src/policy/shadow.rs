@@ -16,8 +16,8 @@
 //!   load as the samples (as `chitin cluster split-shard` without
 //!   `--split-at`);
 //! - `drain.plan-drain`: each live node holding leases drained (as the node
-//!   drains: only shards with a live replica node elsewhere, no load, then
-//!   the host's check of the answer and its cap on handoffs per round).
+//!   drains: only shards with a live replica node elsewhere, with the load
+//!   recorded for them, then the host's check of the answer and its cap on handoffs per round).
 //!
 //! `instance-id` is not compared: a snapshot records no node's environment.
 //!
@@ -222,7 +222,7 @@ pub fn cases(snap: &Snapshot, opts: &Options) -> Vec<Case> {
             shards: shards.clone(),
             replicas: replicas.clone(),
             holders: placeable.iter().map(|s| sdk::Holder { shard: s.clone(), node: leaving.name.clone() }).collect(),
-            load: Vec::new(),
+            load: snap.load.iter().filter(|l| placeable.contains(&l.shard)).map(|l| l.split_input().0).collect(),
             max_per_round: cap,
         };
         let case = DrainCase { request, held, replicas: replica_nodes.clone(), live, placeable, kept };
