@@ -50,6 +50,18 @@ struct Liveness {
     renewed: Option<Instant>,
 }
 
+/// When the renewal that keeps a lease was sent: its own renewal (`sent`)
+/// for a lease with its own expiry; the last heartbeat for a lease on the
+/// current liveness epoch; none for a lease on an epoch that ended, or
+/// before the first heartbeat.
+fn renewal_sent(lease_epoch: Option<i64>, liveness: Liveness, sent: Instant) -> Option<Instant> {
+    match (lease_epoch, liveness) {
+        (None, _) => Some(sent),
+        (Some(epoch), Liveness { epoch: current, renewed }) if epoch == current => renewed,
+        (Some(_), _) => None,
+    }
+}
+
 struct Held {
     lease: Lease,
     serve_until: Instant,
@@ -149,13 +161,7 @@ impl Leases {
     /// served: a lease on liveness by the node's last heartbeat instead (and
     /// not at all on an epoch that ended).
     fn serve_until(&self, lease: &Lease, sent: Instant) -> Instant {
-        match lease.liveness_epoch {
-            None => self.window(sent),
-            Some(epoch) => match self.liveness() {
-                Liveness { epoch: current, renewed: Some(renewed) } if current == epoch => self.window(renewed),
-                _ => Instant::now(),
-            },
-        }
+        renewal_sent(lease.liveness_epoch, self.liveness(), sent).map_or_else(Instant::now, |r| self.window(r))
     }
 
     /// Heartbeats, which renews every lease on this node's liveness at once.
@@ -464,6 +470,29 @@ impl Leases {
                 tracing::warn!(shard = %lease.shard, error = %e, "cannot release lease");
             }
             self.forget(&lease.shard, Some(lease.epoch));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_is_kept_by_its_own_renewal_or_by_the_heartbeat_of_its_epoch() {
+        let t0 = Instant::now();
+        let (hb, sent) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(2));
+        let at = |epoch, renewed| Liveness { epoch, renewed };
+        // (lease's liveness epoch, node's liveness, expected)
+        let cases = [
+            (None, at(1, None), Some(sent)),
+            (None, at(3, Some(hb)), Some(sent)),
+            (Some(1), at(1, Some(hb)), Some(hb)),
+            (Some(1), at(1, None), None),
+            (Some(1), at(2, Some(hb)), None),
+        ];
+        for (lease, liveness, want) in cases {
+            assert_eq!(renewal_sent(lease, liveness, sent), want, "{lease:?} {liveness:?}");
         }
     }
 }
