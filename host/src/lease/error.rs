@@ -69,6 +69,11 @@ pub enum LeaseError {
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
 
+    /// A batch of appends failed in a way that may or may not have
+    /// committed (the batch's own error, as each of its appends sees it).
+    #[error("the group commit of this append failed and may have committed: {0}; retry with the same request id")]
+    BatchOutcomeUnknown(String),
+
     #[error("schema migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
 

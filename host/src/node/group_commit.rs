@@ -98,10 +98,10 @@ fn shared(e: &LeaseError) -> LeaseError {
         LeaseError::LeaseLost { shard, holder, epoch, reason } => {
             LeaseError::LeaseLost { shard: shard.clone(), holder: *holder, epoch: *epoch, reason: reason.clone() }
         }
-        other => unknown(&format!("group commit: {other}")),
+        other => unknown(&other.to_string()),
     }
 }
 
 fn unknown(why: &str) -> LeaseError {
-    LeaseError::Db(sqlx::Error::Protocol(why.to_string()))
+    LeaseError::BatchOutcomeUnknown(why.to_string())
 }

@@ -185,6 +185,7 @@ impl Node {
                     // Any other database failure: the transaction may or may
                     // not have committed (the driver cannot tell).
                     Err(LeaseError::Db(e)) => return Err(AppendError::OutcomeUnknown(format!("database: {e}"))),
+                    Err(e @ LeaseError::BatchOutcomeUnknown(_)) => return Err(AppendError::OutcomeUnknown(e.to_string())),
                     Err(e) => return Err(AppendError::not_applied(e.to_string())),
                 }
             }
