@@ -8,6 +8,12 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Like any Unix tool: a closed pipe (`chitin … | head`) ends the
+    // process quietly instead of making the next print panic.
+    // SAFETY: called before any thread starts; SIG_DFL is a valid disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = cli::Cli::parse();
     cli::init_logging(args.log_format);
     // Before anything builds a TLS config (sqlx and redis use the default).
@@ -15,7 +21,7 @@ fn main() -> ExitCode {
     match cli::client::configure_tls(&args.tls).and_then(|()| cli::run(args.command)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{}", chitin::security::redact(&format!("error: {e:#}")));
+            eprintln!("{}", chitin::security::redact(&format!("error: {}", cli::error_text(&e))));
             ExitCode::FAILURE
         }
     }

@@ -75,6 +75,42 @@ async fn standalone_health_has_the_reference_fields_and_no_cluster_block() {
     assert!(node.terminate(Duration::from_secs(30)).unwrap().success(), "{}", node.log_text());
 }
 
+/// A round asks the placement policy again only when what it ranks on
+/// changed: rounds of a steady node call it no more, however many shards.
+#[tokio::test(flavor = "multi_thread")]
+async fn steady_lease_rounds_ask_the_placement_policy_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = standalone_node(dir.path(), "standalone", |s| {
+        s.metrics.auth_token = Some(TOKEN.into());
+        (s.leases.ttl_secs, s.leases.renew_interval_secs) = (2.0, 0.2);
+    })
+    .unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(active_health(&node.metrics).await["shards_held"], 16);
+    let counts = |m: &Exposition| {
+        (
+            m.sum("chitin_lease_round_duration_seconds_count", &[("outcome", "ok")]),
+            m.sum("chitin_policy_call_duration_seconds_count", &[("slot", "placement")]),
+        )
+    };
+    let after_rounds = async |n: f64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = counts(&scrape(&node.metrics).await);
+            if now.0 >= n || std::time::Instant::now() > deadline {
+                assert!(now.0 >= n, "not {n} rounds in 30 s: {}", now.0);
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    // The first round ranks the node joining, the second active: both ask.
+    let (rounds, calls) = after_rounds(2.0).await;
+    let later = after_rounds(rounds + 5.0).await;
+    assert_eq!(later.1, calls, "{} steady rounds called the placement policy", later.0 - rounds);
+    assert!(node.terminate(Duration::from_secs(30)).unwrap().success(), "{}", node.log_text());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn cluster_health_and_metrics_after_appends_forwards_and_handoffs() -> Result<()> {
     let mut c = Cluster::new(Dialect::Postgres, 3, 16, 2, |_, s| s.metrics.auth_token = Some(TOKEN.into())).await?;

@@ -256,3 +256,32 @@ fn json_output_of_validation() {
     assert_eq!(v["violations"][0]["scope"], "transition");
     assert_eq!(v["violations"][0]["code"], "replica-node-changed");
 }
+
+/// A reader that went away (`chitin … | head`) ends the command the way it
+/// ends any Unix tool, by SIGPIPE, not with a panic on the next print.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let config = fixtures_dir().join("valid-reference-layout/config.json");
+    assert!(config.exists(), "fixture {} is missing", config.display());
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(BIN)
+        .args(["config", "validate", config.to_str().unwrap()])
+        .stdout(writer)
+        .output()
+        .expect("run chitin");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(13), "not ended by SIGPIPE: {:?} {stderr}", out.status);
+}
+
+/// An error names each cause once: the I/O error a message quotes is not
+/// appended to it again.
+#[test]
+fn an_error_prints_its_cause_once() {
+    let out = chitin(&["config", "validate", "/nonexistent/cluster.json"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("No such file or directory").count(), 1, "{stderr}");
+}

@@ -113,3 +113,31 @@ pub fn init_logging(format: LogFormat) {
         LogFormat::Json => builder.json().init(),
     }
 }
+
+/// What `main` prints for a failed command: the error and each cause its
+/// message does not already quote (most of ours quote the I/O error they
+/// wrap, and `{:#}` would print it twice).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text = format!("{text}: {cause}");
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_the_message_quotes_is_printed_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory (os error 2)");
+        let quoted = chitin::policy::PolicyLoadError::Read { path: "x.wasm".into(), source: io() };
+        assert_eq!(error_text(&quoted.into()), "cannot read plugin x.wasm: No such file or directory (os error 2)");
+        let wrapped = anyhow::Error::new(io()).context("loading the policies");
+        assert_eq!(error_text(&wrapped), "loading the policies: No such file or directory (os error 2)");
+    }
+}

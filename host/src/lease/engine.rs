@@ -23,6 +23,10 @@ use super::{
 /// How often a transaction that hit contention is run before giving up.
 pub(crate) const ATTEMPTS: usize = 8;
 
+/// The most values one `IN (…)` list binds: far under every dialect's limit
+/// on parameters per statement (SQLite's is the lowest).
+const IN_LIST_MAX: usize = 500;
+
 /// One dialect's statements; the comment of each names its parameters in
 /// binding order and, for queries, the columns read.
 pub struct Sql {
@@ -84,6 +88,9 @@ pub struct Sql {
     pub holders: &'static str,
     /// (node) → the lease columns of the node's live leases, by shard.
     pub leases_of: &'static str,
+    /// (shard, …) → the lease columns of the named shards. Ends in `IN (`: the engine adds a
+    /// placeholder per shard and the closing parenthesis.
+    pub leases_in: &'static str,
     /// (shard, epoch, holder, holder_name, via)
     pub insert_history: &'static str,
     /// () → shard_id, epoch, holder, holder_name, via, acquired_at; by shard and epoch.
@@ -333,7 +340,7 @@ where
     async fn taker(&self, conn: &mut <B::Db as Database>::Connection, node: Uuid) -> Result<Taker, LeaseError> {
         match self.node_in(conn, node).await? {
             Some(t) if t.state == NodeState::Down => Err(LeaseError::NodeNotRegistered(node)),
-            Some(t) if self.on_liveness() && !t.leased => Err(LeaseError::NodeNotLive(node)),
+            Some(t) if self.on_liveness() && !t.leased => Err(LeaseError::LivenessLapsed(node)),
             Some(t) => Ok(t),
             None => Err(LeaseError::NodeNotRegistered(node)),
         }
@@ -383,7 +390,7 @@ where
     /// Ends the liveness epoch of a lease's holder whose leases ran out, so
     /// that it cannot revive them: the first step of taking over a dead node.
     async fn end_lapsed_liveness(&self, conn: &mut <B::Db as Database>::Connection, cur: &LeaseRow) -> Result<(), LeaseError> {
-        if let (Some(holder), Some(epoch), false) = (cur.holder, cur.liveness_epoch, cur.live) {
+        if let Some((holder, epoch)) = cur.lapsed_liveness() {
             sqlx::query(B::SQL.bump_liveness).bind(holder.to_string().as_str()).bind(epoch).execute(conn).await?;
         }
         Ok(())
@@ -494,25 +501,6 @@ where
         .await
     }
 
-    /// Runs a one-statement update of registration `node` (bound last, after
-    /// `state` if any); nothing updated means it is down or unknown.
-    async fn touch_node(&self, op: &'static str, sql: &'static str, state: Option<NodeState>, node: Uuid) -> Result<(), LeaseError> {
-        let id = node.to_string();
-        let done = self
-            .with_retry(op, || async {
-                let mut q = sqlx::query(sql);
-                if let Some(state) = state {
-                    q = q.bind(state.as_str());
-                }
-                Ok(q.bind(id.as_str()).execute(&self.pool).await?)
-            })
-            .await?;
-        if B::affected(&done) == 0 {
-            return Err(LeaseError::NodeNotRegistered(node));
-        }
-        Ok(())
-    }
-
     /// Records that `node` is alive and extends every lease on its liveness
     /// by the TTL, in one statement. `epoch` is the liveness epoch the node
     /// knows; when a peer ended it, the node's leases on it are gone and it
@@ -539,8 +527,18 @@ where
         Err(LeaseError::NodeNotRegistered(node))
     }
 
+    /// Nothing updated means the registration is down or unknown.
     pub(crate) async fn set_node_state(&self, node: Uuid, state: NodeState) -> Result<(), LeaseError> {
-        self.touch_node("set node state", B::SQL.set_state, Some(state), node).await
+        let id = node.to_string();
+        let done = self
+            .with_retry("set node state", || async {
+                Ok(sqlx::query(B::SQL.set_state).bind(state.as_str()).bind(id.as_str()).execute(&self.pool).await?)
+            })
+            .await?;
+        if B::affected(&done) == 0 {
+            return Err(LeaseError::NodeNotRegistered(node));
+        }
+        Ok(())
     }
 
     pub(crate) async fn deregister(&self, node: Uuid) -> Result<(), LeaseError> {
@@ -768,6 +766,26 @@ where
 
     pub(crate) async fn leases_of(&self, node: Uuid) -> Result<Vec<LeaseRow>, LeaseError> {
         self.lease_rows(B::SQL.leases_of, Some(node)).await
+    }
+
+    /// The live leases of `node` and the rows of `shards`, by shard: what
+    /// one lease round reads, two index lookups in a steady cluster.
+    pub(crate) async fn round_leases(&self, node: Uuid, shards: &[String]) -> Result<Vec<LeaseRow>, LeaseError> {
+        let mut rows: std::collections::BTreeMap<String, LeaseRow> =
+            self.leases_of(node).await?.into_iter().map(|r| (r.shard.clone(), r)).collect();
+        for chunk in shards.chunks(IN_LIST_MAX) {
+            let mut query = sqlx::QueryBuilder::<B::Db>::new(B::SQL.leases_in);
+            let mut list = query.separated(", ");
+            for shard in chunk {
+                list.push_bind(shard.as_str());
+            }
+            query.push(")");
+            for row in query.build().fetch_all(&self.pool).await? {
+                let row = Self::lease_row(&row)?;
+                rows.insert(row.shard.clone(), row);
+            }
+        }
+        Ok(rows.into_values().collect())
     }
 
     pub(crate) async fn lease(&self, shard: &str) -> Result<Option<LeaseRow>, LeaseError> {

@@ -103,6 +103,13 @@ pub enum LeaseError {
     #[error("node registration {0} is not live (down, or not seen within the liveness timeout)")]
     NodeNotLive(Uuid),
 
+    #[error(
+        "node registration {0} has no unexpired liveness: its heartbeat (one per lease round) did not renew it \
+         within the lease TTL, so it takes no leases until its next heartbeat gets through; if this repeats, \
+         look for a slow or unreachable database"
+    )]
+    LivenessLapsed(Uuid),
+
     #[error("node registration {0} is leaving the cluster: it takes no leases")]
     NodeLeaving(Uuid),
 

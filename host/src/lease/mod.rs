@@ -111,6 +111,8 @@ macro_rules! history_cols {
 
 #[cfg(test)]
 mod bounds_tests;
+#[cfg(test)]
+mod row_tests;
 mod engine;
 mod error;
 mod mysql;
@@ -339,6 +341,20 @@ pub struct LeaseRow {
     pub expires_at: Option<DateTime<Utc>>,
     /// Held and unexpired, by the database clock.
     pub live: bool,
+}
+
+impl LeaseRow {
+    /// The holder and liveness epoch a takeover of this row ends first: a
+    /// lease on liveness that is held but not live. Ending the epoch (only
+    /// if the holder's leases did run out) keeps the holder from reviving
+    /// this or any other lease on it; a lease with its own expiry needs no
+    /// such step.
+    pub fn lapsed_liveness(&self) -> Option<(Uuid, i64)> {
+        match (self.holder, self.liveness_epoch, self.live) {
+            (Some(holder), Some(epoch), false) => Some((holder, epoch)),
+            _ => None,
+        }
+    }
 }
 
 /// One grant of a lease, from `chitin_lease_history`.
@@ -705,6 +721,12 @@ impl Store {
     /// The live leases `node` holds, by shard id.
     pub async fn leases_of(&self, node: Uuid) -> Result<Vec<LeaseRow>, LeaseError> {
         dispatch!(self, s => s.leases_of(node).await)
+    }
+
+    /// The live leases `node` holds and the rows of `shards` (those never
+    /// leased have none), by shard id: a lease round's read, by index.
+    pub async fn round_leases(&self, node: Uuid, shards: &[String]) -> Result<Vec<LeaseRow>, LeaseError> {
+        dispatch!(self, s => s.round_leases(node, shards).await)
     }
 
     /// The lease history (of one shard, or all), by shard and epoch.

@@ -114,6 +114,7 @@ impl Backend for My {
             lease_expiry!(),
             " > UTC_TIMESTAMP(6) ORDER BY l.shard_id"
         ),
+        leases_in: concat!("SELECT ", lease_cols!(), " WHERE l.shard_id IN ("),
         insert_history: "INSERT INTO chitin_lease_history (shard_id, epoch, holder, holder_name, via, acquired_at) \
              VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
         history: concat!("SELECT ", history_cols!(), " ORDER BY shard_id, epoch"),

@@ -127,6 +127,7 @@ impl Backend for Pg {
             lease_expiry!(),
             " > clock_timestamp() ORDER BY l.shard_id"
         ),
+        leases_in: concat!("SELECT ", lease_cols!(), " WHERE l.shard_id IN ("),
         insert_history: "INSERT INTO chitin_lease_history (shard_id, epoch, holder, holder_name, via, acquired_at) \
              VALUES ($1, $2, $3::uuid, $4, $5, clock_timestamp())",
         history: concat!("SELECT ", history_cols!(), " ORDER BY shard_id, epoch"),
@@ -208,8 +209,8 @@ const APPEND_BATCH: &str = concat!(
 );
 
 /// [`super::Store::append_batch`] on PostgreSQL: one round trip for the
-/// batch, one more only when some entry was not fresh (to answer it with
-/// its original outcome).
+/// batch, one more only when some entries were not fresh (to answer them
+/// with their original outcome).
 pub(super) async fn append_batch(e: &Engine<Pg>, token: &LeaseToken, entries: &[NewEntry]) -> Result<Vec<Appended>, LeaseError> {
     use std::collections::HashMap;
     crate::failpoint::hit("append.before_fence").await;
@@ -242,23 +243,32 @@ pub(super) async fn append_batch(e: &Engine<Pg>, token: &LeaseToken, entries: &[
             }
         })
         .await?;
+    // The entries not written now were stored before (or the fence refused
+    // the batch): one lookup finds them all, to answer with their outcome.
+    let (old_streams, old_ids): (Vec<&str>, Vec<&str>) = entries
+        .iter()
+        .filter(|x| !stored.contains_key(&(x.stream.clone(), x.request_id.clone())))
+        .map(|x| (x.stream.as_str(), x.request_id.as_str()))
+        .unzip();
+    if !old_streams.is_empty() {
+        let rows = sqlx::query(
+            "SELECT j.stream, j.request_id, j.seq, j.epoch FROM chitin_journal j \
+             JOIN unnest($1::text[], $2::text[]) AS t(stream, request_id) ON j.stream = t.stream AND j.request_id = t.request_id",
+        )
+        .bind(&old_streams)
+        .bind(&old_ids)
+        .fetch_all(&e.pool)
+        .await?;
+        for r in rows {
+            stored.insert((r.try_get("stream")?, r.try_get("request_id")?), (r.try_get("seq")?, r.try_get("epoch")?, false));
+        }
+    }
     let mut answers = Vec::with_capacity(entries.len());
     let mut first = std::collections::HashSet::new();
     for x in entries {
         let key = (x.stream.clone(), x.request_id.clone());
-        if !stored.contains_key(&key) {
-            let row = sqlx::query("SELECT seq, epoch FROM chitin_journal WHERE stream = $1 AND request_id = $2")
-                .bind(x.stream.as_str())
-                .bind(x.request_id.as_str())
-                .fetch_optional(&e.pool)
-                .await?;
-            match row {
-                Some(r) => drop(stored.insert(key.clone(), (r.try_get("seq")?, r.try_get("epoch")?, false))),
-                // Neither written nor stored before: the fence refused the batch.
-                None => return Err(e.lost_error(token).await),
-            }
-        }
-        let (seq, epoch, fresh) = stored[&key];
+        // Neither written nor stored before: the fence refused the batch.
+        let Some(&(seq, epoch, fresh)) = stored.get(&key) else { return Err(e.lost_error(token).await) };
         // A repeat within the batch is answered as applied before.
         answers.push(Appended { seq, epoch, fresh: fresh && first.insert(key) });
     }

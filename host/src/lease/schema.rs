@@ -63,6 +63,13 @@ const MIGRATIONS: &[(i64, &str, &str, &str, &str)] = &[
         include_str!("../../migrations/mysql/0007_node_leases.sql"),
         include_str!("../../migrations/sqlite/0007_node_leases.sql"),
     ),
+    (
+        8,
+        "lease holder index",
+        include_str!("../../migrations/postgres/0008_lease_holder_index.sql"),
+        include_str!("../../migrations/mysql/0008_lease_holder_index.sql"),
+        include_str!("../../migrations/sqlite/0008_lease_holder_index.sql"),
+    ),
 ];
 
 /// The versions of `applied` this binary has no migration for.
@@ -99,7 +106,7 @@ mod tests {
 
     #[test]
     fn unknown_versions_are_those_without_a_migration() {
-        let cases: &[(&[i64], &[i64])] = &[(&[], &[]), (&[1, 2, 3, 4, 5, 6, 7], &[]), (&[1, 2, 3, 4, 5, 6, 7, 8], &[8]), (&[1, 8, 9], &[8, 9])];
+        let cases: &[(&[i64], &[i64])] = &[(&[], &[]), (&[1, 2, 3, 4, 5, 6, 7, 8], &[]), (&[1, 2, 3, 4, 5, 6, 7, 8, 9], &[9]), (&[1, 9, 10], &[9, 10])];
         for (applied, unknown) in cases {
             assert_eq!(unknown_versions(applied), *unknown, "{applied:?}");
         }

@@ -192,6 +192,7 @@ impl Backend for Lite {
              WHERE shard_id = ? AND holder = ? AND epoch = ?",
         holders: lease!(" ORDER BY l.shard_id"),
         leases_of: lease!(" WHERE l.holder = ? AND ", lease_expiry!(), " > ", now_ms!(), " ORDER BY l.shard_id"),
+        leases_in: lease!(" WHERE l.shard_id IN ("),
         insert_history: concat!(
             "INSERT INTO chitin_lease_history (shard_id, epoch, holder, holder_name, via, acquired_at) \
              VALUES (?, ?, ?, ?, ?, ",

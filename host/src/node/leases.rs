@@ -171,16 +171,17 @@ impl Leases {
         let sent = Instant::now();
         let known = self.liveness().epoch;
         let epoch = self.store.heartbeat(self.me, known).await?;
-        *self.liveness.lock().unwrap_or_else(|p| p.into_inner()) = Liveness { epoch, renewed: Some(sent) };
+        let liveness = Liveness { epoch, renewed: Some(sent) };
+        *self.liveness.lock().unwrap_or_else(|p| p.into_inner()) = liveness;
         if epoch != known {
             tracing::warn!(known, epoch, "a peer ended this node's liveness epoch: its leases on it are gone");
         }
-        let (until, mut ended) = (self.window(sent), Vec::new());
-        for h in self.lock().values_mut() {
-            match h.lease.liveness_epoch {
-                Some(e) if e == epoch => h.serve_until = until,
-                Some(_) => ended.push((h.lease.shard.clone(), h.lease.epoch)),
-                None => {}
+        let mut ended = Vec::new();
+        // Leases with their own expiry are renewed by `renew_all`, not here.
+        for h in self.lock().values_mut().filter(|h| h.lease.liveness_epoch.is_some()) {
+            match renewal_sent(h.lease.liveness_epoch, liveness, sent) {
+                Some(renewed) => h.serve_until = self.window(renewed),
+                None => ended.push((h.lease.shard.clone(), h.lease.epoch)),
             }
         }
         for (shard, epoch) in ended {

@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod peers;
 pub mod plan;
 pub mod policy_hashes;
+pub mod rankings;
 pub mod round;
 pub mod shard_map;
 pub mod stored;
@@ -180,6 +181,8 @@ pub struct Node {
     pub load: load::Load,
     /// Concurrent appends to one shard, committed together.
     group_commit: Arc<group_commit::GroupCommit>,
+    /// The last preferred holders and what they were ranked on.
+    rankings: rankings::Memo<rankings::RankingKey, rankings::Rankings>,
 }
 
 impl Node {
@@ -303,6 +306,7 @@ impl Node {
             policy_mismatch: Mutex::new(Vec::new()),
             load: load::Load::default(),
             group_commit: Arc::default(),
+            rankings: Default::default(),
         });
         if let Some(cluster) = cluster_policies {
             node.compare_policies(&cluster);
@@ -476,9 +480,13 @@ impl Node {
     /// replicas. The rollout builds the same records with every node active.
     fn policy_input(&self, registry: &[NodeRecord]) -> (Vec<sdk::Node>, Vec<sdk::Shard>, Vec<sdk::Replica>) {
         let topology = self.topology();
+        (self.policy_nodes(registry), policy_view::shards(&topology.config), policy_view::replicas(&topology.config))
+    }
+
+    /// The config's nodes with the states the policies see.
+    fn policy_nodes(&self, registry: &[NodeRecord]) -> Vec<sdk::Node> {
         let mine = self.lifecycle();
-        let nodes = policy_view::nodes_with_states(&topology.config, |id| plan::node_state(id, &self.name, mine, registry));
-        (nodes, policy_view::shards(&topology.config), policy_view::replicas(&topology.config))
+        policy_view::nodes_with_states(&self.topology().config, |id| plan::node_state(id, &self.name, mine, registry))
     }
 
     /// Calls a policy off the async runtime and counts it.

@@ -55,7 +55,8 @@ pub struct RoundInput<'a> {
     pub rankings: &'a [(String, Vec<String>)],
     /// Live registrations by node name.
     pub live: &'a HashMap<String, LiveNode>,
-    /// Lease state per shard; a shard missing here has never been leased.
+    /// Lease state of the shards [`leases_to_read`] names; one missing
+    /// here has never been leased. The plan looks at no other shard's lease.
     pub leases: &'a HashMap<String, LeaseView>,
     /// Shards this node holds now.
     pub held: &'a HashSet<String>,
@@ -134,6 +135,24 @@ pub fn target<'r>(input: &RoundInput<'_>, ranking: &'r [String]) -> Option<&'r s
 /// retired.
 fn grantable(input: &RoundInput<'_>, shard: &str) -> bool {
     !input.retired.contains(shard) && input.parents.get(shard).is_none_or(|p| input.retired.contains(p))
+}
+
+/// The shards whose lease rows [`plan_round`] looks at: those this node is
+/// the target of but does not hold (to acquire when free), and the parents
+/// of finished splits not retired yet (to seed when free). Together with
+/// the node's own rows this is what a round reads: in a steady cluster only
+/// the shards it holds, never the whole lease table. Ignores `input.leases`.
+pub fn leases_to_read(input: &RoundInput<'_>) -> Vec<String> {
+    let parents = input.splits.iter().map(|(parent, _)| parent).filter(|p| !input.retired.contains(*p));
+    let targets = input
+        .rankings
+        .iter()
+        .filter(|(shard, ranking)| !input.held.contains(shard) && target(input, ranking) == Some(input.me))
+        .map(|(shard, _)| shard);
+    let mut shards: Vec<String> = parents.chain(targets).cloned().collect();
+    shards.sort();
+    shards.dedup();
+    shards
 }
 
 /// The seeds, acquisitions and handoffs of one round, in that order and in
@@ -471,6 +490,44 @@ mod tests {
         let plan = w.plan("b", false, 4);
         assert_eq!(plan.len(), 4);
         assert!(plan.iter().all(|a| matches!(a, Action::Handover { to, .. } if to == "a")));
+    }
+
+    #[test]
+    fn a_round_reads_the_leases_it_could_act_on_and_no_other() {
+        // a holds s1; s2 is a's but held elsewhere (or free); s3 is b's;
+        // s4's preferred node is dead, so a is next; p split into s5, s6.
+        let mut w = world(
+            &[("s1", &["a", "b"]), ("s2", &["a", "b"]), ("s3", &["b", "a"]), ("s4", &["c", "a"]), ("s5", &["b", "a"]), ("s6", &["a", "b"])],
+            &["a", "b"],
+        )
+        .held_by("s1", "a", true);
+        w.splits = vec![("p".into(), vec!["s5".into(), "s6".into()])];
+        let read = |w: &World, me: &str, leaving: bool| {
+            leases_to_read(&RoundInput {
+                me,
+                my_uuid: uuid(me),
+                leaving,
+                rankings: &w.rankings,
+                live: &w.live,
+                leases: &w.leases,
+                held: &w.held,
+                parents: &w.parents,
+                retired: &w.retired,
+                splits: &w.splits,
+                max_handoffs: 4,
+            })
+        };
+        assert_eq!(read(&w, "a", false), ["p", "s2", "s4", "s6"]);
+        assert_eq!(read(&w, "b", false), ["p", "s3", "s5"]);
+        // A leaving node acquires nothing; a retired parent needs no seed.
+        w.retired.insert("p".into());
+        assert!(read(&w, "a", true).is_empty());
+        // Every shard the plan acquires or seeds is one it read.
+        let w = world(&[("s1", &["a"]), ("s2", &["b", "a"])], &["a"]);
+        for action in w.plan("a", false, 4) {
+            let Action::Acquire { shard } = action else { continue };
+            assert!(read(&w, "a", false).contains(&shard), "{shard}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The lease round: read the database and the registry, ask the placement
-//! policy for preferred holders, plan ([`super::plan::plan_round`]), apply.
+//! The lease round: read the registry, ask the placement policy for
+//! preferred holders (only when what they rank on changed), read the lease
+//! rows the plan can act on, plan ([`super::plan::plan_round`]), apply.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -9,8 +10,10 @@ use chitin_policy_sdk as sdk;
 use tokio::sync::watch;
 
 use super::plan::{self, Action, LeaseView, LiveNode, RoundInput};
+use super::rankings::{RankingKey, Rankings};
 use super::{Lifecycle, Node, NodeError};
 use crate::lease::{self, LeaseError, NodeRecord, NodeState};
+use crate::topology::policy_view;
 
 /// Live registrations other than `me`, by name.
 pub fn live_peers(registry: &[NodeRecord], me: &str) -> HashMap<String, LiveNode> {
@@ -46,32 +49,14 @@ impl Node {
         // A node running other components than the cluster's would rank
         // holders differently and pull leases back and forth: it takes none.
         let takes = self.takes_leases();
-        let rows = self.store.holders().await?;
-        if takes {
-            self.take_up_handed_over(&rows).await;
-        }
-
-        let (nodes, shards, replicas) = self.policy_input(&registry);
-        let rankings = self
-            .call_policy(move |p| p.preferred_holders(sdk::RankingRequest { nodes, shards, replicas }))
-            .await?;
+        let rankings = self.rankings(&registry).await?;
         let topology = self.topology();
-        let rankings: Vec<(String, Vec<String>)> = rankings
-            .into_iter()
-            .filter(|r| topology.map.shard(&r.shard).is_some())
-            .map(|r| (r.shard, r.nodes))
-            .collect();
 
         let mut live = live_peers(&registry, &self.name);
         // A peer that takes no leases is no recipient: as if it were leaving.
         for peer in live.values_mut().filter(|p| refusing.contains(&p.uuid)) {
             peer.leaving = true;
         }
-        let leases: HashMap<String, LeaseView> = rows
-            .into_iter()
-            .map(|r| (r.shard, LeaseView { live_holder: r.holder.filter(|_| r.live) }))
-            .collect();
-        let held: HashSet<String> = self.leases.held_ids();
         let lifecycle = self.lifecycle();
         let parents: HashMap<String, String> =
             topology.map.shards().iter().filter_map(|s| Some((s.id.clone(), s.parent.clone()?))).collect();
@@ -82,19 +67,32 @@ impl Node {
         } else {
             self.store.retirements().await?.into_iter().map(|r| r.shard).collect()
         };
+        let held: HashSet<String> = self.leases.held_ids();
+        let unread = HashMap::new();
         let input = RoundInput {
             me: &self.name,
             my_uuid: self.uuid,
             leaving: matches!(lifecycle, Lifecycle::Leaving | Lifecycle::Drained),
             rankings: &rankings,
             live: &live,
-            leases: &leases,
+            leases: &unread,
             held: &held,
             parents: &parents,
             retired: &retired,
             splits: &splits,
             max_handoffs: self.settings.leases.max_handoffs_per_round as usize,
         };
+        // This node's own rows and those it could act on: never the whole table.
+        let rows = self.store.round_leases(self.uuid, &plan::leases_to_read(&input)).await?;
+        if takes {
+            self.take_up_handed_over(&rows).await;
+        }
+        let leases: HashMap<String, LeaseView> = rows
+            .into_iter()
+            .map(|r| (r.shard, LeaseView { live_holder: r.holder.filter(|_| r.live) }))
+            .collect();
+        let held = self.leases.held_ids();
+        let input = RoundInput { leases: &leases, held: &held, ..input };
         for action in plan::plan_round(&input) {
             if takes || matches!(action, Action::Handover { .. }) {
                 self.apply(action).await;
@@ -108,6 +106,28 @@ impl Node {
         // Requests waiting for a holder look again after every fresh read.
         self.leases.notify_change();
         Ok(())
+    }
+
+    /// The placement policy's preferred holders for the served config,
+    /// asked for only when the config, the components or a node's state
+    /// changed since the last round.
+    async fn rankings(&self, registry: &[NodeRecord]) -> Result<Rankings, NodeError> {
+        let topology = self.topology();
+        let key = RankingKey { topology: topology.clone(), policies: self.policies(), nodes: self.policy_nodes(registry) };
+        if let Some(rankings) = self.rankings.get(&key) {
+            return Ok(rankings);
+        }
+        let request = sdk::RankingRequest {
+            nodes: key.nodes.clone(),
+            shards: policy_view::shards(&topology.config),
+            replicas: policy_view::replicas(&topology.config),
+        };
+        let rankings = self.call_policy(move |p| p.preferred_holders(request)).await?;
+        let rankings: Rankings = Arc::new(
+            rankings.into_iter().filter(|r| topology.map.shard(&r.shard).is_some()).map(|r| (r.shard, r.nodes)).collect(),
+        );
+        self.rankings.put(key, rankings.clone());
+        Ok(rankings)
     }
 
     async fn apply(&self, action: Action) {

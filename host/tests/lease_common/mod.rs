@@ -734,6 +734,36 @@ pub async fn deregister_frees_leases(url: String) -> Result<()> {
     Ok(())
 }
 
+/// A round's read: the node's own live leases and the rows it names (those
+/// never leased have none), not the others; a list longer than one
+/// statement's share of parameters is read in parts.
+pub async fn round_leases(url: String) -> Result<()> {
+    let s = store(&url, 30_000, 30_000).await?;
+    let n1 = s.register_node("n1", "a1").await?;
+    let n2 = s.register_node("n2", "a2").await?;
+    for (shard, node) in [("a", n1), ("b", n1), ("c", n2), ("d", n2), ("e", n1)] {
+        s.try_acquire(shard, node, None).await?.context("grant")?;
+    }
+    let e = s.lease("e").await?.context("row e")?;
+    s.release(&chitin::lease::Lease {
+        shard: "e".into(),
+        holder: n1,
+        holder_name: "n1".into(),
+        epoch: e.epoch,
+        liveness_epoch: None,
+        expires_at: Default::default(),
+    })
+    .await?;
+    let shards = |rows: Vec<chitin::lease::LeaseRow>| rows.into_iter().map(|r| r.shard).collect::<Vec<_>>();
+    ensure!(shards(s.round_leases(n1, &[]).await?) == ["a", "b"], "its own live leases only");
+    let named: Vec<String> = ["c", "never", "e", "a"].map(String::from).into();
+    ensure!(shards(s.round_leases(n1, &named).await?) == ["a", "b", "c", "e"]);
+    let many: Vec<String> = (0..1_200).map(|i| format!("x{i}")).chain(["d".to_string()]).collect();
+    ensure!(shards(s.round_leases(n1, &many).await?) == ["a", "b", "d"], "a long list is read whole");
+    s.close().await;
+    Ok(())
+}
+
 /// The fence SQL documented for applications (`Dialect::fence_sql`) finds
 /// the current token, and nothing for a stale one, inside the
 /// application's own transaction.
@@ -983,7 +1013,7 @@ pub async fn leases_on_liveness(url: String) -> Result<()> {
     ensure!(own.liveness_epoch.is_none(), "{own:?}");
     s.set_leases_on_liveness(true);
     ensure!(
-        matches!(s.try_acquire("a", n1, None).await, Err(LeaseError::NodeNotLive(id)) if id == n1),
+        matches!(s.try_acquire("a", n1, None).await, Err(LeaseError::LivenessLapsed(id)) if id == n1),
         "a node whose liveness has not started (no heartbeat yet) takes nothing"
     );
     ensure!(s.heartbeat(n1, 1).await? == 1);
@@ -1256,6 +1286,10 @@ macro_rules! lease_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn migrate_idempotent() {
             lease_common::run($dialect, lease_common::migrate_idempotent).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn round_leases() {
+            lease_common::run($dialect, lease_common::round_leases).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn append_batch() {
