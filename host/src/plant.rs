@@ -27,11 +27,23 @@ pub enum Plant {
     /// (a timeout, a reset after sending) is taken as never sent, so the
     /// forwarding node may answer "not applied" for a request that commits.
     ForwardOnce,
+    /// The lapse of a lease on its holder's liveness: such a lease is
+    /// taken as live while its holder's row is at its liveness epoch and not
+    /// down (it has an expiry), whether or not that expiry has passed, so a
+    /// stalled holder keeps its shards and no takeover ends its liveness.
+    Liveness,
 }
 
 impl Plant {
-    pub const ALL: [Plant; 6] =
-        [Plant::Fence, Plant::Dedup, Plant::IdleBound, Plant::EpochBump, Plant::SplitRetirement, Plant::ForwardOnce];
+    pub const ALL: [Plant; 7] = [
+        Plant::Fence,
+        Plant::Dedup,
+        Plant::IdleBound,
+        Plant::EpochBump,
+        Plant::SplitRetirement,
+        Plant::ForwardOnce,
+        Plant::Liveness,
+    ];
 
     /// The name `--plant` takes.
     pub fn name(self) -> &'static str {
@@ -42,6 +54,7 @@ impl Plant {
             Plant::EpochBump => "epoch-bump",
             Plant::SplitRetirement => "split-retirement",
             Plant::ForwardOnce => "forward-once",
+            Plant::Liveness => "liveness",
         }
     }
 
@@ -54,6 +67,7 @@ impl Plant {
             Plant::EpochBump => "the epoch bump of a grant: a new holder gets its predecessor's epoch",
             Plant::SplitRetirement => "the retirement of a split parent's lease: its token stays valid beside its children's",
             Plant::ForwardOnce => "the forward's at-most-once rule: a forward whose answer was lost is taken as never sent",
+            Plant::Liveness => "the lapse of a lease on liveness: it is taken as live while its holder's row has an expiry, passed or not",
         }
     }
 

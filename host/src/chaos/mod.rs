@@ -130,6 +130,20 @@ pub struct ChaosOptions {
 }
 
 impl ChaosOptions {
+    /// Spare node processes the run prepares for `add-node`: at most
+    /// [`lab::MAX_ADDED_NODES`], and never past five nodes in all.
+    fn spares(&self) -> usize {
+        if self.kinds.contains(&FaultKind::AddNode) { lab::MAX_ADDED_NODES.min(5usize.saturating_sub(self.nodes)) } else { 0 }
+    }
+
+    /// Replicas per shard: one on every node, but one node fewer when
+    /// `move-shard` is asked for (and the nodes allow the minimum of
+    /// three), so that every shard has a node to move to.
+    fn replication_factor(&self) -> usize {
+        let min = crate::topology::validate::MIN_REPLICATION_FACTOR as usize;
+        if self.kinds.contains(&FaultKind::MoveShard) { (self.nodes - 1).max(min).min(self.nodes) } else { self.nodes }
+    }
+
     fn validate(&self) -> Result<(), ChaosError> {
         let refuse = |why: String| Err(ChaosError::Options(why));
         if !(3..=5).contains(&self.nodes) {
@@ -162,8 +176,9 @@ impl ChaosOptions {
 
 /// Why a kind cannot be injected in this run, if it cannot; `network` is
 /// the run's namespaces or why there are none.
-fn unavailable(kind: FaultKind, private_pg: bool, network: &Result<Network, String>) -> Option<String> {
+fn unavailable(kind: FaultKind, private_pg: bool, network: &Result<Network, String>, spares: usize) -> Option<String> {
     match kind {
+        FaultKind::AddNode if spares == 0 => Some("the run has five nodes already, the most it runs".into()),
         FaultKind::Database if !private_pg => {
             Some("the configured database is not the run's to restart (use --private-postgres)".into())
         }
@@ -196,14 +211,14 @@ pub async fn run(opts: ChaosOptions) -> Result<Report, ChaosError> {
     } else if !private_pg {
         Err("the nodes reach the configured database only on loopback (use --private-postgres)".to_string())
     } else {
-        Network::create(&run_id, opts.nodes, salt).map_err(|e| e.to_string())
+        Network::create(&run_id, opts.nodes + opts.spares(), salt).map_err(|e| e.to_string())
     };
     let mut skipped = BTreeMap::new();
     let kinds: Vec<FaultKind> = opts
         .kinds
         .iter()
         .copied()
-        .filter(|&k| match unavailable(k, private_pg, &network) {
+        .filter(|&k| match unavailable(k, private_pg, &network, opts.spares()) {
             Some(why) => {
                 skipped.insert(k.name().to_string(), why);
                 false
@@ -270,15 +285,16 @@ async fn run_in(
     ))?;
     let namespace = format!("chitin-chaos-{}", uuid::Uuid::new_v4().simple());
     let node_redis_url = redis.url(&server_host);
-    let ports = testkit::free_ports(opts.nodes * 2)?;
-    let names: Vec<String> = (0..opts.nodes).map(|k| format!("node-{:02}", k + 1)).collect();
-    let hosts: Vec<String> = (0..opts.nodes)
+    let all = opts.nodes + opts.spares();
+    let ports = testkit::free_ports(all * 2)?;
+    let names: Vec<String> = (0..all).map(|k| format!("node-{:02}", k + 1)).collect();
+    let hosts: Vec<String> = (0..all)
         .map(|k| network.as_ref().map_or("127.0.0.1".to_string(), |n| n.node_ip(k)))
         .collect();
-    let apis: Vec<String> = (0..opts.nodes).map(|k| format!("{}:{}", hosts[k], ports[2 * k])).collect();
+    let apis: Vec<String> = (0..all).map(|k| format!("{}:{}", hosts[k], ports[2 * k])).collect();
     let config = opts.dir.join("cluster_config.json");
-    let pairs: Vec<(String, String)> = names.iter().cloned().zip(apis.iter().cloned()).collect();
-    std::fs::write(&config, lab::cluster_config(&pairs, opts.shards, opts.nodes))
+    let pairs: Vec<(String, String)> = names.iter().cloned().zip(apis.iter().cloned()).take(opts.nodes).collect();
+    std::fs::write(&config, lab::cluster_config(&pairs, opts.shards, opts.replication_factor()))
         .map_err(io_error(format!("write {}", config.display())))?;
     let shared = settings::ClusterShared {
         redis_url: &node_redis_url,
@@ -291,11 +307,13 @@ async fn run_in(
     crate::security::redact::register_secret(&peer_token);
     crate::security::redact::register_url_password(&node_db_url);
     let mut nodes = Vec::new();
-    for k in 0..opts.nodes {
+    for k in 0..all {
         let (name, api) = (&names[k], &apis[k]);
         let metrics = format!("{}:{}", hosts[k], ports[2 * k + 1]);
         let settings_path = opts.dir.join(format!("{name}.toml"));
-        let node = settings::ClusterNode { name, api, metrics: &metrics, data_dir: opts.dir.join(name), config_file: Some(&config) };
+        // A spare starts unprovisioned: add-node's first push gives it the config.
+        let config_file = (k < opts.nodes).then_some(config.as_path());
+        let node = settings::ClusterNode { name, api, metrics: &metrics, data_dir: opts.dir.join(name), config_file };
         let mut node_settings = settings::cluster_node(&node, &shared);
         // Forwards and notices carry a peer token, as in production; the
         // lab's own clients stay unauthenticated, so nodes on the private
@@ -317,8 +335,10 @@ async fn run_in(
     let store = Store::connect(&local_db_url).await?;
     let mut ranges = checker::Ranges::new();
     lab::note_ranges(&crate::topology::file::load(&config).map_err(|e| ChaosError::Options(e.to_string()))?, &mut ranges);
+    let spares = nodes.split_off(opts.nodes);
     let mut lab = lab::Lab {
         nodes,
+        spares,
         redis_url: redis.url("127.0.0.1"),
         redis,
         namespace,
@@ -375,11 +395,22 @@ async fn run_in(
             break;
         }
         tokio::time::sleep(rng.between(Duration::from_millis(500), Duration::from_secs(2))).await;
-        if bag.is_empty() {
-            bag = kinds.clone();
-            rng.shuffle(&mut bag);
-        }
-        let kind = bag.pop().expect("refilled");
+        // Add-node is drawn like the others until the spares run out; then
+        // the run goes on with the other kinds (or ends, if it was the only one).
+        let drawn = loop {
+            if bag.is_empty() {
+                bag = kinds.clone();
+                rng.shuffle(&mut bag);
+            }
+            let kind = bag.pop().expect("refilled");
+            if kind != FaultKind::AddNode || !lab.spares.is_empty() {
+                break Some(kind);
+            }
+            if kinds.len() == 1 {
+                break None;
+            }
+        };
+        let Some(kind) = drawn else { break };
         tracing::info!(index, kind = kind.name(), "fault");
         match nemesis::inject(&mut lab, &mut rng, index, kind, start).await {
             Ok((record, death)) => {

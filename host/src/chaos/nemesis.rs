@@ -34,12 +34,20 @@ pub enum FaultKind {
     /// Split an active shard in two at its middle (`chitin cluster
     /// split-shard`'s control sequence). Drawn only when asked for.
     SplitShard,
+    /// Move one replica of an active shard to a node that has none
+    /// (`chitin cluster move-shard`'s control sequence). Drawn only when
+    /// asked for.
+    MoveShard,
+    /// Start a new node and add it with a rebalance (`chitin cluster
+    /// add-node --rebalance`'s control sequence). Drawn only when asked
+    /// for, and at most [`super::lab::MAX_ADDED_NODES`] times a run.
+    AddNode,
 }
 
 impl FaultKind {
-    /// The kinds a run draws from by default: every kind but
-    /// `split-shard`, which changes the topology for good (ask for it with
-    /// `--kinds`).
+    /// The kinds a run draws from by default: every kind but the
+    /// topology changes (`split-shard`, `move-shard`, `add-node`), which
+    /// change the cluster for good (ask for them with `--kinds`).
     pub const ALL: [FaultKind; 7] = [
         FaultKind::Kill,
         FaultKind::Pause,
@@ -61,6 +69,8 @@ impl FaultKind {
             FaultKind::Database => "database",
             FaultKind::Partition => "partition",
             FaultKind::SplitShard => "split-shard",
+            FaultKind::MoveShard => "move-shard",
+            FaultKind::AddNode => "add-node",
         }
     }
 
@@ -71,7 +81,12 @@ impl FaultKind {
     }
 
     fn needs_node(self) -> bool {
-        !matches!(self, FaultKind::Redis | FaultKind::Database | FaultKind::SplitShard)
+        !matches!(self, FaultKind::Redis | FaultKind::Database) && !self.is_topology_change()
+    }
+
+    /// A control sequence that changes the cluster's config for good.
+    pub fn is_topology_change(self) -> bool {
+        matches!(self, FaultKind::SplitShard | FaultKind::MoveShard | FaultKind::AddNode)
     }
 
     /// Whether the fault proves something only against a node that holds
@@ -209,13 +224,20 @@ pub async fn inject(
             net.heal(k)?;
             format!("cut off for {down:?}")
         }
-        (FaultKind::SplitShard, None) => match lab.split(rng).await {
-            Ok(detail) => detail,
-            Err(why) => {
-                ineffective = Some(format!("split-shard failed: {why}"));
-                format!("split failed ({why})")
+        (FaultKind::SplitShard | FaultKind::MoveShard | FaultKind::AddNode, None) => {
+            let outcome = match kind {
+                FaultKind::SplitShard => lab.split(rng).await,
+                FaultKind::MoveShard => lab.move_shard(rng).await,
+                _ => lab.add_node().await,
+            };
+            match outcome {
+                Ok(detail) => detail,
+                Err(why) => {
+                    ineffective = Some(format!("{} failed: {why}", kind.name()));
+                    format!("{} failed ({why})", kind.name())
+                }
             }
-        },
+        }
         _ => unreachable!("node chosen exactly for node faults"),
     };
     let ended_ms = ms();

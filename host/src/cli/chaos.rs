@@ -49,7 +49,8 @@ pub struct ChaosArgs {
     /// Slack added to TTL + renew interval for the takeover bound, in seconds.
     #[arg(long, default_value_t = 1.0)]
     takeover_slack: f64,
-    /// Fault kinds to draw from (comma-separated). Default: all but split-shard.
+    /// Fault kinds to draw from (comma-separated). Default: all but the
+    /// topology changes split-shard, move-shard and add-node.
     #[arg(long, value_enum, value_delimiter = ',')]
     kinds: Vec<FaultKind>,
     /// Directory for logs, settings and the private servers' data (kept).

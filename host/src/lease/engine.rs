@@ -283,7 +283,7 @@ where
     // ---- row mapping --------------------------------------------------------
 
     fn lease_row(row: &DbRow<B>) -> Result<LeaseRow, LeaseError> {
-        Ok(LeaseRow {
+        let mut lease = LeaseRow {
             shard: row.try_get("shard_id")?,
             holder: B::uuid(row, "holder")?,
             holder_name: row.try_get("holder_name")?,
@@ -291,7 +291,14 @@ where
             liveness_epoch: row.try_get("liveness_epoch")?,
             expires_at: B::time(row, "expires_at")?,
             live: B::flag(row, "live")?,
-        })
+        };
+        if plant::active(Plant::Liveness) && lease.liveness_epoch.is_some() {
+            // Planted: "has an expiry" taken for "unexpired". The expiry of a
+            // lease on liveness is there while its holder's row is at its
+            // epoch and not down; only the comparison with now says it ran out.
+            lease.live = lease.holder.is_some() && lease.expires_at.is_some();
+        }
+        Ok(lease)
     }
 
     fn retirement_row(row: &DbRow<B>) -> Result<Retirement, LeaseError> {
