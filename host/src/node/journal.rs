@@ -189,7 +189,13 @@ impl Node {
                     Err(e) => return Err(AppendError::not_applied(e.to_string())),
                 }
             }
+            if !forwarded && let Some(ack) = self.forward_by_route(&shard, stream, request_id, payload).await? {
+                return Ok(ack);
+            }
             let row = self.lease_row(&shard).await.map_err(|e| AppendError::not_applied(e.to_string()))?;
+            if let Some(row) = &row {
+                self.routes.learn(row, self.uuid);
+            }
             let live_holder = row.as_ref().and_then(|r| r.holder.filter(|_| r.live));
             if live_holder.is_none() && moved_to_child.is_none() {
                 if let Some(child) = self.child_if_retired(&shard, stream).await {
@@ -219,7 +225,10 @@ impl Node {
                         Err(Some(next)) if next.name != holder => {
                             tracing::debug!(%shard, from = %holder, to = %next.name, "following the holder")
                         }
-                        Err(_) => self.wait_for_change(&mut changes, deadline, &shard).await?,
+                        Err(_) => {
+                            self.routes.forget(&shard);
+                            self.wait_for_change(&mut changes, deadline, &shard).await?
+                        }
                     }
                 }
                 AppendStep::Redirect { holder } => {
@@ -266,6 +275,27 @@ impl Node {
         match tokio::time::timeout_at(deadline.into(), changes.changed()).await {
             Ok(Ok(())) => Ok(()),
             _ => Err(self.no_holder(shard)),
+        }
+    }
+
+    /// Forwards by the shard's route, when it has one: no database read.
+    /// `None`: no route, or the holder refused (certainly not applied), and
+    /// the route is dropped; the caller reads the lease row.
+    async fn forward_by_route(
+        &self,
+        shard: &str,
+        stream: &str,
+        request_id: &str,
+        payload: &[u8],
+    ) -> Result<Option<Acknowledged>, AppendError> {
+        let Some(route) = self.routes.get(shard, chrono::Utc::now()) else { return Ok(None) };
+        let Some((_, address)) = self.peer_address(route.holder).await else { return Ok(None) };
+        match self.forward(&address, Some(route.expires_at), stream, request_id, payload).await? {
+            Ok(ack) => Ok(Some(ack)),
+            Err(_) => {
+                self.routes.forget(shard);
+                Ok(None)
+            }
         }
     }
 

@@ -32,6 +32,7 @@ pub mod plan;
 pub mod policy_hashes;
 pub mod rankings;
 pub mod round;
+pub mod routes;
 pub mod shard_map;
 pub mod stored;
 
@@ -183,6 +184,8 @@ pub struct Node {
     group_commit: Arc<group_commit::GroupCommit>,
     /// The last preferred holders and what they were ranked on.
     rankings: rankings::Memo<rankings::RankingKey, rankings::Rankings>,
+    /// Where shards held elsewhere were last found: forwards without a read.
+    routes: routes::Routes,
 }
 
 impl Node {
@@ -307,6 +310,7 @@ impl Node {
             load: load::Load::default(),
             group_commit: Arc::default(),
             rankings: Default::default(),
+            routes: Default::default(),
         });
         if let Some(cluster) = cluster_policies {
             node.compare_policies(&cluster);

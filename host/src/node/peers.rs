@@ -130,6 +130,7 @@ impl super::Node {
     /// leases and takes those this node is preferred for.
     pub fn on_node_down(&self, node: &str) {
         tracing::info!(%node, "a peer found a node dead; running a round now");
+        self.routes.clear();
         self.kick.notify_one();
     }
 
@@ -142,6 +143,7 @@ impl super::Node {
                 Err(e) => tracing::debug!(%shard, error = %e, "cannot take up a lease on notice"),
             }
         }
+        self.routes.forget(shard);
         self.leases.notify_change();
     }
 }
