@@ -7,12 +7,15 @@
 //! build's lock nor touches `target/guests`, where `build.rs` builds the
 //! embedded defaults), in a scrubbed environment as `build.rs` does.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use chitin::policy::{Plugin, PluginSource, Slot};
+use chitin::policy::{Plugin, PluginSource, Policies, Slot};
+use chitin::rollout::plan;
+use chitin::topology::ClusterConfig;
 
 mod cluster_common;
 
@@ -212,6 +215,60 @@ fn scaffolding_refuses_an_unknown_slot_and_an_existing_crate() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
 }
 
+/// The zone plugin example, built.
+fn zone_wasm() -> String {
+    examples_built().join("zone_placement.wasm").display().to_string()
+}
+
+/// Writes to `path` a config of `nodes` (id, address, zone) with one
+/// `journal` application of 16 shards at replication factor 3, placed by
+/// `chitin config add-application` with the `[policies]` of `settings`, or
+/// with the embedded defaults when `None`; returns it.
+fn zoned_config(path: &Path, nodes: &[(String, String, String)], settings: Option<&Path>) -> ClusterConfig {
+    let cfg = path.to_str().unwrap();
+    let mut init = vec!["config", "init", "--force", "--output", cfg];
+    for (id, addr, _) in nodes {
+        init.extend(["--node-id", id, "--node-address", addr]);
+    }
+    ok(chitin(&init));
+    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for node in json["nodes"].as_array_mut().unwrap() {
+        let zone = &nodes.iter().find(|(id, _, _)| node["id"] == id.as_str()).unwrap().2;
+        node["metadata"] = serde_json::json!([{ "key": "zone", "value": zone }]);
+    }
+    std::fs::write(path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    let mut add = vec!["config", "add-application", "--config", cfg, "--name", "journal", "--implementation", "chitin-journal"];
+    add.extend(["--shards-count", "16"]);
+    let s = settings.map(|s| s.to_str().unwrap());
+    if let Some(s) = s {
+        add.extend(["--settings", s]);
+    }
+    ok(chitin(&add));
+    load(path)
+}
+
+fn load(path: &Path) -> ClusterConfig {
+    ClusterConfig::from_json(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// How many zones (the `zone` metadata of the config's nodes) each shard's
+/// replicas span, in shard order.
+fn zones_of_every_shard(config: &ClusterConfig) -> Vec<usize> {
+    let zone = |id: &str| {
+        let node = config.node(id).unwrap();
+        node.metadata.iter().find(|m| m.key == "zone").map(|m| m.value.clone()).unwrap()
+    };
+    config
+        .shards()
+        .map(|(_, shard)| shard.replicas.iter().map(|r| zone(&r.node_id)).collect::<BTreeSet<String>>().len())
+        .collect()
+}
+
+/// Six nodes `n1` … `n6`, two per zone in id order (`n1`, `n2` in `z1`, …).
+fn six_zoned_nodes() -> Vec<(String, String, String)> {
+    (1..=6).map(|i| (format!("n{i}"), format!("10.0.0.{i}:7000"), format!("z{}", (i + 1) / 2))).collect()
+}
+
 /// Six nodes in three zones, two each, in id order (`n1`, `n2` in `z1`, …):
 /// the default placement fills the least-loaded nodes by id and so puts
 /// two replicas of a shard in one zone; the zone plugin named in the
@@ -220,47 +277,117 @@ fn scaffolding_refuses_an_unknown_slot_and_an_existing_crate() {
 #[test]
 fn add_application_places_with_the_placement_plugin_of_the_settings_file() {
     let dir = tempfile::tempdir().unwrap();
-    let wasm = examples_built().join("zone_placement.wasm");
     let settings = dir.path().join("chitin.toml");
-    std::fs::write(&settings, format!("[policies]\nplacement = {:?}\n", wasm.display().to_string())).unwrap();
-    let zones_of_every_shard = |use_settings: bool| -> Vec<usize> {
-        let cfg = dir.path().join(format!("cluster-{use_settings}.json"));
-        let cfg = cfg.to_str().unwrap();
-        let mut init = vec!["config", "init", "--output", cfg];
-        let ids: Vec<String> = (1..=6).map(|i| format!("n{i}")).collect();
-        let addrs: Vec<String> = (1..=6).map(|i| format!("10.0.0.{i}:7000")).collect();
-        for (id, addr) in ids.iter().zip(&addrs) {
-            init.extend(["--node-id", id, "--node-address", addr]);
-        }
-        ok(chitin(&init));
-        let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(cfg).unwrap()).unwrap();
-        for (i, node) in json["nodes"].as_array_mut().unwrap().iter_mut().enumerate() {
-            node["metadata"] = serde_json::json!([{ "key": "zone", "value": format!("z{}", i / 2 + 1) }]);
-        }
-        std::fs::write(cfg, serde_json::to_string_pretty(&json).unwrap()).unwrap();
-        let mut add = vec!["config", "add-application", "--config", cfg, "--name", "app", "--shards-count", "16"];
-        let s = settings.to_str().unwrap();
-        if use_settings {
-            add.extend(["--settings", s]);
-        }
-        ok(chitin(&add));
-        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(cfg).unwrap()).unwrap();
-        let zone = |node: &str| node[1..].parse::<usize>().unwrap().div_ceil(2);
-        json["applications"][0]["shards"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|shard| {
-                let zones: std::collections::BTreeSet<usize> =
-                    shard["replicas"].as_array().unwrap().iter().map(|r| zone(r["node_id"].as_str().unwrap())).collect();
-                zones.len()
-            })
-            .collect()
-    };
-    let with_plugin = zones_of_every_shard(true);
+    std::fs::write(&settings, format!("[policies]\nplacement = {:?}\n", zone_wasm())).unwrap();
+    let with_plugin = zones_of_every_shard(&zoned_config(&dir.path().join("plugin.json"), &six_zoned_nodes(), Some(&settings)));
     assert!(with_plugin.iter().all(|&z| z == 3), "the zone plugin left shards in fewer zones: {with_plugin:?}");
-    let with_defaults = zones_of_every_shard(false);
+    let with_defaults = zones_of_every_shard(&zoned_config(&dir.path().join("defaults.json"), &six_zoned_nodes(), None));
     assert!(with_defaults.iter().any(|&z| z < 3), "the defaults spread every shard too; the test shows nothing: {with_defaults:?}");
+}
+
+/// Node processes on a fresh PostgreSQL database, all running the zone
+/// plugin; node `i` (from 0) is in `zones[i]`. The first `in_config` are in
+/// the config file, its shards placed by the defaults (so that some sit
+/// twice in one zone), and serve it; the others run unprovisioned, for
+/// `add-node`.
+async fn zoned_cluster(zones: &[&str], in_config: usize) -> cluster_common::Cluster {
+    use cluster_common::*;
+    let wasm = zone_wasm();
+    let names: Vec<String> = (1..=zones.len()).map(|i| format!("node-{i:02}")).collect();
+    let mut c = Cluster::new(Dialect::Postgres, zones.len(), 16, 0, |name, s| {
+        s.policies.placement = wasm.clone();
+        if !names[..in_config].iter().any(|n| n == name) {
+            s.cluster.config_file = None;
+        }
+    })
+    .await
+    .unwrap();
+    let nodes: Vec<(String, String, String)> =
+        c.nodes[..in_config].iter().zip(zones).map(|(n, z)| (n.name.clone(), n.api.clone(), z.to_string())).collect();
+    zoned_config(&c.config.clone(), &nodes, None);
+    for n in &mut c.nodes {
+        n.start().unwrap();
+    }
+    for n in &mut c.nodes[..in_config] {
+        n.wait_ready(Duration::from_secs(60)).await.unwrap();
+    }
+    for n in &c.nodes[in_config..] {
+        wait_admin(&n.api, Duration::from_secs(60)).await.unwrap();
+    }
+    c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    c
+}
+
+/// Every shard of the cluster takes an append (through node-01, which
+/// forwards to the holder).
+async fn every_shard_appends(c: &cluster_common::Cluster) {
+    let map = c.shard_map();
+    for shard in map.shards() {
+        let stream = cluster_common::stream_on(&map, &shard.id, "zoned");
+        cluster_common::append_until_acked(vec![c.nodes[0].api.clone()], stream, format!("after-{}", shard.id), Duration::from_secs(10))
+            .await
+            .unwrap();
+    }
+}
+
+/// A running cluster of six nodes in three zones, its shards placed by the
+/// defaults (some twice in one zone), its nodes running the zone plugin:
+/// `chitin cluster rebalance --settings` plans with the plugin and spreads
+/// every shard over the three zones, and the nodes then serve that config.
+/// The defaults' rebalance would leave the shards as they are.
+#[tokio::test(flavor = "multi_thread")]
+async fn rebalance_spreads_a_running_cluster_with_the_placement_plugin_of_the_settings_file() {
+    let c = zoned_cluster(&["z1", "z1", "z2", "z2", "z3", "z3"], 6).await;
+    let before = load(&c.config);
+    let zones = zones_of_every_shard(&before);
+    assert!(zones.iter().any(|&z| z < 3), "the defaults spread every shard: the test shows nothing: {zones:?}");
+    let defaults = Policies::embedded_defaults().unwrap();
+    let moves = defaults.rebalance(plan::rebalance_request(&before)).unwrap();
+    let by_defaults = zones_of_every_shard(plan::rebalance(&before, &moves, 4).unwrap().last());
+    assert!(by_defaults.iter().any(|&z| z < 3), "the defaults' rebalance spreads them too: {by_defaults:?}");
+
+    let settings = c.nodes[0].settings.display().to_string();
+    let config = c.config_path().display().to_string();
+    ok(chitin(&["cluster", "rebalance", "--config", &config, "--settings", &settings, "--bake-secs", "0"]));
+    let after = load(&c.config);
+    let zones = zones_of_every_shard(&after);
+    assert!(zones.iter().all(|&z| z == 3), "rebalance left shards in fewer zones: {zones:?}\n{}", after.to_json());
+    assert!(after.version > before.version);
+    c.wait_serving_config(Duration::from_secs(60)).await.unwrap();
+    every_shard_appends(&c).await;
+    c.teardown().await.unwrap();
+}
+
+/// Five running nodes, zone `z3` with one of them, the shards placed by the
+/// defaults: `chitin cluster add-node --rebalance --settings` adds a sixth
+/// node in `z3` and moves replicas as the zone plugin says, so that every
+/// shard spans three zones; the defaults' moves onto the new node would not.
+#[tokio::test(flavor = "multi_thread")]
+async fn add_node_rebalances_with_the_placement_plugin_of_the_settings_file() {
+    let c = zoned_cluster(&["z1", "z1", "z2", "z2", "z3", "z3"], 5).await;
+    let before = load(&c.config);
+    let new = &c.nodes[5];
+    let metadata = vec![chitin::topology::model::Metadata::new("zone", "z3")];
+    let defaults = Policies::embedded_defaults().unwrap();
+    let by_defaults = plan::add_node_and_rebalance(&before, &new.name, &new.api, metadata, 4, |r| defaults.rebalance(r)).unwrap();
+    let by_defaults = zones_of_every_shard(by_defaults.last());
+    assert!(by_defaults.iter().any(|&z| z < 3), "the defaults' rebalance spreads them too: {by_defaults:?}");
+
+    let settings = c.nodes[0].settings.display().to_string();
+    let config = c.config_path().display().to_string();
+    let args = ["cluster", "add-node", "--config", &config, "--node-id", &new.name, "--node-address", &new.api, "--metadata", "zone=z3"];
+    let mut args = args.to_vec();
+    args.extend(["--rebalance", "--settings", &settings, "--bake-secs", "0"]);
+    ok(chitin(&args));
+    let after = load(&c.config);
+    assert!(after.node(&new.name).is_some(), "{}", after.to_json());
+    let zones = zones_of_every_shard(&after);
+    assert!(zones.iter().all(|&z| z == 3), "add-node --rebalance left shards in fewer zones: {zones:?}\n{}", after.to_json());
+    let on_new = after.shards().flat_map(|(_, s)| &s.replicas).filter(|r| r.node_id == new.name).count();
+    assert!(on_new > 0, "no replica moved to {}: {}", new.name, after.to_json());
+    c.wait_serving_config(Duration::from_secs(60)).await.unwrap();
+    every_shard_appends(&c).await;
+    c.teardown().await.unwrap();
 }
 
 fn ok(out: Output) -> Output {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use chitin::api::proto;
 use chitin::node::shard_map::ShardMap;
 use chitin::topology::{ClusterConfig, ShardState};
@@ -87,23 +87,6 @@ fn unused_port(c: &Cluster, also: &[u16]) -> u16 {
         let taken = c.nodes.iter().any(|n| n.api.ends_with(&format!(":{p}")) || n.metrics.ends_with(&format!(":{p}")));
         if !taken && !also.contains(&p) {
             return p;
-        }
-    }
-}
-
-/// Waits until the admin plane of the node at `api` answers.
-async fn wait_admin(api: &str, within: Duration) -> Result<proto::GetConfigResponse> {
-    let deadline = Instant::now() + within;
-    loop {
-        let r = async {
-            let mut a = proto::admin_client::AdminClient::connect(format!("http://{api}")).await?;
-            Ok::<_, anyhow::Error>(a.get_config(proto::GetConfigRequest {}).await?.into_inner())
-        }
-        .await;
-        match r {
-            Ok(r) => return Ok(r),
-            Err(e) if Instant::now() > deadline => bail!("admin plane of {api} not up within {within:?}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
 }

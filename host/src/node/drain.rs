@@ -13,7 +13,6 @@ use chitin_policy_sdk as sdk;
 use uuid::Uuid;
 
 use super::plan::{self, DrainInput, Kept};
-use super::round::live_peers;
 use super::{Lifecycle, Node, NodeError};
 use crate::lease::{Lease, LeaseError, NodeState};
 
@@ -56,8 +55,9 @@ impl Node {
         self.set_lifecycle(Lifecycle::Leaving);
         let mut reactivate = Reactivate { node: self, armed: !stopping };
         self.store.set_node_state(self.uuid, NodeState::Leaving).await?;
-        let registry = self.refresh_registry().await?;
-        let live = live_peers(&registry, &self.name);
+        // Peers that take no leases are no recipients, as in the rounds.
+        let registry = self.planning_registry(self.refresh_registry().await?).await?;
+        let live = plan::live_peers(&registry, &self.name);
         let topology = self.topology();
         let replicas: HashMap<String, Vec<String>> =
             topology.map.shards().iter().map(|s| (s.id.clone(), s.replica_nodes.clone())).collect();

@@ -352,6 +352,17 @@ impl Node {
         Ok(policy_hashes::refusing(&policy_hashes::by_node(&self.store).await?, &cluster))
     }
 
+    /// `registry` as this node plans a round or a drain with it: the peers
+    /// that take no leases count as leaving ([`plan::refusing_as_leaving`]).
+    /// A standalone node has no peers and nothing to compare.
+    pub(crate) async fn planning_registry(&self, registry: Vec<NodeRecord>) -> Result<Vec<NodeRecord>, lease::LeaseError> {
+        if self.standalone {
+            return Ok(registry);
+        }
+        let refusing = self.check_policies().await?;
+        Ok(plan::refusing_as_leaving(&registry, &refusing))
+    }
+
     fn compare_policies(&self, cluster: &policy_hashes::Hashes) {
         let found = policy_hashes::mismatches(&self.policies().hashes(), cluster);
         let mut current = self.policy_mismatch.lock().unwrap_or_else(|p| p.into_inner());

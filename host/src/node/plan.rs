@@ -97,6 +97,33 @@ pub fn node_state(id: &str, me: &str, mine: Lifecycle, registry: &[NodeRecord]) 
     }
 }
 
+/// Live registrations other than `me`, by name.
+pub fn live_peers(registry: &[NodeRecord], me: &str) -> HashMap<String, LiveNode> {
+    registry
+        .iter()
+        .filter(|r| r.live && r.name != me)
+        .map(|r| (r.name.clone(), LiveNode { uuid: r.id, leaving: r.state == NodeState::Leaving }))
+        .collect()
+}
+
+/// The registry as a round or a drain plans with it: a live registration
+/// that takes no leases (`refusing`: its components differ from the
+/// cluster's, see `policy_hashes::refusing`) counts as leaving, so that no
+/// policy ranks it or names it a drain's recipient and no handoff goes to
+/// it. A lease handed to it would sit unserved until it expired.
+pub fn refusing_as_leaving(registry: &[NodeRecord], refusing: &HashSet<Uuid>) -> Vec<NodeRecord> {
+    registry
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            if r.live && refusing.contains(&r.id) {
+                r.state = NodeState::Leaving;
+            }
+            r
+        })
+        .collect()
+}
+
 /// The finished splits of `config`: each inactive shard with children, and
 /// its children in config order.
 pub fn finished_splits(config: &ClusterConfig) -> Vec<(String, Vec<String>)> {
@@ -696,6 +723,74 @@ mod tests {
         assert_eq!(kept["s4"], "the drain policy named no recipient");
         assert!(!kept.contains_key("not-held"));
         assert_eq!(plan.kept.len(), 2 + 6);
+    }
+
+    /// A peer whose components differ from the cluster's takes no leases: a
+    /// drain neither puts it to the policy as eligible nor hands it a shard,
+    /// the same way the round does not.
+    #[test]
+    fn a_drain_hands_nothing_to_a_peer_that_takes_no_leases() {
+        let reg = |name: &str, state: NodeState, live: bool| NodeRecord {
+            id: uuid(name),
+            name: name.into(),
+            address: String::new(),
+            state,
+            started_at: Default::default(),
+            last_seen: Default::default(),
+            live,
+        };
+        let registry = [
+            reg("me", NodeState::Leaving, true),
+            reg("b", NodeState::Active, true),
+            reg("m", NodeState::Active, true),
+            reg("d", NodeState::Down, false),
+        ];
+        let refusing = HashSet::from([uuid("m"), uuid("d")]);
+        let view = refusing_as_leaving(&registry, &refusing);
+        // The drain policy sees it leaving (so the default names another
+        // recipient); a registration that is down stays down.
+        assert_eq!(node_state("m", "me", Lifecycle::Leaving, &view), sdk::NodeState::Leaving);
+        assert_eq!(node_state("b", "me", Lifecycle::Leaving, &view), sdk::NodeState::Active);
+        assert_eq!(node_state("d", "me", Lifecycle::Leaving, &view), sdk::NodeState::Down);
+        let live = live_peers(&view, "me");
+        let held: HashSet<String> = ["both".to_string(), "only-m".to_string()].into();
+        let replicas: HashMap<String, Vec<String>> = [
+            ("both".to_string(), vec!["me".into(), "m".into(), "b".into()]),
+            ("only-m".to_string(), vec!["me".into(), "m".into()]),
+        ]
+        .into();
+        let input = DrainInput { held: &held, replicas: &replicas, live: &live, cap: 4 };
+        let (placeable, kept) = drain_candidates(&input);
+        assert_eq!(placeable, ["both"]);
+        assert_eq!(kept, vec![Kept { shard: "only-m".into(), why: "no other live, non-leaving replica node".into() }]);
+        // A policy that names it anyway is refused for that shard.
+        let h = |s: &str, t: &str| sdk::Handoff { shard: s.into(), source: "me".into(), target: t.into() };
+        let plan = drain_plan(&input, &placeable, &[vec![h("both", "m")]]);
+        assert!(plan.rounds.is_empty(), "{plan:?}");
+        assert!(plan.kept[0].why.contains("leaving") && plan.kept[0].why.contains("`m`"), "{plan:?}");
+        assert_eq!(drain_plan(&input, &placeable, &[vec![h("both", "b")]]).rounds, vec![vec![DrainHandoff {
+            shard: "both".into(),
+            to: "b".into(),
+            to_uuid: uuid("b"),
+        }]]);
+        // And a round of a node that is not leaving hands it nothing either.
+        let leases = HashMap::from([("both".to_string(), LeaseView { live_holder: Some(uuid("me")) })]);
+        let rankings = vec![("both".to_string(), vec!["m".to_string(), "b".to_string(), "me".to_string()])];
+        let none = HashMap::new();
+        let round = RoundInput {
+            me: "me",
+            my_uuid: uuid("me"),
+            leaving: false,
+            rankings: &rankings,
+            live: &live,
+            leases: &leases,
+            held: &["both".to_string()].into(),
+            parents: &none,
+            retired: &HashSet::new(),
+            splits: &[],
+            max_handoffs: 4,
+        };
+        assert_eq!(plan_round(&round), vec![Action::Handover { shard: "both".into(), to: "b".into(), to_uuid: uuid("b") }]);
     }
 
     #[test]

@@ -9,20 +9,11 @@ use std::time::Duration;
 use chitin_policy_sdk as sdk;
 use tokio::sync::watch;
 
-use super::plan::{self, Action, LeaseView, LiveNode, RoundInput};
+use super::plan::{self, Action, LeaseView, RoundInput};
 use super::rankings::{RankingKey, Rankings};
 use super::{Lifecycle, Node, NodeError};
 use crate::lease::{self, LeaseError, NodeRecord, NodeState};
 use crate::topology::policy_view;
-
-/// Live registrations other than `me`, by name.
-pub fn live_peers(registry: &[NodeRecord], me: &str) -> HashMap<String, LiveNode> {
-    registry
-        .iter()
-        .filter(|r| r.live && r.name != me)
-        .map(|r| (r.name.clone(), LiveNode { uuid: r.id, leaving: r.state == NodeState::Leaving }))
-        .collect()
-}
 
 impl Node {
     /// One lease round: heartbeat (renewing every lease on liveness), renew
@@ -45,18 +36,14 @@ impl Node {
             // be judging it dead this very moment.
             return Ok(());
         }
-        let refusing = if self.standalone { HashSet::new() } else { self.check_policies().await? };
+        let registry = self.planning_registry(registry).await?;
         // A node running other components than the cluster's would rank
         // holders differently and pull leases back and forth: it takes none.
         let takes = self.takes_leases();
         let rankings = self.rankings(&registry).await?;
         let topology = self.topology();
 
-        let mut live = live_peers(&registry, &self.name);
-        // A peer that takes no leases is no recipient: as if it were leaving.
-        for peer in live.values_mut().filter(|p| refusing.contains(&p.uuid)) {
-            peer.leaving = true;
-        }
+        let live = plan::live_peers(&registry, &self.name);
         let lifecycle = self.lifecycle();
         let parents: HashMap<String, String> =
             topology.map.shards().iter().filter_map(|s| Some((s.id.clone(), s.parent.clone()?))).collect();

@@ -89,6 +89,23 @@ pub async fn append_until_acked(apis: Vec<String>, stream: String, request_id: S
     unreachable!("cycle never ends")
 }
 
+/// Waits until the admin plane of the node at `api` answers.
+pub async fn wait_admin(api: &str, within: Duration) -> Result<proto::GetConfigResponse> {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = async {
+            let mut a = proto::admin_client::AdminClient::connect(format!("http://{api}")).await?;
+            Ok::<_, anyhow::Error>(a.get_config(proto::GetConfigRequest {}).await?.into_inner())
+        }
+        .await;
+        match r {
+            Ok(r) => return Ok(r),
+            Err(e) if Instant::now() > deadline => bail!("admin plane of {api} not up within {within:?}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
 /// A stream whose appends land on `shard`: the first `{salt}-{i}` that routes there.
 pub fn stream_on(map: &chitin::node::shard_map::ShardMap, shard: &str, salt: &str) -> String {
     (0..200_000).map(|i| format!("{salt}-{i}")).find(|s| map.route_stream(s).unwrap().id == shard).unwrap()
@@ -242,6 +259,40 @@ impl Cluster {
             }
             previous = Some(holders);
             tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Waits until every node runs the config file's version and every
+    /// shard of that config has a live holder among its replica nodes there
+    /// (the handoffs a rollout's replica moves cause have finished).
+    pub async fn wait_serving_config(&self, within: Duration) -> Result<proto::StatusResponse> {
+        let deadline = Instant::now() + within;
+        let version = chitin::topology::ClusterConfig::from_json(&std::fs::read_to_string(&self.config)?)?.version;
+        let map = self.shard_map();
+        loop {
+            let mut behind = Vec::new();
+            for n in &self.nodes {
+                match wait_admin(&n.api, Duration::from_secs(5)).await {
+                    Ok(r) if r.config_version == version => {}
+                    Ok(r) => behind.push(format!("{} at version {}", n.name, r.config_version)),
+                    Err(e) => behind.push(format!("{}: {e}", n.name)),
+                }
+            }
+            if let Ok(s) = self.status().await {
+                for shard in map.shards() {
+                    match s.leases.iter().find(|l| l.shard == shard.id) {
+                        Some(l) if shard.replica_nodes.contains(&l.holder) => {}
+                        other => behind.push(format!("{} held by {:?}, replicas {:?}", shard.id, other.map(|l| &l.holder), shard.replica_nodes)),
+                    }
+                }
+                if behind.is_empty() && s.unowned.is_empty() {
+                    return Ok(s);
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("the nodes do not serve version {version} within {within:?}: {behind:?}\n{}", self.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 

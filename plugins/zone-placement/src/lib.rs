@@ -9,10 +9,15 @@
 //!   lower node id, so answers are deterministic and easy to predict. An
 //!   `activating` child gets exactly its splitting parent's nodes (as the
 //!   default does: a split must not move data).
-//! * `rebalance`: replicas on leaving or down nodes move first; then replicas
-//!   move from the fullest to the emptiest node until every eligible node is
-//!   within one replica of the others. A move never puts two replicas of a
-//!   shard in one zone unless they already shared it.
+//! * `rebalance`: replicas on leaving or down nodes move first; then a shard
+//!   with two replicas in one zone while the eligible nodes span a zone it
+//!   lacks moves one of them there (the replica on the fuller node, to the
+//!   emptiest node of the missing zone), so a cluster placed without zones
+//!   (by the defaults, say) ends spread; then replicas move from the fullest
+//!   to the emptiest node until every eligible node is within one replica of
+//!   the others. A move never puts two replicas of a shard in one zone unless
+//!   they already shared it, and no replica moves twice (a plan moves each
+//!   replica once).
 //! * `preferred-holders`: the default rendezvous ranking (zones do not matter
 //!   for who holds the lease among a shard's replica nodes).
 //!
@@ -175,7 +180,7 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
         let target_zone = zone(target);
         target_zone == zone(source) || !others.drain(..).any(|n| zone(n) == target_zone)
     };
-    let mut record = |at: &mut Vec<(String, String, String)>, i: usize, target: &str| {
+    let record = |moves: &mut Vec<ReplicaMove>, at: &mut Vec<(String, String, String)>, i: usize, target: &str| {
         moves.push(ReplicaMove {
             shard: at[i].0.clone(),
             replica: at[i].1.clone(),
@@ -184,6 +189,7 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
         });
         at[i].2 = target.to_owned();
     };
+    let moved = |moves: &[ReplicaMove], replica: &str| moves.iter().any(|m| m.replica == replica);
     // 1. Evacuate leaving and down nodes, each replica to the emptiest node that fits.
     for i in 0..at.len() {
         if nodes.contains_key(at[i].2.as_str()) {
@@ -195,7 +201,7 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
             .min_by_key(|n| (count(&at, n), **n))
             .map(|n| n.to_string());
         match target {
-            Some(t) => record(&mut at, i, &t),
+            Some(t) => record(&mut moves, &mut at, i, &t),
             None => {
                 return Err(PolicyError::InvalidInput(format!(
                     "replica {} of shard {} on {} has nowhere to go: every eligible node \
@@ -205,13 +211,43 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
             }
         }
     }
-    // 2. Even out: fullest to emptiest while they differ by more than one.
     let active: BTreeSet<&str> = req
         .shards
         .iter()
         .filter(|s| matches!(s.state, ShardState::Active))
         .map(|s| s.id.as_str())
         .collect();
+    // 2. Spread: while a shard's replicas share a zone and an eligible node
+    //    sits in a zone the shard lacks, move the replica on the fuller node
+    //    of a shared zone to the emptiest node of a missing zone.
+    let all_zones: BTreeSet<&String> = nodes.values().collect();
+    for shard in &active {
+        loop {
+            let mine: Vec<usize> = (0..at.len()).filter(|&i| at[i].0 == *shard).collect();
+            let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
+            for &i in &mine {
+                *per_zone.entry(zone(&at[i].2)).or_default() += 1;
+            }
+            if per_zone.len() >= mine.len().min(all_zones.len()) {
+                break;
+            }
+            let source = mine
+                .iter()
+                .copied()
+                .filter(|&i| per_zone[&zone(&at[i].2)] > 1 && !moved(&moves, &at[i].1))
+                .max_by_key(|&i| (count(&at, &at[i].2), std::cmp::Reverse(at[i].2.clone())));
+            let target = nodes
+                .iter()
+                .filter(|(_, z)| !per_zone.contains_key(*z))
+                .min_by_key(|(n, _)| (count(&at, n), **n))
+                .map(|(n, _)| n.to_string());
+            match (source, target) {
+                (Some(i), Some(t)) => record(&mut moves, &mut at, i, &t),
+                _ => break,
+            }
+        }
+    }
+    // 3. Even out: fullest to emptiest while they differ by more than one.
     loop {
         let mut by_count: Vec<(usize, &str)> = nodes.keys().map(|n| (count(&at, n), *n)).collect();
         by_count.sort();
@@ -225,8 +261,9 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
                 if *src_count <= dst_count + 1 {
                     break;
                 }
-                if let Some(i) = (0..at.len())
-                    .find(|&i| at[i].2 == *src && active.contains(at[i].0.as_str()) && fits(&at, i, dst))
+                if let Some(i) = (0..at.len()).find(|&i| {
+                    at[i].2 == *src && active.contains(at[i].0.as_str()) && !moved(&moves, &at[i].1) && fits(&at, i, dst)
+                })
                 {
                     planned = Some((i, dst.to_string()));
                     break 'search;
@@ -234,7 +271,7 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
             }
         }
         match planned {
-            Some((i, dst)) => record(&mut at, i, &dst),
+            Some((i, dst)) => record(&mut moves, &mut at, i, &dst),
             None => break,
         }
     }
@@ -371,5 +408,58 @@ mod tests {
         // Only a1's replicas may go to a2 (same zone); a1 and a2 end 2 and 2.
         assert_eq!(moves.len(), 2, "{moves:?}");
         assert!(moves.iter().all(|m| m.source == "a1" && m.target == "a2"), "{moves:?}");
+    }
+    #[test]
+    fn rebalance_spreads_shards_placed_without_zones_and_keeps_the_balance() {
+        // As the defaults place them: the least-loaded nodes by id, so
+        // s0 and s2 sit twice in zone a, s1 and s3 twice in zone c.
+        let nodes = six_nodes_three_zones();
+        let shards: Vec<Shard> = (0..4).map(|i| shard(&format!("s{i}"))).collect();
+        let placed = [["a1", "a2", "b1"], ["b2", "c1", "c2"], ["a1", "a2", "b1"], ["b2", "c1", "c2"]];
+        let replicas: Vec<Replica> = shards
+            .iter()
+            .zip(placed)
+            .flat_map(|(s, on)| {
+                on.map(|n| Replica {
+                    id: format!("{}@{n}", s.id),
+                    shard: s.id.clone(),
+                    node: n.into(),
+                })
+            })
+            .collect();
+        let req = RebalanceRequest {
+            nodes: nodes.clone(),
+            shards,
+            replicas: replicas.clone(),
+            ..RebalanceRequest::default()
+        };
+        let moves = rebalance(&req).unwrap();
+        let mut at: BTreeMap<String, (String, String)> =
+            replicas.into_iter().map(|r| (r.id, (r.shard, r.node))).collect();
+        let mut seen = BTreeSet::new();
+        for m in &moves {
+            assert!(seen.insert(m.replica.clone()), "{} moved twice: {moves:?}", m.replica);
+            at.get_mut(&m.replica).unwrap().1 = m.target.clone();
+        }
+        let zone = |id: &str| zone_of(nodes.iter().find(|n| n.id == id).unwrap());
+        for s in 0..4 {
+            let zones: BTreeSet<String> =
+                at.values().filter(|(sh, _)| *sh == format!("s{s}")).map(|(_, n)| zone(n)).collect();
+            assert_eq!(zones.len(), 3, "s{s} in {zones:?} after {moves:?}");
+        }
+        let mut load: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, n) in at.values() {
+            *load.entry(n.as_str()).or_default() += 1;
+        }
+        assert!(load.values().all(|&c| c == 2), "{load:?} after {moves:?}");
+        // Spread and balanced already: nothing more to do.
+        let again = RebalanceRequest {
+            replicas: at
+                .iter()
+                .map(|(id, (shard, node))| Replica { id: id.clone(), shard: shard.clone(), node: node.clone() })
+                .collect(),
+            ..req
+        };
+        assert_eq!(rebalance(&again).unwrap(), vec![]);
     }
 }
