@@ -8,12 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    // Like any Unix tool: a closed pipe (`chitin … | head`) ends the
-    // process quietly instead of making the next print panic.
-    // SAFETY: called before any thread starts; SIG_DFL is a valid disposition.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    cli::quiet_on_closed_stdout();
     let args = cli::Cli::parse();
     cli::init_logging(args.log_format);
     // Before anything builds a TLS config (sqlx and redis use the default).

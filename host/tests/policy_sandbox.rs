@@ -394,7 +394,7 @@ async fn a_node_whose_placement_plugin_sleeps_keeps_its_leases() {
     node.wait_ready(Duration::from_secs(60)).await.unwrap();
     let (_, first) = holding(&node, 16).await;
 
-    // Rounds every 0.5 s, every second ranking sleeping for two minutes: a
+    // Rounds every 0.5 s, every ranking of the active node sleeping for two minutes: a
     // host that waited would stall the round and lose every lease within
     // the 2 s TTL. Watch four TTLs: the same leases, never re-acquired.
     let until = Instant::now() + Duration::from_secs(8);

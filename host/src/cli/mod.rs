@@ -114,6 +114,23 @@ pub fn init_logging(format: LogFormat) {
     }
 }
 
+/// A reader that went away (`chitin … | head`) ends the command quietly,
+/// with the status a shell gives a process ended by SIGPIPE (141), instead
+/// of the panic of the next print. SIGPIPE itself stays ignored (Rust's
+/// default): a server or client writing to a socket its peer closed must get
+/// the error, not die of the signal.
+pub fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied());
+        if message.is_some_and(|m| m.starts_with("failed printing to stdout") && m.contains("Broken pipe")) {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 /// What `main` prints for a failed command: the error and each cause its
 /// message does not already quote (most of ours quote the I/O error they
 /// wrap, and `{:#}` would print it twice).

@@ -55,8 +55,7 @@ impl Node {
         self.set_lifecycle(Lifecycle::Leaving);
         let mut reactivate = Reactivate { node: self, armed: !stopping };
         self.store.set_node_state(self.uuid, NodeState::Leaving).await?;
-        // Peers that take no leases are no recipients, as in the rounds.
-        let registry = self.planning_registry(self.refresh_registry().await?).await?;
+        let registry = self.refresh_registry().await?;
         let live = plan::live_peers(&registry, &self.name);
         let topology = self.topology();
         let replicas: HashMap<String, Vec<String>> =

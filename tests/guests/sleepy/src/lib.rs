@@ -1,13 +1,13 @@
 //! Sleeps for a minute with `std::thread::sleep`, which waits on a
 //! `wasi:clocks/monotonic-clock` subscription: on every `place-replicas` and
-//! `rebalance` call, and on every second `preferred-holders` call of an
-//! instance. The first `preferred-holders` call of an instance ranks each
-//! shard's replica nodes in request order, so a node running this plugin
-//! takes its leases; the next call sleeps. A host that really waited would
-//! hold the slot (and the node's lease round) for the whole minute.
+//! `rebalance` call, and on every `preferred-holders` call once a node is
+//! active. While every node is joining it ranks each shard's replica nodes
+//! in request order, so a node running this plugin takes its leases; from
+//! its first round as an active node on, every ranking sleeps (and, failing,
+//! is asked for again each round). A host that really waited would hold the
+//! slot (and the node's lease round) for the whole minute.
 wit_bindgen::generate!({ path: "../../../wit/since_v0.1.0", world: "placement-policy" });
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use chitin::policy::types::NodeState;
@@ -15,8 +15,6 @@ use exports::chitin::policy::placement::*;
 
 /// Far beyond any call deadline (at most 60 s) and any lease TTL of the tests.
 const NAP: Duration = Duration::from_secs(120);
-
-static CALLS: AtomicU32 = AtomicU32::new(0);
 
 struct Sleepy;
 
@@ -30,7 +28,7 @@ impl Guest for Sleepy {
         Err(PolicyError::Unsupported("slept through".into()))
     }
     fn preferred_holders(request: RankingRequest) -> Result<Vec<HolderRanking>, PolicyError> {
-        if CALLS.fetch_add(1, Ordering::Relaxed) % 2 == 1 {
+        if request.nodes.iter().any(|n| matches!(n.state, NodeState::Active)) {
             std::thread::sleep(NAP);
         }
         let eligible = |id: &str| {
