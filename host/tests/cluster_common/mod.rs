@@ -138,8 +138,13 @@ pub async fn assert_epochs_current(store: &chitin::lease::Store, stream: &str) -
 
 /// A cluster config with `nodes` nodes and one `journal` application of
 /// `shards` equal shards (a power of two), each with a replica on every node.
+/// The application's replication factor stays 3 (the replicas beyond it
+/// are extra, as an operator may keep them).
 pub fn cluster_config(nodes: &[(String, String)], shards: u32) -> String {
-    chitin::chaos::lab::cluster_config(nodes, shards, 3)
+    let mut config: serde_json::Value =
+        serde_json::from_str(&chitin::chaos::lab::cluster_config(nodes, shards, nodes.len())).expect("JSON");
+    config["applications"][0]["replication_factor"] = 3.into();
+    serde_json::to_string_pretty(&config).expect("JSON")
 }
 
 /// A test cluster: a fresh database, a config, and node processes.
