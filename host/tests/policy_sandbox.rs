@@ -231,16 +231,16 @@ fn a_sleeping_plugin_is_stopped_at_once() {
         let took = stopped_at_once("wasi:io/poll.pollable.block", || r.place_replicas(request()));
         eprintln!("sleepy place-replicas stopped after {took:?}");
     }
-    // Every second ranking of an instance sleeps; the first of a fresh one answers.
-    let ranking = RankingRequest {
-        nodes: request().nodes,
+    // A ranking sleeps once a node is active; while all are joining it answers.
+    let ranking = |state: NodeState| RankingRequest {
+        nodes: request().nodes.into_iter().map(|n| Node { state, ..n }).collect(),
         shards: request().shards,
         replicas: vec![Replica { id: "r".into(), shard: "s".into(), node: "n2".into() }],
     };
     for _ in 0..2 {
-        let ranked = r.preferred_holders(ranking.clone()).unwrap();
+        let ranked = r.preferred_holders(ranking(NodeState::Joining)).unwrap();
         assert_eq!(ranked[0].nodes, ["n2"]);
-        stopped_at_once("wasi:io/poll.pollable.block", || r.preferred_holders(ranking.clone()));
+        stopped_at_once("wasi:io/poll.pollable.block", || r.preferred_holders(ranking(NodeState::Active)));
     }
     defaults_still_serve();
 }
