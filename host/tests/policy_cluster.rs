@@ -2,7 +2,8 @@
 //! PostgreSQL database: a node whose component differs from the cluster's
 //! record takes no lease and says so (Status, /health, /metrics), a control
 //! sequence planned with other components than the cluster's is refused,
-//! and `policies.allow_mismatch` lets the node take leases anyway.
+//! a drain of another node hands it nothing, and `policies.allow_mismatch`
+//! lets the node take leases anyway.
 
 mod cluster_common;
 
@@ -69,6 +70,20 @@ async fn a_node_running_another_component_takes_no_lease_unless_allowed() {
     for part in ["slot drain", drain_cluster.as_str(), drain_ours.as_str(), "--settings"] {
         assert!(stderr.contains(part), "{part} missing from: {stderr}");
     }
+
+    // A drain of node-01 hands node-03 nothing (it would not take a lease
+    // up, and the shard would wait for its expiry): every shard goes to
+    // node-02, and no lease was ever granted to node-03.
+    let mut admin1 = c.nodes[0].admin().await.unwrap();
+    let report = admin1.drain(proto::DrainRequest {}).await.unwrap().into_inner();
+    // (A shard node-01's own round is handing over at that moment is kept
+    // by the drain, "already being handed over"; none may name node-03.)
+    assert!(report.handed_over > 0 && report.kept.iter().all(|k| !k.why.contains("node-03")), "{report:?}");
+    let history = c.store().await.history(None).await.unwrap();
+    let to_03: Vec<_> = history.iter().filter(|h| h.holder_name == "node-03").collect();
+    assert!(to_03.is_empty(), "leases granted to the mismatched node: {to_03:?}");
+    let status = c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    assert!(status.leases.iter().all(|l| l.holder == "node-02"), "{:?}", status.leases);
 
     // Allowed, the same node takes its share.
     c.nodes[2].terminate(Duration::from_secs(30)).unwrap();

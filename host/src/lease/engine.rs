@@ -127,6 +127,10 @@ pub struct AppendInOne {
     pub fenced: &'static str,
     /// (shard, epoch, stream, request_id, payload)
     pub unfenced: &'static str,
+    /// The statement commits its own transaction (a procedure call), so it
+    /// cannot run inside one held open by a failpoint: a paused commit goes
+    /// the transactional way instead, which takes the same locks.
+    pub commits_itself: bool,
 }
 
 /// What differs between dialects: SQL text, column decoding, which errors
@@ -841,7 +845,7 @@ where
     ) -> Result<Appended, LeaseError> {
         crate::failpoint::hit("append.before_fence").await;
         let fence = fence.filter(|_| !plant::active(Plant::Fence));
-        if let Some(one) = &B::APPEND_IN_ONE {
+        if let Some(one) = B::APPEND_IN_ONE.as_ref().filter(|one| !(one.commits_itself && crate::failpoint::is_armed("append.before_commit"))) {
             return self.append_in_one(one, fence, shard, epoch, stream, request_id, payload).await;
         }
         self.with_retry("append", || async {

@@ -19,7 +19,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions, MyS
 use sqlx::{MySql, MySqlConnection, Row};
 use uuid::Uuid;
 
-use super::engine::{Backend, Engine, Sql};
+use super::engine::{AppendInOne, Backend, Engine, Sql};
 use super::{LeaseError, StoreOptions, parse_uuid};
 use crate::plant::{self, Plant};
 
@@ -59,6 +59,14 @@ pub(super) const FENCE: &str = concat!(
 
 impl Backend for My {
     type Db = MySql;
+
+    /// No data-modifying CTE here: the fence, the sequence bump and the
+    /// insert are one call of the procedure of migration 0009.
+    const APPEND_IN_ONE: Option<AppendInOne> = Some(AppendInOne {
+        fenced: "CALL chitin_append_v1(?, ?, ?, ?, ?, ?)",
+        unfenced: "CALL chitin_append_v1(?, NULL, ?, ?, ?, ?)",
+        commits_itself: true,
+    });
 
     const SQL: Sql = Sql {
         now: "SELECT UTC_TIMESTAMP(6) AS now",

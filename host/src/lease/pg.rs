@@ -70,6 +70,7 @@ impl Backend for Pg {
              ON CONFLICT (stream) DO UPDATE SET last_seq = s.last_seq + 1 RETURNING last_seq) \
              INSERT INTO chitin_journal (stream, seq, request_id, payload, shard_id, epoch) \
              SELECT $3, last_seq, $4, $5, $1, $2 FROM bumped RETURNING seq",
+        commits_itself: false,
     });
 
     const SQL: Sql = Sql {

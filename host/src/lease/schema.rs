@@ -70,6 +70,13 @@ const MIGRATIONS: &[(i64, &str, &str, &str, &str)] = &[
         include_str!("../../migrations/mysql/0008_lease_holder_index.sql"),
         include_str!("../../migrations/sqlite/0008_lease_holder_index.sql"),
     ),
+    (
+        9,
+        "append procedure",
+        include_str!("../../migrations/postgres/0009_append_procedure.sql"),
+        include_str!("../../migrations/mysql/0009_append_procedure.sql"),
+        include_str!("../../migrations/sqlite/0009_append_procedure.sql"),
+    ),
 ];
 
 /// The versions of `applied` this binary has no migration for.
@@ -106,7 +113,7 @@ mod tests {
 
     #[test]
     fn unknown_versions_are_those_without_a_migration() {
-        let cases: &[(&[i64], &[i64])] = &[(&[], &[]), (&[1, 2, 3, 4, 5, 6, 7, 8], &[]), (&[1, 2, 3, 4, 5, 6, 7, 8, 9], &[9]), (&[1, 9, 10], &[9, 10])];
+        let cases: &[(&[i64], &[i64])] = &[(&[], &[]), (&[1, 2, 3, 4, 5, 6, 7, 8, 9], &[]), (&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &[10]), (&[1, 10, 11], &[10, 11])];
         for (applied, unknown) in cases {
             assert_eq!(unknown_versions(applied), *unknown, "{applied:?}");
         }

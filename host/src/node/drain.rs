@@ -55,7 +55,8 @@ impl Node {
         self.set_lifecycle(Lifecycle::Leaving);
         let mut reactivate = Reactivate { node: self, armed: !stopping };
         self.store.set_node_state(self.uuid, NodeState::Leaving).await?;
-        let registry = self.refresh_registry().await?;
+        // Peers that take no leases are no recipients, as in the rounds.
+        let registry = self.planning_registry(self.refresh_registry().await?).await?;
         let live = plan::live_peers(&registry, &self.name);
         let topology = self.topology();
         let replicas: HashMap<String, Vec<String>> =

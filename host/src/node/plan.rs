@@ -731,8 +731,8 @@ mod tests {
 
     /// A peer whose components differ from the cluster's takes no leases:
     /// planned with `refusing_as_leaving` (the round does), a drain plan
-    /// neither puts it to the policy as eligible nor hands it a shard. The
-    /// node's drain does not use the rule yet (see docs/design.md).
+    /// neither puts it to the policy as eligible nor hands it a shard (the
+    /// node's drain plans with the same view, `Node::planning_registry`).
     #[test]
     fn a_drain_hands_nothing_to_a_peer_that_takes_no_leases() {
         let registry = [
