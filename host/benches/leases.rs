@@ -1,15 +1,18 @@
-//! Lease benchmarks against the PostgreSQL server on 127.0.0.1:5432 (a fresh
-//! database per run, dropped at the end):
+//! Lease benchmarks against the PostgreSQL server on 127.0.0.1:5432 and the
+//! MariaDB server on 127.0.0.1:3306 (a fresh database per run, dropped at
+//! the end):
 //! - fenced appends per second against a bare single-statement `INSERT`
 //!   into a plain table and against the same append without the lease
 //!   check, and group-committed appends against the same `INSERT`: same
-//!   run, same database, 1, 16 and 64 concurrent writers on one shard;
+//!   run, same database, 1, 16 and 64 concurrent writers on one shard, on
+//!   each server; on MariaDB also the transactional path (one statement a
+//!   round trip) the single procedure call replaced;
 //! - time from a holder's death (it stops renewing) until another node has
 //!   taken all 16 of its shards, as a multiple of the lease TTL, at TTL 1 s
 //!   and 15 s with the renew interval a third of the TTL.
 //!
 //! Run: `cargo bench -p chitin --profile dev --bench leases`
-//! (`CHITIN_BENCH_POSTGRES_URL` overrides the server.)
+//! (`CHITIN_BENCH_POSTGRES_URL` and `CHITIN_BENCH_MYSQL_URL` override the servers.)
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +21,7 @@ use chitin::lease::{NewEntry, Store, StoreOptions};
 use chitin::node::group_commit::GroupCommit;
 
 mod common;
-use common::{drop_db, fresh_db};
+use common::{admin_url, drop_db_on, fresh_db_on, mysql_admin_url};
 
 async fn store(url: &str, ttl: Duration) -> Store {
     let s = Store::connect_with(url, StoreOptions { lease_ttl: ttl, liveness_timeout: ttl, max_connections: 32, ..StoreOptions::default() })
@@ -37,17 +40,70 @@ enum Path {
     Unfenced,
     /// Through the node's group commit: concurrent appends share fenced transactions.
     Group,
+    /// `Store::append_batch` of one entry: the fenced transaction one
+    /// statement a round trip (BEGIN, fence, lookup, bump, insert, COMMIT).
+    Transaction,
     /// A bare single-statement `INSERT` into a plain table: the physical limit of this client.
     Bare,
 }
 
+/// The bare insert's connection pool, on either server.
+#[derive(Clone)]
+enum Bare {
+    Pg(sqlx::PgPool),
+    My(sqlx::MySqlPool),
+}
+
+impl Bare {
+    async fn connect(url: &str) -> Bare {
+        let bare = if url.starts_with("postgres") {
+            Bare::Pg(sqlx::postgres::PgPoolOptions::new().max_connections(32).connect(url).await.unwrap())
+        } else {
+            Bare::My(sqlx::mysql::MySqlPoolOptions::new().max_connections(32).connect(url).await.unwrap())
+        };
+        let table = match &bare {
+            Bare::Pg(_) => "CREATE TABLE bench_bare (id bigserial PRIMARY KEY, stream text NOT NULL, payload bytea NOT NULL)",
+            Bare::My(_) => "CREATE TABLE bench_bare (id BIGINT AUTO_INCREMENT PRIMARY KEY, stream VARCHAR(255) NOT NULL, payload LONGBLOB NOT NULL) ENGINE = InnoDB",
+        };
+        bare.run(table, None).await;
+        bare
+    }
+
+    async fn insert(&self, stream: &str) {
+        self.run("INSERT INTO bench_bare (stream, payload) VALUES (?, ?)", Some(stream)).await
+    }
+
+    async fn run(&self, sql: &str, stream: Option<&str>) {
+        match self {
+            Bare::Pg(pool) => {
+                let sql = sql.replacen('?', "$1", 1).replacen('?', "$2", 1);
+                let q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                let q = match stream { Some(s) => q.bind(s).bind(&b"payload"[..]), None => q };
+                q.execute(pool).await.unwrap();
+            }
+            Bare::My(pool) => {
+                let q = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()));
+                let q = match stream { Some(s) => q.bind(s).bind(&b"payload"[..]), None => q };
+                q.execute(pool).await.unwrap();
+            }
+        }
+    }
+
+    async fn close(&self) {
+        match self {
+            Bare::Pg(pool) => pool.close().await,
+            Bare::My(pool) => pool.close().await,
+        }
+    }
+}
+
 /// Commits per second of `writers` tasks doing `per_writer` appends each.
-async fn rate(store: &Store, pool: &sqlx::PgPool, writers: usize, per_writer: usize, path: Path, token: &chitin::lease::LeaseToken, tag: &str) -> f64 {
+async fn rate(store: &Store, bare: &Bare, writers: usize, per_writer: usize, path: Path, token: &chitin::lease::LeaseToken, tag: &str) -> f64 {
     let group = Arc::new(GroupCommit::default());
     let started = Instant::now();
     let tasks: Vec<_> = (0..writers)
         .map(|w| {
-            let (store, pool, token, tag, group) = (store.clone(), pool.clone(), token.clone(), tag.to_string(), group.clone());
+            let (store, bare, token, tag, group) = (store.clone(), bare.clone(), token.clone(), tag.to_string(), group.clone());
             tokio::spawn(async move {
                 for i in 0..per_writer {
                     let stream = format!("{tag}-{w}");
@@ -59,14 +115,11 @@ async fn rate(store: &Store, pool: &sqlx::PgPool, writers: usize, per_writer: us
                             let entry = NewEntry { stream, request_id: id, payload: b"payload".to_vec() };
                             group.append(&store, &token, entry).await.unwrap();
                         }
-                        Path::Bare => {
-                            sqlx::query("INSERT INTO bench_bare (stream, payload) VALUES ($1, $2)")
-                                .bind(&stream)
-                                .bind(&b"payload"[..])
-                                .execute(&pool)
-                                .await
-                                .unwrap();
+                        Path::Transaction => {
+                            let entry = NewEntry { stream, request_id: id, payload: b"payload".to_vec() };
+                            drop(store.append_batch(&token, &[entry]).await.unwrap());
                         }
+                        Path::Bare => bare.insert(&stream).await,
                     }
                 }
             })
@@ -105,42 +158,57 @@ async fn takeover(url: &str, ttl: Duration) -> Duration {
     died.elapsed()
 }
 
+/// The append rows on the server of `admin` (a fresh database).
+async fn appends(server: &str, admin: &str) {
+    let (name, url) = fresh_db_on(admin).await;
+    let s = store(&url, Duration::from_secs(600)).await;
+    s.set_leases_on_liveness(true);
+    let node = s.register_node("bench", "127.0.0.1:1").await.unwrap();
+    s.heartbeat(node, 1).await.unwrap();
+    let lease = s.try_acquire("bench-shard", node, None).await.unwrap().unwrap();
+    let token = lease.token();
+    let bare = Bare::connect(&url).await;
+    let mut paths = vec![Path::Bare, Path::Unfenced, Path::Fenced, Path::Group];
+    if matches!(bare, Bare::My(_)) {
+        paths.push(Path::Transaction);
+    }
+    for writers in [1usize, 16, 64] {
+        let per = (2000 / writers).max(50);
+        for &path in &paths {
+            rate(&s, &bare, writers, 20, path, &token, &format!("warm{writers}")).await;
+        }
+        // Interleaved rounds, so that drift falls on every path alike.
+        let mut sums = vec![0.0f64; paths.len()];
+        for round in 0..3 {
+            for (k, &path) in paths.iter().enumerate() {
+                sums[k] += rate(&s, &bare, writers, per, path, &token, &format!("r{round}-{k}-{writers}")).await;
+            }
+        }
+        let avg: Vec<f64> = sums.iter().map(|x| x / 3.0).collect();
+        let (bare_rate, unfenced, fenced, group) = (avg[0], avg[1], avg[2], avg[3]);
+        let row = |what: &str, figure: f64, baseline: &str, base: f64| {
+            println!("| {what}, {writers} writer(s) on one shard, {server} | {figure:.0} | {baseline} | {base:.0} | {:.2}x |", figure / base);
+        };
+        row("fenced appends/s", fenced, "bare single-statement INSERT", bare_rate);
+        row("fenced appends/s", fenced, "the same statement without the fence", unfenced);
+        row("group-committed appends/s", group, "bare single-statement INSERT", bare_rate);
+        if let Some(&transaction) = avg.get(4) {
+            row("fenced appends/s", fenced, "the fenced transaction, a statement a round trip", transaction);
+        }
+    }
+    bare.close().await;
+    s.close().await;
+    drop_db_on(admin, &name).await;
+}
+
 fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let (name, url) = fresh_db().await;
-        let s = store(&url, Duration::from_secs(600)).await;
-        s.set_leases_on_liveness(true);
-        let node = s.register_node("bench", "127.0.0.1:1").await.unwrap();
-        s.heartbeat(node, 1).await.unwrap();
-        let lease = s.try_acquire("bench-shard", node, None).await.unwrap().unwrap();
-        let token = lease.token();
-        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(32).connect(&url).await.unwrap();
-        sqlx::query("CREATE TABLE bench_bare (id bigserial PRIMARY KEY, stream text NOT NULL, payload bytea NOT NULL)")
-            .execute(&pool)
-            .await
-            .unwrap();
         println!("| measurement | figure | baseline | baseline figure | ratio |");
         println!("|---|---:|---|---:|---:|");
-        for writers in [1usize, 16, 64] {
-            let per = (2000 / writers).max(50);
-            for path in [Path::Bare, Path::Unfenced, Path::Fenced, Path::Group] {
-                rate(&s, &pool, writers, 20, path, &token, &format!("warm{writers}")).await;
-            }
-            // Interleaved rounds, so that drift falls on every path alike.
-            let mut sums = [0.0f64; 4];
-            for round in 0..3 {
-                for (k, path) in [Path::Bare, Path::Unfenced, Path::Fenced, Path::Group].into_iter().enumerate() {
-                    sums[k] += rate(&s, &pool, writers, per, path, &token, &format!("r{round}-{k}-{writers}")).await;
-                }
-            }
-            let [bare, unfenced, fenced, group] = sums.map(|x| x / 3.0);
-            println!("| fenced appends/s, {writers} writer(s) on one shard | {fenced:.0} | bare single-statement INSERT | {bare:.0} | {:.2}x |", fenced / bare);
-            println!("| fenced appends/s, {writers} writer(s) on one shard | {fenced:.0} | the same statement without the fence | {unfenced:.0} | {:.2}x |", fenced / unfenced);
-            println!("| group-committed appends/s, {writers} writer(s) on one shard | {group:.0} | bare single-statement INSERT | {bare:.0} | {:.2}x |", group / bare);
-        }
-        pool.close().await;
-        s.close().await;
+        appends("PostgreSQL", &admin_url()).await;
+        appends("MariaDB", &mysql_admin_url()).await;
+        let (name, url) = fresh_db_on(&admin_url()).await;
         for ttl in [Duration::from_secs(1), Duration::from_secs(15)] {
             let took = takeover(&url, ttl).await;
             println!(
@@ -151,6 +219,6 @@ fn main() {
                 took.as_secs_f64() / ttl.as_secs_f64()
             );
         }
-        drop_db(&name).await;
+        drop_db_on(&admin_url(), &name).await;
     });
 }

@@ -764,6 +764,14 @@ impl Store {
         }
     }
 
+    /// Whether [`Store::append_batch`] beats the same appends sent side by
+    /// side: on PostgreSQL a batch is one statement, on SQLite one local
+    /// transaction (one sync); on MySQL/MariaDB it is a round trip per
+    /// statement, several per append, where a single append is one call.
+    pub fn batches_appends(&self) -> bool {
+        !matches!(self, Store::MySql(_))
+    }
+
     /// The same insert without the lease check (the benchmark's baseline).
     pub async fn append_unfenced(
         &self,

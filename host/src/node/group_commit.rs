@@ -70,23 +70,46 @@ impl GroupCommit {
                 queue.waiting.drain(..take).collect()
             };
             let (entries, replies): (Vec<NewEntry>, Vec<Reply>) = batch.into_iter().unzip();
-            let outcome = match entries.as_slice() {
-                [one] => store.append_fenced(&token, &one.stream, &one.request_id, &one.payload).await.map(|a| vec![a]),
-                many => store.append_batch(&token, many).await,
-            };
-            match outcome {
-                Ok(done) => {
-                    for (reply, appended) in replies.into_iter().zip(done) {
-                        let _ = reply.send(Ok(appended));
-                    }
+            match entries.as_slice() {
+                [one] => {
+                    let outcome = store.append_fenced(&token, &one.stream, &one.request_id, &one.payload).await;
+                    answer(replies, vec![outcome]);
                 }
-                Err(e) => {
-                    for reply in replies {
-                        let _ = reply.send(Err(shared(&e)));
-                    }
+                many if store.batches_appends() => {
+                    let outcomes = match store.append_batch(&token, many).await {
+                        Ok(done) => done.into_iter().map(Ok).collect(),
+                        Err(e) => many.iter().map(|_| Err(shared(&e))).collect(),
+                    };
+                    answer(replies, outcomes);
                 }
+                _ => answer(replies, Self::each_alone(&store, &token, entries).await),
             }
         }
+    }
+
+    /// The batch as concurrent single appends, each its own round trip and
+    /// transaction, for a database whose batch would cost more round trips
+    /// than the appends it groups (see [`Store::batches_appends`]); the
+    /// server's own group commit then shares their log flushes.
+    async fn each_alone(store: &Store, token: &LeaseToken, entries: Vec<NewEntry>) -> Vec<Result<Appended, LeaseError>> {
+        let tasks: Vec<_> = entries
+            .into_iter()
+            .map(|e| {
+                let (store, token) = (store.clone(), token.clone());
+                tokio::spawn(async move { store.append_fenced(&token, &e.stream, &e.request_id, &e.payload).await })
+            })
+            .collect();
+        let mut outcomes = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            outcomes.push(task.await.unwrap_or_else(|_| Err(unknown("the append's task stopped before it answered"))));
+        }
+        outcomes
+    }
+}
+
+fn answer(replies: Vec<Reply>, outcomes: Vec<Result<Appended, LeaseError>>) {
+    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+        let _ = reply.send(outcome);
     }
 }
 
