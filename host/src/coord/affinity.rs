@@ -331,6 +331,12 @@ impl Affinity {
         CLAIM_MANY
     }
 
+    /// How long a claim lives unless refreshed (the liveness timeout, in
+    /// whole seconds as Redis keeps it).
+    pub fn claim_ttl(&self) -> Duration {
+        Duration::from_secs(self.ttl)
+    }
+
     /// This instance's id.
     pub fn instance_id(&self) -> &str {
         &self.instance_id
