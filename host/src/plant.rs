@@ -32,10 +32,14 @@ pub enum Plant {
     /// down (it has an expiry), whether or not that expiry has passed, so a
     /// stalled holder keeps its shards and no takeover ends its liveness.
     Liveness,
+    /// The ownership check of an affinity claim: a claim of a target that
+    /// another instance owns overwrites that owner's claim instead of being
+    /// declined, so two nodes act on one target at once.
+    AffinityClaim,
 }
 
 impl Plant {
-    pub const ALL: [Plant; 7] = [
+    pub const ALL: [Plant; 8] = [
         Plant::Fence,
         Plant::Dedup,
         Plant::IdleBound,
@@ -43,6 +47,7 @@ impl Plant {
         Plant::SplitRetirement,
         Plant::ForwardOnce,
         Plant::Liveness,
+        Plant::AffinityClaim,
     ];
 
     /// The name `--plant` takes.
@@ -55,6 +60,7 @@ impl Plant {
             Plant::SplitRetirement => "split-retirement",
             Plant::ForwardOnce => "forward-once",
             Plant::Liveness => "liveness",
+            Plant::AffinityClaim => "affinity-claim",
         }
     }
 
@@ -68,6 +74,7 @@ impl Plant {
             Plant::SplitRetirement => "the retirement of a split parent's lease: its token stays valid beside its children's",
             Plant::ForwardOnce => "the forward's at-most-once rule: a forward whose answer was lost is taken as never sent",
             Plant::Liveness => "the lapse of a lease on liveness: it is taken as live while its holder's row has an expiry, passed or not",
+            Plant::AffinityClaim => "the ownership check of an affinity claim: a claim overwrites another instance's",
         }
     }
 

@@ -211,12 +211,27 @@ fn the_forward_once_plant_is_caught_as_a_given_up_request_stored() {
     assert!(count(&r, "not_applied_stored") > 0, "no given-up request stored:\n{stdout}");
 }
 
+/// A claim that overwrites another instance's instead of being declined:
+/// the dispatch clients, contending for the same targets through every
+/// node, are granted one target on two nodes at once. One Redis fault
+/// keeps the run short; the control is `chaos_short`'s run, whose Redis
+/// faults and dispatches pass.
+#[test]
+fn the_affinity_claim_plant_is_caught_as_double_owners() {
+    let (r, stdout) = run_kinds(POSTGRES, Some("affinity-claim"), "", "redis", "1", "77");
+    assert_eq!(r["passed"], false, "{stdout}");
+    assert!(count(&r, "double_owners") > 0, "no target with two owners caught:\n{stdout}");
+    assert_eq!(count(&r, "unlogged_fail_opens"), 0, "{stdout}");
+    let double = r["violations"].as_array().unwrap().iter().find(|v| v["kind"] == "double_owner").expect("a double_owner violation");
+    assert_ne!(double["first"]["instance"], double["second"]["instance"], "{double}");
+}
+
 #[test]
 fn plants_are_listed_and_unknown_ones_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--list-plants"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
-    for name in ["fence", "dedup", "idle-bound", "epoch-bump", "split-retirement", "forward-once", "liveness", "append.after_commit", "compiled in: yes"] {
+    for name in ["fence", "dedup", "idle-bound", "epoch-bump", "split-retirement", "forward-once", "liveness", "affinity-claim", "append.after_commit", "compiled in: yes"] {
         assert!(text.contains(name), "{name} missing from --list-plants:\n{text}");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--plant", "meteor"]).output().unwrap();

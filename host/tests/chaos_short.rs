@@ -2,8 +2,9 @@
 //! against three node processes, a private Redis and a private PostgreSQL
 //! (so the database restart fault is in the mix, and network cuts where the
 //! machine allows namespaces). The run judges itself; this test asserts its
-//! verdict, the volume it proved it on, and that every fault kind was really
-//! injected and took effect.
+//! verdict, the volume it proved it on (appends, and dispatches judged for
+//! target ownership), and that every fault kind was really injected and
+//! took effect.
 
 use std::process::Command;
 
@@ -63,7 +64,19 @@ fn twenty_faults_lose_no_acknowledged_append() {
         assert!(by_kind.get(kind).and_then(Value::as_u64).unwrap_or(0) >= 2, "{kind} injected fewer than twice:\n{stdout}");
     }
     assert!(stdout.contains("| lost | 0 |"), "the table reports losses:\n{stdout}");
+
+    // The dispatch clients contended for targets all run long, and every
+    // Redis restart made them fail open in windows their nodes reported
+    // (the verdict fails a Redis fault no dispatch failed open in).
+    assert_eq!(r["dispatch_clients"], 3, "{stdout}");
+    assert!(r["dispatches_granted"].as_u64().unwrap() >= DISPATCH_FLOOR, "{stdout}");
+    assert!(r["dispatches_judged"].as_u64().unwrap() >= DISPATCH_FLOOR / 2, "{stdout}");
+    assert!(r["fail_open_windows"].as_u64().unwrap() >= by_kind["redis"].as_u64().unwrap(), "{stdout}");
 }
+
+/// Granted dispatches the 20-fault run must reach: three clients call
+/// every 40 ms and each is granted its share of eight targets.
+const DISPATCH_FLOOR: u64 = 500;
 
 #[test]
 fn bad_options_are_refused_with_the_reason() {
@@ -84,7 +97,7 @@ fn bad_options_are_refused_with_the_reason() {
 fn assert_clean(r: &Value, min_acked: u64, stdout: &str) {
     assert_eq!(r["passed"], true, "{stdout}");
     assert_eq!(r["failures"].as_array().unwrap().len(), 0, "{stdout}");
-    for zero in ["lost", "duplicates", "stale_epoch", "mismatched", "slow_takeovers", "rejected", "not_applied_stored"] {
+    for zero in ["lost", "duplicates", "stale_epoch", "mismatched", "slow_takeovers", "rejected", "not_applied_stored", "double_owners", "unlogged_fail_opens"] {
         assert_eq!(r[zero], 0, "{zero} in\n{stdout}");
     }
     assert_eq!(r["supervisor_restarts"].as_array().unwrap().len(), 0, "{stdout}");

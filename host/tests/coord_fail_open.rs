@@ -99,6 +99,14 @@ async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
     }
     assert_eq!(fail_open(), 2 + n);
     eprintln!("{n} dispatches failed open in {:?}", started.elapsed());
+    // Each answer carries the outage's window: one start, the end the last
+    // fail-open plus the claim TTL (3 s here).
+    let outage = node.dispatcher.fail_open_window().expect("an open fail-open window");
+    let (d, w) = node.dispatcher.dispatch_with_window("t-w").await.unwrap();
+    assert_eq!(d, Dispatch::FailedOpen);
+    let w = w.expect("a fail-open answer carries its window");
+    assert_eq!(w.start_unix_ms, outage.start_unix_ms);
+    assert!(w.end_unix_ms >= outage.end_unix_ms && w.end_unix_ms <= chitin::coord::fail_open_window::unix_now_ms() + 3_000, "{w:?}");
 
     // 4. Redis restarts empty on the same port: the registration and claims come back.
     server.up().expect("redis-server must be installed");
@@ -112,6 +120,7 @@ async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
     })
     .await;
     assert!(ok, "dispatch never claimed after Redis returned");
+    assert_eq!(node.dispatcher.fail_open_window(), None, "a claim that reached Redis closes the window");
     assert_eq!(node.affinity.owner("t-1").await.unwrap().as_deref(), Some("fo-node"));
     let before = fail_open();
     assert_eq!(node.dispatcher.dispatch("t-2").await.unwrap(), Dispatch::Claimed);

@@ -94,9 +94,10 @@ impl coordination_server::Coordination for Coordination {
             return Ok(Response::new(proto::DispatchResponse {
                 outcome: "claimed".into(),
                 instance_id: node.uuid.to_string(),
+                fail_open_window: None,
             }));
         };
-        let outcome = coord.dispatcher.dispatch(&r.target_id).await.map_err(|d| match d {
+        let (outcome, window) = coord.dispatcher.dispatch_with_window(&r.target_id).await.map_err(|d| match d {
             Declined::TargetOwnedByOther { owner, .. } => {
                 Status::failed_precondition(format!("TargetOwnedByOther{{owner={owner}}}: target {} is owned by another live instance", r.target_id))
             }
@@ -110,6 +111,8 @@ impl coordination_server::Coordination for Coordination {
         Ok(Response::new(proto::DispatchResponse {
             outcome: outcome.into(),
             instance_id: node.uuid.to_string(),
+            fail_open_window: window
+                .map(|w| proto::FailOpenWindow { start_unix_ms: w.start_unix_ms, end_unix_ms: w.end_unix_ms }),
         }))
     }
 

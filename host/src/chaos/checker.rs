@@ -19,12 +19,15 @@
 //! - ownership is judged per key range, from the configs the run pushed
 //!   ([`check_ownership`]): no two leases whose key ranges overlap are live
 //!   at once, no row of a split parent commits after its retirement, and no
-//!   (shard, epoch) is held by two holders.
+//!   (shard, epoch) is held by two holders;
+//! - at most one owner per dispatch target at any time outside a fail-open
+//!   window of the granting node ([`super::claims`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::claims::TargetOwner;
 use super::clients::{Abandoned, Ack};
 
 /// A stored journal entry. Times are microseconds since the Unix epoch by
@@ -139,6 +142,14 @@ pub enum Violation {
     /// the holders that acknowledged first-attempt commits under it: a grant
     /// kept the epoch it replaced.
     EpochReused { shard: String, epoch: i64, holders: Vec<String> },
+    /// Two instances certainly owned one dispatch target at once, from
+    /// `from_ms` until `until_ms` (milliseconds since the run's start),
+    /// outside any fail-open window (see [`super::claims`]).
+    DoubleOwner { target: String, first: TargetOwner, second: TargetOwner, from_ms: u64, until_ms: u64 },
+    /// A dispatch answered "failed open" with no fail-open window of its
+    /// node covering it: the node acted without a claim and without saying
+    /// when it was failing open.
+    UnloggedFailOpen { target: String, node: String, instance: String, sent_ms: u64, answered_ms: u64 },
 }
 
 /// A measured takeover.
@@ -167,6 +178,10 @@ pub struct Verdict {
     pub retired_writes: usize,
     #[serde(default)]
     pub epoch_reused: usize,
+    #[serde(default)]
+    pub double_owners: usize,
+    #[serde(default)]
+    pub unlogged_fail_opens: usize,
 }
 
 /// Judges a run.

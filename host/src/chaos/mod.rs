@@ -4,7 +4,8 @@
 //! A run starts N `chitin node` processes against a private `redis-server`
 //! and a database (a fresh database in the configured server, or a private
 //! PostgreSQL cluster that records commit times), runs journal clients that
-//! append continuously, and injects one bounded fault at a time, chosen from
+//! append continuously and dispatch clients that contend for targets'
+//! affinity claims, and injects one bounded fault at a time, chosen from
 //! `--seed`. Afterwards the [`checker`] judges the database, the lease
 //! history and the clients' logs, and the [`verdict`] whether the run proved
 //! anything at all.
@@ -14,15 +15,20 @@
 //! - [`lab`]: the run's servers and nodes (from [`crate::testkit`]), and
 //!   recovery checks;
 //! - [`clients`]: journal clients and their acknowledgement logs;
+//! - [`dispatch`]: dispatch clients, which contend for targets' affinity
+//!   claims through `Coordination.Dispatch`;
 //! - [`nemesis`]: the faults;
 //! - [`evidence`]: the stored rows and grants, by commit time where the
 //!   database records it;
-//! - [`checker`]: the pure rules a run is judged by;
+//! - [`checker`]: the pure rules a run is judged by, and [`claims`], the
+//!   one its dispatches are;
 //! - [`verdict`]: the pure rules a run passes by;
 //! - [`report`]: the summary table and JSON.
 
 pub mod checker;
+pub mod claims;
 pub mod clients;
+pub mod dispatch;
 pub mod evidence;
 pub mod lab;
 pub mod nemesis;
@@ -366,6 +372,7 @@ async fn run_in(
     tracing::info!(nodes = lab.nodes.len(), "cluster up; starting clients and the nemesis");
 
     let start = Instant::now();
+    let start_unix_ms = crate::coord::fail_open_window::unix_now_ms();
     let (stop_tx, stop_rx) = watch::channel(false);
     let streams = clients::streams(opts.clients, 8);
     let addresses: Vec<String> = lab.nodes.iter().map(|n| n.api.clone()).collect();
@@ -381,6 +388,11 @@ async fn run_in(
             start,
         };
         tasks.spawn(clients::run(plan, stop_rx.clone()));
+    }
+    let mut dispatchers = tokio::task::JoinSet::new();
+    for (id, n) in lab.nodes.iter().enumerate() {
+        let plan = dispatch::DispatchPlan { id, node: n.name.clone(), address: n.api.clone(), start, start_unix_ms };
+        dispatchers.spawn(dispatch::run(plan, stop_rx.clone()));
     }
 
     let mut rng = rng::Rng::new(opts.seed);
@@ -435,6 +447,11 @@ async fn run_in(
         logs.push(log?);
     }
     let log = clients::merge(logs);
+    let mut dispatch_logs = Vec::new();
+    while let Some(log) = dispatchers.join_next().await {
+        dispatch_logs.push(log?);
+    }
+    let dispatches = dispatch::DispatchLog::merge(dispatch_logs);
     let duration_ms = start.elapsed().as_millis() as u64;
     if let Some(e) = failure {
         return Err(e);
@@ -447,6 +464,9 @@ async fn run_in(
     let answers: Vec<clients::Ack> = log.acks.iter().chain(&log.resends).cloned().collect();
     let mut verdict = checker::check(&answers, &log.abandoned, &evidence.rows, &evidence.grants, &deaths, bounds);
     checker::check_ownership(&answers, &evidence.rows, &evidence.grants, &evidence.retirements, &lab.ranges, &mut verdict);
+    let claim_ttl = settings::LIVENESS_TIMEOUT;
+    let disturbances = claims::disturbances(&faults, claim_ttl, settings::HEARTBEAT_INTERVAL);
+    let dispatch_summary = claims::check_dispatches(&dispatches.granted, &disturbances, claim_ttl, &mut verdict);
     let facts = report::RunFacts {
         run: report::RunInfo {
             seed: opts.seed,
@@ -473,6 +493,8 @@ async fn run_in(
         ),
         takeover_bounds: bounds,
         supervisor_restarts: std::mem::take(&mut lab.supervisor_restarts),
+        dispatches,
+        dispatch_summary,
     };
     Ok((facts, verdict))
 }

@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::checker::{Verdict, Violation, percentile, unavailability};
+use super::claims::DispatchSummary;
 use super::clients::ClientLog;
+use super::dispatch::{DispatchLog, Granted};
 use super::evidence::Basis;
 use super::nemesis::FaultRecord;
 use super::verdict::{self, Failure, Outcome};
@@ -72,6 +74,35 @@ pub struct Report {
     /// (shard, epoch) pairs held by more than one holder.
     #[serde(default)]
     pub epoch_reused: usize,
+    /// Dispatch clients (one per node of the run's start).
+    #[serde(default)]
+    pub dispatch_clients: usize,
+    /// Dispatches granted: claimed, already ours, or failed open.
+    #[serde(default)]
+    pub dispatches_granted: usize,
+    #[serde(default)]
+    pub dispatches_failed_open: usize,
+    /// Dispatches declined: the target was another instance's.
+    #[serde(default)]
+    pub dispatches_declined: u64,
+    /// Dispatch calls that failed or went unanswered.
+    #[serde(default)]
+    pub dispatches_failed: u64,
+    /// Grants whose certain ownership the claim rule judged.
+    #[serde(default)]
+    pub dispatches_judged: usize,
+    /// Fail-open windows the nodes reported.
+    #[serde(default)]
+    pub fail_open_windows: usize,
+    /// Changes of a target's owner between judged grants.
+    #[serde(default)]
+    pub target_handovers: usize,
+    /// Pairs of owners of one target at once, outside fail-open windows.
+    #[serde(default)]
+    pub double_owners: usize,
+    /// Fail-open answers no window of their node covered.
+    #[serde(default)]
+    pub unlogged_fail_opens: usize,
     /// Stalls (pause, cut) are taken over within this.
     pub takeover_bound_ms: u64,
     /// Crashes (kill) are taken over within this.
@@ -150,6 +181,8 @@ pub struct RunFacts {
     pub ack_floor: u64,
     pub takeover_bounds: crate::chaos::checker::Bounds,
     pub supervisor_restarts: Vec<String>,
+    pub dispatches: DispatchLog,
+    pub dispatch_summary: DispatchSummary,
 }
 
 impl Report {
@@ -161,6 +194,8 @@ impl Report {
         }
         let takeover_ms: Vec<u64> = verdict.takeovers.iter().map(|t| t.ms).collect();
         let windows = unavailability(&f.log.acks, 1000);
+        let fail_opens_ms: Vec<u64> =
+            f.dispatches.granted.iter().filter(|g| g.outcome == Granted::FailedOpen).map(|g| g.sent_ms).collect();
         let failures = verdict::judge(&Outcome {
             violations: verdict.violations.len(),
             rejected: f.log.rejected.len(),
@@ -170,6 +205,9 @@ impl Report {
             exited: &f.supervisor_restarts,
             faults: &f.faults,
             takeovers: &verdict.takeovers,
+            dispatch_clients: f.dispatches.clients,
+            dispatches_granted: f.dispatches.granted.len() as u64,
+            fail_opens_ms: &fail_opens_ms,
         });
         Report {
             run: f.run,
@@ -193,6 +231,16 @@ impl Report {
             overlapping_owners: verdict.overlapping_owners,
             retired_writes: verdict.retired_writes,
             epoch_reused: verdict.epoch_reused,
+            dispatch_clients: f.dispatches.clients,
+            dispatches_granted: f.dispatches.granted.len(),
+            dispatches_failed_open: fail_opens_ms.len(),
+            dispatches_declined: f.dispatches.declined,
+            dispatches_failed: f.dispatches.failed,
+            dispatches_judged: f.dispatch_summary.judged,
+            fail_open_windows: f.dispatch_summary.windows,
+            target_handovers: f.dispatch_summary.handovers,
+            double_owners: verdict.double_owners,
+            unlogged_fail_opens: verdict.unlogged_fail_opens,
             takeover_bound_ms: f.takeover_bounds.stall_ms,
             crash_takeover_bound_ms: f.takeover_bounds.crash_ms,
             stall_takeover_floor_ms: f.takeover_bounds.stall_floor_ms,
@@ -253,6 +301,14 @@ impl Report {
             ("rows of split parents committed after their retirement", self.retired_writes.to_string()),
             ("epochs held by two holders", self.epoch_reused.to_string()),
             ("acks that disagree with the store", self.mismatched.to_string()),
+            (
+                &format!("dispatches granted ({} clients; declined, failed)", self.dispatch_clients),
+                format!("{} ({}, {})", self.dispatches_granted, self.dispatches_declined, self.dispatches_failed),
+            ),
+            ("of those, failed open (in windows the nodes reported)", format!("{} ({})", self.dispatches_failed_open, self.fail_open_windows)),
+            ("grants judged for ownership (target handovers)", format!("{} ({})", self.dispatches_judged, self.target_handovers)),
+            ("targets with two owners at once", self.double_owners.to_string()),
+            ("fail-opens outside their node's window", self.unlogged_fail_opens.to_string()),
             ("rejected as invalid", self.rejected.to_string()),
             (
                 &format!(

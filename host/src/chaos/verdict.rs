@@ -1,16 +1,18 @@
 //! Whether a run passed: the checker's violations are necessary but not
 //! enough. A run also fails when it proved too little (too few
 //! acknowledged appends to have exercised anything), when a node exited on
-//! its own (a crash the supervisor hid), or when a fault did not take
+//! its own (a crash the supervisor hid), when a fault did not take
 //! effect (a drain that drained nothing, a SIGTERM that hung, a kill with no
-//! takeover to measure). Pure, so every rule has a row in the table below.
+//! takeover to measure, a Redis restart no dispatch failed open in), or
+//! when its dispatch clients were granted nothing. Pure, so every rule has
+//! a row in the table below.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::checker::Takeover;
-use super::nemesis::FaultRecord;
+use super::nemesis::{FaultKind, FaultRecord};
 
 /// A client's append rate the floor assumes, as the latency of one append
 /// added to the client's pause: 40 ms. Measured on 2 cores (dev profile,
@@ -50,6 +52,9 @@ pub enum Failure {
     FaultWithoutEffect { fault: usize, kind: String, node: Option<String>, why: String },
     /// No acknowledged request was sent again, so dedup under failover went unchecked.
     DedupUnchecked { acknowledged: u64 },
+    /// Dispatch clients ran and no dispatch was granted: target ownership
+    /// went unjudged.
+    NoDispatchGranted { clients: usize },
 }
 
 impl std::fmt::Display for Failure {
@@ -61,6 +66,9 @@ impl std::fmt::Display for Failure {
                 write!(f, "{acknowledged} acknowledged appends, fewer than the floor of {floor}: too little load to prove anything")
             }
             Failure::NodesExited { nodes } => write!(f, "nodes exited on their own: {}", nodes.join("; ")),
+            Failure::NoDispatchGranted { clients } => {
+                write!(f, "{clients} dispatch clients ran and no dispatch was granted: target ownership went unjudged")
+            }
             Failure::DedupUnchecked { acknowledged } => {
                 write!(f, "none of {acknowledged} acknowledged requests was sent again: dedup under failover went unchecked")
             }
@@ -84,6 +92,12 @@ pub struct Outcome<'a> {
     pub exited: &'a [String],
     pub faults: &'a [FaultRecord],
     pub takeovers: &'a [Takeover],
+    /// Dispatch clients that ran, and the dispatches they were granted.
+    pub dispatch_clients: usize,
+    pub dispatches_granted: u64,
+    /// When each dispatch that failed open was sent (milliseconds since the
+    /// run's start): a Redis fault must have made some fail open.
+    pub fail_opens_ms: &'a [u64],
 }
 
 /// Every reason the run failed; empty when it passed.
@@ -104,6 +118,9 @@ pub fn judge(o: &Outcome<'_>) -> Vec<Failure> {
     if o.resent == 0 && o.acknowledged > 0 {
         failures.push(Failure::DedupUnchecked { acknowledged: o.acknowledged });
     }
+    if o.dispatch_clients > 0 && o.dispatches_granted == 0 {
+        failures.push(Failure::NoDispatchGranted { clients: o.dispatch_clients });
+    }
     for f in o.faults {
         let why = match &f.ineffective {
             Some(why) => Some(why.clone()),
@@ -111,6 +128,15 @@ pub fn judge(o: &Outcome<'_>) -> Vec<Failure> {
             // node's leases; the checker reports its slowness.
             None if f.kind.is_death() && f.held > 0 && !o.takeovers.iter().any(|t| t.fault == f.index) => {
                 Some(format!("the node held {} shards and no takeover was measured", f.held))
+            }
+            // The dispatch clients call every few tens of milliseconds: a
+            // Redis down for a second makes some fail open, or the Redis
+            // fault went unjudged.
+            None if f.kind == FaultKind::Redis
+                && o.dispatch_clients > 0
+                && !o.fail_opens_ms.iter().any(|&t| (f.started_ms..=f.ended_ms).contains(&t)) =>
+            {
+                Some("no dispatch failed open while Redis was down".to_string())
             }
             None => None,
         };
@@ -168,7 +194,20 @@ mod tests {
     fn each_rule_fails_the_run_and_says_which() {
         let clean = [fault(0, FaultKind::Kill, 3, None), fault(1, FaultKind::Drain, 2, None), fault(2, FaultKind::Redis, 0, None)];
         let measured = [takeover(0)];
-        let base = Outcome { violations: 0, rejected: 0, acknowledged: 5_000, resent: 300, floor: 1_200, exited: &[], faults: &clean, takeovers: &measured };
+        let base = Outcome {
+            violations: 0,
+            rejected: 0,
+            acknowledged: 5_000,
+            resent: 300,
+            floor: 1_200,
+            exited: &[],
+            faults: &clean,
+            takeovers: &measured,
+            dispatch_clients: 3,
+            dispatches_granted: 2_000,
+            fail_opens_ms: &[0],
+        };
+        let redis_later = [fault(2, FaultKind::Redis, 0, None)].map(|f| FaultRecord { started_ms: 10, ended_ms: 20, ..f });
         let exited = ["node-02: panicked".to_string()];
         let hung = [fault(0, FaultKind::Restart, 4, Some("SIGTERM hung; the node was killed after 60s"))];
         let undrained = [fault(0, FaultKind::Drain, 0, Some("Admin.Drain handed nothing over (the node held 0)"))];
@@ -190,6 +229,10 @@ mod tests {
             ("a slow takeover is still an effect", Outcome { faults: &kill, takeovers: &slow_only, ..base }, vec![]),
             ("a pause of a node holding nothing", Outcome { faults: &idle_kill, takeovers: &[], ..base }, vec![]),
             ("nothing sent again", Outcome { resent: 0, ..base }, vec!["dedup_unchecked"]),
+            ("no dispatch granted", Outcome { dispatches_granted: 0, ..base }, vec!["no_dispatch_granted"]),
+            ("no dispatch clients (and none granted)", Outcome { dispatch_clients: 0, dispatches_granted: 0, fail_opens_ms: &[], ..base }, vec![]),
+            ("a Redis fault no dispatch failed open in", Outcome { faults: &redis_later, ..base }, vec!["fault_without_effect"]),
+            ("a Redis fault some dispatch failed open in", Outcome { faults: &redis_later, fail_opens_ms: &[5, 15], ..base }, vec![]),
             (
                 "all at once",
                 Outcome { violations: 1, acknowledged: 0, exited: &exited, faults: &hung, ..base },
@@ -208,7 +251,19 @@ mod tests {
     #[test]
     fn a_failure_says_which_fault_and_why() {
         let faults = [fault(4, FaultKind::Kill, 3, None)];
-        let o = Outcome { violations: 0, rejected: 0, acknowledged: 10, resent: 1, floor: 1, exited: &[], faults: &faults, takeovers: &[] };
+        let o = Outcome {
+            violations: 0,
+            rejected: 0,
+            acknowledged: 10,
+            resent: 1,
+            floor: 1,
+            exited: &[],
+            faults: &faults,
+            takeovers: &[],
+            dispatch_clients: 3,
+            dispatches_granted: 10,
+            fail_opens_ms: &[],
+        };
         let text = judge(&o)[0].to_string();
         assert_eq!(text, "fault 4 (kill of node-01) did not take effect: the node held 3 shards and no takeover was measured");
     }

@@ -80,6 +80,17 @@ redis.call('EXPIRE', KEYS[2], ttl)
 return code
 "#;
 
+/// Planted [`crate::plant::Plant::AffinityClaim`]: [`CLAIM`] without its
+/// ownership check, so a claim of another instance's target overwrites it.
+const CLAIM_OVERWRITING: &str = r#"
+local v = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then return 2 end
+return 1
+"#;
+
 /// KEYS[1] by-instance set, KEYS[2..] claim keys; ARGV[1] value, ARGV[2]
 /// ttl, ARGV[3] "1" to refresh the TTL of claims already ours, ARGV[4..]
 /// target ids. Returns one entry per target: 1 claimed, 2 already ours, or
@@ -218,6 +229,7 @@ impl Lua {
 }
 
 struct Scripts {
+    /// [`CLAIM`], or [`CLAIM_OVERWRITING`] under its plant.
     claim: Lua,
     claim_many: Lua,
     release: Lua,
@@ -308,7 +320,7 @@ impl Affinity {
             ttl: ttl_secs(liveness),
             refresh_owned: true,
             scripts: Arc::new(Scripts {
-                claim: Lua::new(CLAIM),
+                claim: Lua::new(if crate::plant::active(crate::plant::Plant::AffinityClaim) { CLAIM_OVERWRITING } else { CLAIM }),
                 claim_many: Lua::new(CLAIM_MANY),
                 release: Lua::new(RELEASE),
                 release_all: Lua::new(RELEASE_ALL),
@@ -329,6 +341,12 @@ impl Affinity {
     /// claims already ours, then one target id per target).
     pub fn claim_many_script() -> &'static str {
         CLAIM_MANY
+    }
+
+    /// How long a claim lives unless refreshed (the liveness timeout, in
+    /// whole seconds as Redis keeps it).
+    pub fn claim_ttl(&self) -> Duration {
+        Duration::from_secs(self.ttl)
     }
 
     /// This instance's id.

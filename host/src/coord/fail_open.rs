@@ -6,13 +6,16 @@
 //! ([`Dispatch::FailedOpen`]), logs
 //! `Affinity check failed; dispatching anyway rather than dropping the command`
 //! (at most once per [`FailOpenPolicy::log_every`], with the number of
-//! suppressed repeats) and counts `chitin_affinity_fail_open_total`.
+//! suppressed repeats), counts `chitin_affinity_fail_open_total` and
+//! records the node's fail-open window ([`super::fail_open_window`]), which
+//! [`Dispatcher::dispatch_with_window`] hands back with the outcome.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::affinity::{Affinity, AffinityError, Claim};
+use super::fail_open_window::{FailOpenWindow, FailOpenWindows, unix_now_ms};
 use super::metrics::CoordMetrics;
 
 /// The log line of a fail-open dispatch (the reference's wording).
@@ -115,12 +118,19 @@ pub struct Dispatcher {
     policy: FailOpenPolicy,
     metrics: Arc<CoordMetrics>,
     limiter: Arc<RateLimiter>,
+    windows: Arc<FailOpenWindows>,
 }
 
 impl Dispatcher {
     pub fn new(affinity: Affinity, policy: FailOpenPolicy, metrics: Arc<CoordMetrics>) -> Self {
         let limiter = Arc::new(RateLimiter::new(policy.log_every));
-        Dispatcher { affinity, policy, metrics, limiter }
+        let windows = Arc::new(FailOpenWindows::new(affinity.claim_ttl()));
+        Dispatcher { affinity, policy, metrics, limiter, windows }
+    }
+
+    /// The node's open fail-open window, if any.
+    pub fn fail_open_window(&self) -> Option<FailOpenWindow> {
+        self.windows.current()
     }
 
     pub fn affinity(&self) -> &Affinity {
@@ -134,13 +144,23 @@ impl Dispatcher {
     /// Claim `target` for a dispatch. `Ok` means go ahead (with or without a
     /// claim); `Err` means decline.
     pub async fn dispatch(&self, target: &str) -> Result<Dispatch, Declined> {
+        self.dispatch_with_window(target).await.map(|(d, _)| d)
+    }
+
+    /// [`Dispatcher::dispatch`], with the fail-open window a
+    /// [`Dispatch::FailedOpen`] belongs to (`None` for the other outcomes).
+    pub async fn dispatch_with_window(&self, target: &str) -> Result<(Dispatch, Option<FailOpenWindow>), Declined> {
         let attempts = self.policy.attempts.max(1);
         let mut backoff = self.policy.backoff;
         let mut last_err = None;
         for attempt in 1..=attempts {
             match self.affinity.claim(target).await {
-                Ok(c) => return Ok(c.into()),
+                Ok(c) => {
+                    self.windows.reached_redis();
+                    return Ok((c.into(), None));
+                }
                 Err(AffinityError::TargetOwnedByOther { target, owner }) => {
+                    self.windows.reached_redis();
                     return Err(Declined::TargetOwnedByOther { target, owner });
                 }
                 Err(AffinityError::InvalidTarget { target, reason }) => {
@@ -157,11 +177,13 @@ impl Dispatcher {
             }
         }
         self.metrics.fail_open_total.fetch_add(1, Ordering::Relaxed);
+        let window = self.windows.failed_open(unix_now_ms());
         if let Some(suppressed) = self.limiter.check() {
             let error = last_err.map(|e| e.to_string()).unwrap_or_default();
-            tracing::warn!(target_id = target, attempts, error, suppressed, "{FAIL_OPEN_MESSAGE}");
+            let window_start_unix_ms = window.start_unix_ms;
+            tracing::warn!(target_id = target, attempts, error, suppressed, window_start_unix_ms, "{FAIL_OPEN_MESSAGE}");
         }
-        Ok(Dispatch::FailedOpen)
+        Ok((Dispatch::FailedOpen, Some(window)))
     }
 }
 

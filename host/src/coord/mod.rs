@@ -25,6 +25,7 @@ pub mod affinity;
 pub mod conn;
 pub mod deployments;
 pub mod fail_open;
+pub mod fail_open_window;
 pub mod keys;
 pub mod metrics;
 pub mod monitor;
@@ -44,6 +45,7 @@ pub use deployments::{
     NewDeployment, Progress, TransitionError,
 };
 pub use fail_open::{Dispatch, Dispatcher, FAIL_OPEN_MESSAGE, FailOpenPolicy, Declined, RateLimiter};
+pub use fail_open_window::FailOpenWindow;
 pub use keys::{InvalidInstanceId, Keys, validate_instance_id};
 pub use metrics::{CoordMetrics, MetricsSnapshot};
 pub use monitor::{DeadInstanceReport, Monitor, MonitorError, SweepReport};

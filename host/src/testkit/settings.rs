@@ -30,6 +30,13 @@ pub struct ClusterShared<'a> {
     pub renew: Duration,
 }
 
+/// The heartbeat interval of [`cluster_node`]s.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The liveness timeout of [`cluster_node`]s: also the TTL of their
+/// affinity claims.
+pub const LIVENESS_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// A cluster node's settings: a 1 s heartbeat and a 3 s liveness timeout
 /// (a dead node leaves the registry within a few seconds), the shared
 /// servers and lease timing.
@@ -40,8 +47,8 @@ pub fn cluster_node(node: &ClusterNode<'_>, shared: &ClusterShared<'_>) -> Setti
     s.cluster.config_file = node.config_file.map(Path::to_path_buf);
     s.cluster.redis_url = Some(shared.redis_url.to_string());
     s.cluster.namespace = shared.namespace.to_string();
-    s.cluster.heartbeat_interval_secs = 1.0;
-    s.cluster.liveness_timeout_secs = 3.0;
+    s.cluster.heartbeat_interval_secs = HEARTBEAT_INTERVAL.as_secs_f64();
+    s.cluster.liveness_timeout_secs = LIVENESS_TIMEOUT.as_secs_f64();
     s.database.url = Some(shared.database_url.to_string());
     s.leases.ttl_secs = shared.ttl.as_secs_f64();
     s.leases.renew_interval_secs = shared.renew.as_secs_f64();

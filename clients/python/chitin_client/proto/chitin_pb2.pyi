@@ -355,12 +355,22 @@ class DispatchRequest(_message.Message):
     def __init__(self, target_id: _Optional[str] = ..., command: _Optional[bytes] = ...) -> None: ...
 
 class DispatchResponse(_message.Message):
-    __slots__ = ("outcome", "instance_id")
+    __slots__ = ("outcome", "instance_id", "fail_open_window")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    FAIL_OPEN_WINDOW_FIELD_NUMBER: _ClassVar[int]
     outcome: str
     instance_id: str
-    def __init__(self, outcome: _Optional[str] = ..., instance_id: _Optional[str] = ...) -> None: ...
+    fail_open_window: FailOpenWindow
+    def __init__(self, outcome: _Optional[str] = ..., instance_id: _Optional[str] = ..., fail_open_window: _Optional[_Union[FailOpenWindow, _Mapping]] = ...) -> None: ...
+
+class FailOpenWindow(_message.Message):
+    __slots__ = ("start_unix_ms", "end_unix_ms")
+    START_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    END_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    start_unix_ms: int
+    end_unix_ms: int
+    def __init__(self, start_unix_ms: _Optional[int] = ..., end_unix_ms: _Optional[int] = ...) -> None: ...
 
 class TargetRequest(_message.Message):
     __slots__ = ("target_id",)
