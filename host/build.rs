@@ -39,6 +39,7 @@ fn main() {
         "waits",
         "random_bytes",
         "env_leak",
+        "reaches_out",
     ];
     let built = build_guests(&root.join("tests/guests/Cargo.toml"), &guest_target_dir, &test_guests);
     let dir = built[0].parent().unwrap();

@@ -1,8 +1,8 @@
 //! The policy host against plugins that misbehave: each yields its own clear
 //! error, and the host keeps serving other calls (and the same slot) after.
 //! Each way out of the sandbox (waiting on the host, randomness, a second
-//! memory, the node's environment) has a guest under `tests/guests` that
-//! tries it; the sleeping and the leaking ones also run in a real node.
+//! memory, the node's environment, files and sockets) has a guest under
+//! `tests/guests` that tries it; the sleeping and the leaking ones also run in a real node.
 
 mod cluster_common;
 
@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chitin::policy::sdk::{
-    InstanceContext, Node, NodeState, PlacementRequest, RankingRequest, RebalanceRequest, Replica, Shard, SplitRequest,
+    InstanceContext, Node, NodeState, PlacementRequest, PolicyError, RankingRequest, RebalanceRequest, Replica, Shard,
+    SplitRequest,
 };
 use chitin::policy::{Limits, Plugin, PluginSource, PolicyCallError, PolicyLoadError, Slot, SlotRunner};
 use cluster_common::{NodeClients, NodeProc, free_ports, http_get, node_settings};
@@ -312,13 +313,53 @@ fn memories_and_tables_share_one_limit() {
 
 #[test]
 fn a_component_importing_what_the_sandbox_lacks_is_refused_by_name() {
-    let wat = r#"(component (import "wasi:filesystem/preopens@0.2.0" (instance)))"#;
-    let plugin = Plugin::from_bytes("files.wasm".into(), &wat::parse_str(wat).unwrap(), None).unwrap();
+    let wat = r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#;
+    let plugin = Plugin::from_bytes("http.wasm".into(), &wat::parse_str(wat).unwrap(), None).unwrap();
     let err = chitin::policy::sandbox::check_imports(plugin.component()).unwrap_err();
-    assert!(err.contains("`wasi:filesystem/preopens@0.2.0`") && err.contains("wasi:io/poll"), "{err}");
-    for name in ["sleepy", "waits", "random_bytes", "env_leak", "bad_trap"] {
+    assert!(err.contains("`wasi:http/outgoing-handler@0.2.0`") && err.contains("wasi:io/poll"), "{err}");
+    assert!(err.contains("wasi:sockets/tcp") && err.contains("nothing can be opened"), "{err}");
+    for name in ["sleepy", "waits", "random_bytes", "env_leak", "bad_trap", "reaches_out"] {
         chitin::policy::sandbox::check_imports(load(name).unwrap().component()).unwrap();
     }
+}
+
+/// A guest importing all of `wasi:filesystem` and `wasi:sockets` (as CPython
+/// does) loads, and each way out through them is refused with an error the
+/// guest sees: no directory to list, no file to read or create, no TCP
+/// connection or UDP datagram reaching the listeners here, no name resolved.
+#[test]
+fn a_plugin_reaching_for_files_and_sockets_is_denied_each_time() {
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let addresses = [tcp.local_addr().unwrap().to_string(), udp.local_addr().unwrap().to_string()];
+    let mut req = request();
+    req.nodes.truncate(2);
+    for (node, address) in req.nodes.iter_mut().zip(&addresses) {
+        node.address = address.clone();
+    }
+    let r = runner("reaches_out", short());
+    let report = match r.place_replicas(req) {
+        Err(PolicyCallError::Refused { error: PolicyError::Unsupported(report), .. }) => report,
+        other => panic!("expected the guest's report, got {other:?}"),
+    };
+    eprintln!("reaches_out:\n{report}");
+    let attempts: Vec<&str> = report.lines().collect();
+    // Four on files, TCP and UDP to each of the two nodes, one lookup.
+    assert_eq!(attempts.len(), 4 + 2 * 2 + 1, "{report}");
+    // No preopened directory: wasi-libc finds no directory to resolve a
+    // path in. Sockets and lookups: the host's `access-denied`.
+    for line in &attempts[..4] {
+        assert!(line.contains(": denied (No such file or directory"), "not refused: {line}\n{report}");
+    }
+    for line in &attempts[4..] {
+        assert!(line.contains(": denied (Permission denied"), "not refused: {line}\n{report}");
+    }
+    assert_eq!(tcp.accept().unwrap_err().kind(), std::io::ErrorKind::WouldBlock, "a guest connected");
+    let mut buf = [0; 16];
+    assert_eq!(udp.recv_from(&mut buf).unwrap_err().kind(), std::io::ErrorKind::WouldBlock, "a datagram arrived");
+    assert!(!std::path::Path::new("escape.txt").exists(), "the guest created a file");
 }
 
 #[test]

@@ -4,8 +4,11 @@
 # Output: $1, default target/js_instance_id.wasm (about 12 MB: it embeds the
 # StarlingMonkey JS engine, so it is built, not committed).
 #
-# Finds `componentize-js` on PATH, else in ./node_modules/.bin (run
-# `npm install --no-save @bytecodealliance/componentize-js@0.23.0` here).
+# Finds `componentize-js` on PATH, else in ./node_modules/.bin (`npm ci`
+# here installs it from package-lock.json; `scripts/ops-tools componentize-js`
+# does that when it is missing). package.json names preview2-shim 0.25.0
+# because componentize-js 0.23.0 imports it without depending on it; a
+# fresh install only found it by chance of hoisting.
 # WASI features the policy does not use are disabled so the component
 # imports nothing chitin's sandbox lacks.
 set -eu

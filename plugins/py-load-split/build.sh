@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds the Python split policy into a component with componentize-py
-# (`pip install componentize-py`; tested with 0.25.1). Output: the path given
-# as $1, default target/py_load_split.wasm (about 40 MB: it embeds CPython,
+# (`pip install componentize-py==0.25.1`, the version it is tested with;
+# `scripts/ops-tools componentize-py` installs it). Output: the path given
+# as $1, default target/py_load_split.wasm (about 18 MB: it embeds CPython,
 # so it is built, not committed).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,6 +1,8 @@
-//! What a policy instance may reach: exactly the WASI interfaces that a Rust
+//! What a policy instance may reach: the WASI interfaces that a Rust
 //! `wasm32-wasip2` guest imports (std brings them even when the policy does
-//! no I/O), none of which waits.
+//! no I/O), none of which waits, and the files and sockets that other
+//! languages' toolchains import (CPython imports all of them), through which
+//! nothing can be opened.
 //!
 //! | interface | what the guest gets |
 //! |---|---|
@@ -12,9 +14,11 @@
 //! | `wasi:io/error`, `poll`, `streams` | streams and pollables that never wait: `poll`, `pollable.block` and the `blocking-*` stream calls return at once when they can, and otherwise stop the call ([`Blocked`]) |
 //! | `wasi:clocks/wall-clock`, `monotonic-clock` | clocks frozen at zero; a subscription is ready only when it is already due (a duration or instant of 0) |
 //! | `wasi:random/random`, `insecure`, `insecure-seed` | a fixed-seed generator ([`Deterministic`]), restarted with every instance |
+//! | `wasi:filesystem/*` | no preopened directory, so no file or directory can be opened ([`denied`]) |
+//! | `wasi:sockets/*` | every socket creation and name lookup fails with `access-denied` ([`denied`]) |
 //!
-//! Anything else (files, sockets, HTTP, …) is not linked: a component
-//! importing it is refused at load with the import named ([`check_imports`]).
+//! Anything else (HTTP, …) is not linked: a component importing it is
+//! refused at load with the import named ([`check_imports`]).
 //!
 //! Why not wait: epoch interruption stops guest code, not a host function
 //! blocked on the real clock. A guest that sleeps would hold the slot's
@@ -37,6 +41,8 @@ use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiVie
 use super::budget::MemoryBudget;
 use super::engine::engine;
 
+pub mod denied;
+
 /// Bytes of guest stdout/stderr kept for error messages.
 const OUTPUT_CAPACITY: usize = 4096;
 
@@ -44,9 +50,10 @@ const OUTPUT_CAPACITY: usize = 4096;
 /// it reaches the guest's (limited) memory.
 const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
-/// The interfaces linked, without their `@version`: what a Rust
-/// `wasm32-wasip2` guest imports (`wasi:random/*` for std's `HashMap` seed
-/// and for crates that ask for random bytes).
+/// The interfaces linked that a guest may use, without their `@version`:
+/// what a Rust `wasm32-wasip2` guest imports (`wasi:random/*` for std's
+/// `HashMap` seed and for crates that ask for random bytes). The files and
+/// sockets of [`denied::INTERFACES`] are linked too, empty.
 pub const PROVIDED: &[&str] = &[
     "wasi:cli/environment",
     "wasi:cli/exit",
@@ -169,7 +176,7 @@ fn add_to_linker(l: &mut Linker<State>) -> wasmtime::Result<()> {
     random::random::add_to_linker::<State, Sandbox>(l, Sandbox::view)?;
     random::insecure::add_to_linker::<State, Sandbox>(l, Sandbox::view)?;
     random::insecure_seed::add_to_linker::<State, Sandbox>(l, Sandbox::view)?;
-    Ok(())
+    denied::add_to_linker(l)
 }
 
 /// Why `component` cannot run in the sandbox, if it cannot: the first
@@ -180,12 +187,14 @@ pub fn check_imports(component: &Component) -> Result<(), String> {
         let interface = name.split_once('@').map_or(name, |(path, _)| path);
         // `chitin:policy/types` holds only types (guests import it for the
         // records they share); every other import must be provided.
-        let provided = matches!(item.ty, ComponentItem::ComponentInstance(_))
-            && (PROVIDED.contains(&interface) || interface == TYPES);
+        let linked = PROVIDED.contains(&interface) || denied::INTERFACES.contains(&interface);
+        let provided = matches!(item.ty, ComponentItem::ComponentInstance(_)) && (linked || interface == TYPES);
         if !provided {
             return Err(format!(
-                "it imports `{name}`, which the policy sandbox does not provide; a policy may import only {}",
-                PROVIDED.join(", ")
+                "it imports `{name}`, which the policy sandbox does not provide; a policy may import only {}, \
+                 and {} (through which nothing can be opened)",
+                PROVIDED.join(", "),
+                denied::INTERFACES.join(", ")
             ));
         }
     }

@@ -2,8 +2,9 @@
 //! deadline and memory limit of each call, and the mapping of failures.
 //!
 //! The sandbox ([`super::sandbox`]) grants nothing: the WASI interfaces a
-//! `wasm32-wasip2` guest imports, with no arguments, environment, files or
-//! network, frozen clocks, deterministic randomness, calls that never wait,
+//! `wasm32-wasip2` guest imports and the files and sockets other languages'
+//! runtimes import, with no arguments, environment, files or network, frozen
+//! clocks, deterministic randomness, calls that never wait,
 //! and stdout/stderr captured into a small buffer whose text is added to a
 //! trap's message. A warm instance serves calls until one fails; a failed
 //! call drops it, so the next call starts from a fresh instance.
