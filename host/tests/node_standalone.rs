@@ -3,6 +3,7 @@
 
 mod cluster_common;
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -142,5 +143,31 @@ async fn policies_reload_on_request_and_a_failed_reload_keeps_the_previous_ones(
     std::fs::write(&plugin, chitin::policy::plugin::EMBEDDED_DEFAULTS).unwrap();
     let (ok, out) = chitin(&["policy", "reload", "--node", &api]);
     assert!(ok, "{out}");
+    assert!(node.terminate(Duration::from_secs(30)).unwrap().success());
+}
+
+/// A reload asks the reloaded instance-id policy for the node's name, as a
+/// start does; a running node keeps its name, and says that the new one
+/// takes effect at its next start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_asks_the_new_instance_id_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("instance-id.wasm");
+    std::fs::write(&plugin, chitin::policy::plugin::EMBEDDED_DEFAULTS).unwrap();
+    let mut node = standalone_node(dir.path(), "rename", |s| {
+        s.cluster.instance_id = None;
+        s.policies.instance_id = plugin.display().to_string();
+    })
+    .unwrap();
+    let api = node.api.clone();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    assert!(!node.log_text().contains("names this node differently"), "{}", node.log_text());
+
+    let leak = PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR")).join("env_leak.wasm");
+    std::fs::copy(&leak, &plugin).unwrap();
+    let (ok, out) = chitin(&["policy", "reload", "--node", &api]);
+    assert!(ok, "{out}");
+    let log = node.log_text();
+    assert!(log.contains("names this node differently") && log.contains("leak."), "{log}");
     assert!(node.terminate(Duration::from_secs(30)).unwrap().success());
 }

@@ -405,8 +405,9 @@ impl Node {
     /// Loads the configured policy components again (after they changed on
     /// disk). A reload that fails keeps the components in use and says why;
     /// calls in progress finish on the components they started with.
-    pub fn reload_policies(&self) -> Result<Vec<String>, PolicyLoadError> {
+    pub fn reload_policies(&self) -> Result<Vec<String>, NodeError> {
         let fresh = Policies::load(&self.settings.policies, Some(self.settings.node.data_dir.join("policy-cache")))?;
+        self.ask_instance_id(&fresh)?;
         let loaded = crate::policy::Slot::ALL
             .iter()
             .map(|slot| format!("{slot}: {}", fresh.slot(*slot).plugin().name()))
@@ -414,6 +415,31 @@ impl Node {
         *self.policies.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
         tracing::info!(?loaded, "policies reloaded");
         Ok(loaded)
+    }
+
+    /// Asks the instance-id policy of components about to be reloaded for
+    /// this node's name, as the node did at start: a policy that fails or
+    /// names nothing valid fails the reload (the previous components stay).
+    /// A node cannot change its name while it runs, so a different answer
+    /// is logged and takes effect at the next start. A name set by
+    /// `cluster.instance_id` never asked the policy, and is not asked now.
+    fn ask_instance_id(&self, fresh: &Policies) -> Result<(), NodeError> {
+        if self.settings.cluster.instance_id.is_some() {
+            return Ok(());
+        }
+        let ctx = sdk::InstanceContext { env: crate::policy::instance_env(&self.settings.policies), hostname: hostname() };
+        let name = fresh.instance_id(ctx)?;
+        if let Some(why) = crate::policy::invalid_name_reason(&name) {
+            return Err(NodeError::InvalidName { name, why });
+        }
+        if name != self.name {
+            tracing::warn!(
+                current = %self.name,
+                reloaded = %name,
+                "the reloaded instance-id policy names this node differently; it keeps its name until it restarts"
+            );
+        }
+        Ok(())
     }
 
     /// The cluster config served now and its shard map.
