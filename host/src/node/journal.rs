@@ -120,6 +120,15 @@ fn validate(stream: &str, request_id: &str, payload: &[u8]) -> Result<(), Append
 /// node named, if any.
 type Bounced = Option<HolderHint>;
 
+/// The longest an append that found no usable holder waits for news before
+/// it reads the lease row again. News usually comes first (a lease of this
+/// node changed, a peer's notice), but not always: a bounce that names no
+/// successor during a handover between two peers is followed by a notice to
+/// those two only, and a stopping node takes no more notices, so an append
+/// it is still serving would otherwise wait out its whole budget for a
+/// holder that was there after a few milliseconds.
+const RECHECK: Duration = Duration::from_millis(100);
+
 impl Node {
     /// How long an append waits for a shard to get a holder.
     pub fn takeover_budget(&self) -> Duration {
@@ -265,16 +274,23 @@ impl Node {
         AppendError::not_applied(format!("shard {shard} had no reachable holder for {:?}", self.takeover_budget()))
     }
 
-    /// Waits until this node learns of a change of ownership, or the deadline.
+    /// Waits until this node learns of a change of ownership, or for
+    /// [`RECHECK`] at most, so that the caller reads the lease row again;
+    /// past the deadline (or once the node stops announcing changes) the
+    /// append ends with "no reachable holder".
     async fn wait_for_change(
         &self,
         changes: &mut tokio::sync::watch::Receiver<u64>,
         deadline: Instant,
         shard: &str,
     ) -> Result<(), AppendError> {
-        match tokio::time::timeout_at(deadline.into(), changes.changed()).await {
-            Ok(Ok(())) => Ok(()),
-            _ => Err(self.no_holder(shard)),
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(self.no_holder(shard));
+        }
+        match tokio::time::timeout_at(deadline.min(now + RECHECK).into(), changes.changed()).await {
+            Ok(Err(_)) => Err(self.no_holder(shard)),
+            Ok(Ok(())) | Err(_) => Ok(()),
         }
     }
 
