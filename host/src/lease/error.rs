@@ -74,7 +74,11 @@ pub enum LeaseError {
     #[error("the group commit of this append failed and may have committed: {0}; retry with the same request id")]
     BatchOutcomeUnknown(String),
 
-    #[error("schema migration failed: {0}")]
+    #[error(
+        "schema migration failed: {0}; if the database refused for lack of rights, give this user the right to \
+         create and alter tables and indexes and, on MySQL/MariaDB, CREATE ROUTINE and EXECUTE (README, `database.url`), \
+         or run one node once with a user that has them"
+    )]
     Migrate(#[from] sqlx::migrate::MigrateError),
 
     #[error(
