@@ -92,7 +92,7 @@ impl coordination_server::Coordination for Coordination {
         let Some(coord) = node.coord.clone() else {
             // One node owns every target.
             return Ok(Response::new(proto::DispatchResponse {
-                outcome: "claimed".into(),
+                outcome: Dispatch::Claimed.wire_name().into(),
                 instance_id: node.uuid.to_string(),
                 fail_open_window: None,
             }));
@@ -103,13 +103,8 @@ impl coordination_server::Coordination for Coordination {
             }
             Declined::InvalidTarget { .. } => Status::invalid_argument(d.to_string()),
         })?;
-        let outcome = match outcome {
-            Dispatch::Claimed => "claimed",
-            Dispatch::AlreadyOurs => "already_ours",
-            Dispatch::FailedOpen => "failed_open",
-        };
         Ok(Response::new(proto::DispatchResponse {
-            outcome: outcome.into(),
+            outcome: outcome.wire_name().into(),
             instance_id: node.uuid.to_string(),
             fail_open_window: window
                 .map(|w| proto::FailOpenWindow { start_unix_ms: w.start_unix_ms, end_unix_ms: w.end_unix_ms }),

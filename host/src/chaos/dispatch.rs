@@ -15,6 +15,7 @@ use chitin_client::{Client, Error, Nodes, Options};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::coord::Dispatch;
 use crate::proto::{self, coordination_client::CoordinationClient};
 
 /// Targets the dispatch clients contend for.
@@ -39,12 +40,11 @@ pub enum Granted {
 
 impl Granted {
     fn parse(outcome: &str) -> Option<Granted> {
-        match outcome {
-            "claimed" => Some(Granted::Claimed),
-            "already_ours" => Some(Granted::AlreadyOurs),
-            "failed_open" => Some(Granted::FailedOpen),
-            _ => None,
-        }
+        Dispatch::from_wire(outcome).map(|d| match d {
+            Dispatch::Claimed => Granted::Claimed,
+            Dispatch::AlreadyOurs => Granted::AlreadyOurs,
+            Dispatch::FailedOpen => Granted::FailedOpen,
+        })
     }
 }
 

@@ -33,6 +33,22 @@ pub enum Dispatch {
     FailedOpen,
 }
 
+impl Dispatch {
+    /// The outcome's name on the wire (`DispatchResponse.outcome`).
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            Dispatch::Claimed => "claimed",
+            Dispatch::AlreadyOurs => "already_ours",
+            Dispatch::FailedOpen => "failed_open",
+        }
+    }
+
+    /// The outcome a wire name stands for.
+    pub fn from_wire(name: &str) -> Option<Dispatch> {
+        [Dispatch::Claimed, Dispatch::AlreadyOurs, Dispatch::FailedOpen].into_iter().find(|d| d.wire_name() == name)
+    }
+}
+
 impl From<Claim> for Dispatch {
     fn from(c: Claim) -> Self {
         match c {
@@ -190,6 +206,14 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_outcome_reads_back_from_its_wire_name() {
+        for d in [Dispatch::Claimed, Dispatch::AlreadyOurs, Dispatch::FailedOpen] {
+            assert_eq!(Dispatch::from_wire(d.wire_name()), Some(d));
+        }
+        assert_eq!(Dispatch::from_wire("declined"), None);
+    }
 
     #[test]
     fn rate_limiter_lets_one_through_per_period() {
