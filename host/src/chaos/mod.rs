@@ -484,12 +484,11 @@ async fn run_in(
         log,
         stored: evidence.rows.len(),
         evidence: evidence.basis,
-        // Pauses the run armed on purpose slow every client down: the floor
-        // assumes the expected pause per append on top of its cycle.
         ack_floor: verdict::ack_floor(
             opts.clients,
             Duration::from_millis(duration_ms),
-            opts.append_interval + opts.failpoints.as_deref().map_or(Duration::ZERO, crate::failpoint::expected_append_pause),
+            opts.append_interval,
+            opts.failpoints.as_deref().map_or(Duration::ZERO, crate::failpoint::expected_append_pause),
         ),
         takeover_bounds: bounds,
         supervisor_restarts: std::mem::take(&mut lab.supervisor_restarts),

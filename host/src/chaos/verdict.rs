@@ -31,9 +31,19 @@ const FLOOR_PERCENT: u128 = 20;
 /// The fewest acknowledged appends a run of `clients` clients pausing
 /// `interval` between appends for `duration` must have: at least one, so a
 /// run that acknowledged nothing never passes.
-pub fn ack_floor(clients: usize, duration: Duration, interval: Duration) -> u64 {
+///
+/// `armed_pause` is the pause per append that failpoints armed on purpose
+/// add on average ([`crate::failpoint::expected_append_pause`]). It counts
+/// three times: a shard's appends commit in batches one after another, so
+/// an append also waits out the pause of the batch ahead of it, and a
+/// client whose attempt outlasts its timeout sends it again to another node,
+/// which forwards it into the same queue. Measured with 30 % of appends
+/// parked for 2.5 s and 2 % for 8 s (910 ms armed per append), runs
+/// acknowledged one append per 4.4 to 5.4 client-seconds; a CI run came
+/// below the floor the single count gave (52 of 57).
+pub fn ack_floor(clients: usize, duration: Duration, interval: Duration, armed_pause: Duration) -> u64 {
     // Integer milliseconds: a floor must not move with float rounding.
-    let cycle_ms = (interval + ASSUMED_APPEND_LATENCY).as_millis();
+    let cycle_ms = (interval + 3 * armed_pause + ASSUMED_APPEND_LATENCY).as_millis();
     let floor = clients as u128 * duration.as_millis() * FLOOR_PERCENT / (100 * cycle_ms);
     u64::try_from(floor).unwrap_or(u64::MAX).max(1)
 }
@@ -168,8 +178,11 @@ mod tests {
             (0, s(100), ms(10), 1),
         ];
         for (clients, duration, interval, want) in cases {
-            assert_eq!(ack_floor(clients, duration, interval), want, "{clients} × {duration:?} at {interval:?}");
+            assert_eq!(ack_floor(clients, duration, interval, Duration::ZERO), want, "{clients} × {duration:?} at {interval:?}");
         }
+        // The control run of the planted-bug tests: 8 clients × 35 s, 910 ms
+        // armed per append, counted three times: 8 × 35 / 2.78 s × 0.2.
+        assert_eq!(ack_floor(8, s(35), ms(10), ms(910)), 20);
     }
 
     fn fault(index: usize, kind: FaultKind, held: usize, ineffective: Option<&str>) -> FaultRecord {
