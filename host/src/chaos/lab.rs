@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tonic::transport::Endpoint;
 
 use crate::proto::{self, admin_client::AdminClient};
-use crate::testkit::{NodeProc, PrivatePostgres, PrivateRedis, http_status};
+use crate::testkit::{KitError, NodeProc, PrivateMariadb, PrivatePostgres, PrivateRedis, http_status};
 
 use crate::rollout::plan::{self, Plan, PlanError, Sequence};
 use crate::topology::model::ClusterConfig;
@@ -31,7 +31,8 @@ pub struct Lab {
     pub redis: PrivateRedis,
     pub redis_url: String,
     pub namespace: String,
-    pub postgres: Option<PrivatePostgres>,
+    /// The run's own database server, which the `database` fault crashes.
+    pub server: Option<PrivateServer>,
     pub network: Option<Network>,
     /// The run's database, as this process reaches it.
     pub database_url: String,
@@ -45,6 +46,51 @@ pub struct Lab {
     pub config: PathBuf,
     /// The key range of every shard of every config the run pushed.
     pub ranges: Ranges,
+}
+
+/// A database server of the run's own (`--private-postgres`,
+/// `--private-mariadb`).
+pub enum PrivateServer {
+    Postgres(PrivatePostgres),
+    Mariadb(PrivateMariadb),
+}
+
+impl PrivateServer {
+    /// Stops it at once, as a crash would.
+    pub fn down(&mut self) -> Result<(), KitError> {
+        match self {
+            PrivateServer::Postgres(pg) => pg.down(),
+            PrivateServer::Mariadb(db) => {
+                db.down();
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts it again, waiting until it accepts connections.
+    pub fn up(&mut self) -> Result<(), KitError> {
+        match self {
+            PrivateServer::Postgres(pg) => pg.up(),
+            PrivateServer::Mariadb(db) => db.up(),
+        }
+    }
+
+    /// How its stop is described in the report.
+    pub fn stop_name(&self) -> &'static str {
+        match self {
+            PrivateServer::Postgres(_) => "PostgreSQL stopped (immediate)",
+            PrivateServer::Mariadb(_) => "MariaDB killed",
+        }
+    }
+
+    /// `(node URL, local URL, note)`: the nodes reach it on `node_host`,
+    /// this process on loopback.
+    pub fn urls(&self, node_host: &str) -> (String, String, String) {
+        match self {
+            PrivateServer::Postgres(pg) => (pg.url(node_host), pg.url("127.0.0.1"), format!("private PostgreSQL on port {}", pg.port)),
+            PrivateServer::Mariadb(db) => (db.url(node_host), db.url("127.0.0.1"), format!("private MariaDB on port {}", db.port)),
+        }
+    }
 }
 
 /// Adds the key range of every shard of `config` to `ranges`.

@@ -45,7 +45,8 @@ use tokio::sync::watch;
 
 use crate::lease::{LeaseError, Store};
 use crate::plant::Plant;
-use crate::testkit::{self, FreshDb, KitError, NodeProc, PrivatePostgres, PrivateRedis, settings};
+use crate::testkit::{self, FreshDb, KitError, NodeProc, PrivateMariadb, PrivatePostgres, PrivateRedis, settings};
+use lab::PrivateServer;
 pub use nemesis::FaultKind;
 use network::Network;
 pub use report::Report;
@@ -104,6 +105,9 @@ pub enum Database {
     Configured(String),
     /// A private PostgreSQL cluster on a free port, which the nemesis restarts.
     PrivatePostgres,
+    /// A private MariaDB server on a free port, which the nemesis crashes
+    /// and restarts.
+    PrivateMariadb,
 }
 
 /// What a run does.
@@ -182,11 +186,11 @@ impl ChaosOptions {
 
 /// Why a kind cannot be injected in this run, if it cannot; `network` is
 /// the run's namespaces or why there are none.
-fn unavailable(kind: FaultKind, private_pg: bool, network: &Result<Network, String>, spares: usize) -> Option<String> {
+fn unavailable(kind: FaultKind, private_server: bool, network: &Result<Network, String>, spares: usize) -> Option<String> {
     match kind {
         FaultKind::AddNode if spares == 0 => Some("the run has five nodes already, the most it runs".into()),
-        FaultKind::Database if !private_pg => {
-            Some("the configured database is not the run's to restart (use --private-postgres)".into())
+        FaultKind::Database if !private_server => {
+            Some("the configured database is not the run's to restart (use --private-postgres or --private-mariadb)".into())
         }
         FaultKind::Partition => match network {
             Ok(_) => None,
@@ -208,14 +212,14 @@ pub async fn run(opts: ChaosOptions) -> Result<Report, ChaosError> {
     // Names the run's bridge and namespaces; distinct for concurrent runs.
     let salt = (opts.seed ^ u64::from(std::process::id())).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
     let run_id = format!("{salt:06x}");
-    let private_pg = matches!(opts.database, Database::PrivatePostgres);
+    let private_server = !matches!(opts.database, Database::Configured(_));
 
     // Network namespaces need the servers on the bridge, so only with a
-    // private PostgreSQL.
+    // private database server.
     let network = if !opts.kinds.contains(&FaultKind::Partition) {
         Err("not asked for".to_string())
-    } else if !private_pg {
-        Err("the nodes reach the configured database only on loopback (use --private-postgres)".to_string())
+    } else if !private_server {
+        Err("the nodes reach the configured database only on loopback (use --private-postgres or --private-mariadb)".to_string())
     } else {
         Network::create(&run_id, opts.nodes + opts.spares(), salt).map_err(|e| e.to_string())
     };
@@ -224,7 +228,7 @@ pub async fn run(opts: ChaosOptions) -> Result<Report, ChaosError> {
         .kinds
         .iter()
         .copied()
-        .filter(|&k| match unavailable(k, private_pg, &network, opts.spares()) {
+        .filter(|&k| match unavailable(k, private_server, &network, opts.spares()) {
             Some(why) => {
                 skipped.insert(k.name().to_string(), why);
                 false
@@ -243,26 +247,28 @@ pub async fn run(opts: ChaosOptions) -> Result<Report, ChaosError> {
     let server_host = network.as_ref().map_or("127.0.0.1".to_string(), |n| n.host());
 
     let redis = PrivateRedis::start(&opts.dir, network.as_ref().map(|n| n.host()).as_deref())?;
-    let (postgres, node_db_url, local_db_url, created, database_note) = match &opts.database {
+    let (server, created, (node_db_url, local_db_url, database_note)) = match &opts.database {
         Database::PrivatePostgres => {
             let extra = network.as_ref().map(|n| (n.host(), n.subnet()));
-            let pg = PrivatePostgres::start(
-                &opts.dir,
-                extra.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
-                PRIVATE_POSTGRES_CONF,
-            )?;
-            let (node, local) = (pg.url(&server_host), pg.url("127.0.0.1"));
-            let note = format!("private PostgreSQL on port {}", pg.port);
-            (Some(pg), node, local, None, note)
+            let extra = extra.as_ref().map(|(a, b)| (a.as_str(), b.as_str()));
+            let server = PrivateServer::Postgres(PrivatePostgres::start(&opts.dir, extra, PRIVATE_POSTGRES_CONF)?);
+            let urls = server.urls(&server_host);
+            (Some(server), None, urls)
+        }
+        Database::PrivateMariadb => {
+            let server = PrivateServer::Mariadb(PrivateMariadb::start(&opts.dir, network.as_ref().map(|n| n.host()).as_deref())?);
+            let urls = server.urls(&server_host);
+            (Some(server), None, urls)
         }
         Database::Configured(url) => {
             let db = FreshDb::create_named(url, &format!("chitin_chaos_{run_id}_{}", opts.seed % 1_000_000)).await?;
             let note = format!("fresh database {} in {}", db.name, crate::security::redact(url));
-            (None, db.url.clone(), db.url.clone(), Some(db), note)
+            let urls = (db.url.clone(), db.url.clone(), note);
+            (None, Some(db), urls)
         }
     };
 
-    let outcome = run_in(&opts, kinds, redis, postgres, network, node_db_url, local_db_url.clone(), server_host).await;
+    let outcome = run_in(&opts, kinds, redis, server, network, node_db_url, local_db_url.clone(), server_host).await;
     if let Some(db) = created {
         if let Err(e) = db.drop_db().await {
             tracing::warn!(error = %e, "could not drop the run's database {}", db.name);
@@ -280,7 +286,7 @@ async fn run_in(
     opts: &ChaosOptions,
     kinds: Vec<FaultKind>,
     redis: PrivateRedis,
-    postgres: Option<PrivatePostgres>,
+    server: Option<PrivateServer>,
     network: Option<Network>,
     node_db_url: String,
     local_db_url: String,
@@ -348,7 +354,7 @@ async fn run_in(
         redis_url: redis.url("127.0.0.1"),
         redis,
         namespace,
-        postgres,
+        server,
         network,
         database_url: local_db_url,
         ttl: opts.lease_ttl,

@@ -27,7 +27,8 @@ pub enum FaultKind {
     Drain,
     /// Kill the run's Redis and start it again (empty).
     Redis,
-    /// Stop the run's PostgreSQL at once and start it again.
+    /// Stop the run's own database server at once (PostgreSQL `immediate`,
+    /// MariaDB SIGKILL) and start it again.
     Database,
     /// Cut one node off the network, past its lease TTL, then heal.
     Partition,
@@ -209,12 +210,12 @@ pub async fn inject(
             format!("Redis down for {down:?}")
         }
         (FaultKind::Database, None) => {
-            let pg = lab.postgres.as_mut().ok_or(ChaosError::Unavailable("no private PostgreSQL to restart"))?;
-            tokio::task::block_in_place(|| pg.down())?;
+            let server = lab.server.as_mut().ok_or(ChaosError::Unavailable("no private database server to restart"))?;
+            tokio::task::block_in_place(|| server.down())?;
             let down = rng.between(Duration::from_secs(1), Duration::from_secs(3));
             tokio::time::sleep(down).await;
-            tokio::task::block_in_place(|| pg.up())?;
-            format!("PostgreSQL stopped (immediate) for {down:?}")
+            tokio::task::block_in_place(|| server.up())?;
+            format!("{} for {down:?}", server.stop_name())
         }
         (FaultKind::Partition, Some(k)) => {
             let net = lab.network.as_ref().ok_or(ChaosError::Unavailable("no network namespaces to cut"))?;

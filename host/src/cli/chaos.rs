@@ -31,6 +31,10 @@ pub struct ChaosArgs {
     /// database restart and network cut faults).
     #[arg(long)]
     private_postgres: bool,
+    /// Use a private MariaDB server on a free port instead (enables the
+    /// database restart and network cut faults against MariaDB).
+    #[arg(long, conflicts_with = "private_postgres")]
+    private_mariadb: bool,
     /// Shards of the journal application (power of two).
     #[arg(long, default_value_t = 16)]
     shards: u32,
@@ -108,7 +112,11 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         faults: args.faults,
         duration: Duration::from_secs(args.duration),
         seed,
-        database: if args.private_postgres { Database::PrivatePostgres } else { Database::Configured(args.database_url) },
+        database: match (args.private_postgres, args.private_mariadb) {
+            (true, _) => Database::PrivatePostgres,
+            (_, true) => Database::PrivateMariadb,
+            _ => Database::Configured(args.database_url),
+        },
         shards: args.shards,
         clients: args.clients,
         append_interval: Duration::from_millis(args.append_interval_ms),

@@ -1,7 +1,8 @@
 //! Private servers on free ports, so that a run can stop and restart them
 //! without touching anyone else's: a `redis-server` that keeps nothing on
-//! disk, and a PostgreSQL cluster under a directory of the caller's; either
-//! can speak TLS only, with a certificate the caller made.
+//! disk, a PostgreSQL cluster and a MariaDB server under a directory of the
+//! caller's; Redis and PostgreSQL can speak TLS only, with a certificate the
+//! caller made.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -264,6 +265,110 @@ impl PrivatePostgres {
 impl Drop for PrivatePostgres {
     fn drop(&mut self) {
         let _ = self.down();
+    }
+}
+
+/// A private MariaDB server under a directory of the caller's, which a run
+/// crashes and restarts, with an empty database `chitin`. `root` may connect
+/// from anywhere without a password, so that nodes in network namespaces
+/// reach it.
+pub struct PrivateMariadb {
+    data: PathBuf,
+    base: PathBuf,
+    pub port: u16,
+    binds: String,
+    child: Option<Child>,
+}
+
+impl PrivateMariadb {
+    /// `mariadb-install-db` + start on a free port under `dir/mariadb`,
+    /// listening on loopback and on `extra_bind`; its log is
+    /// `dir/mariadb/server.log`.
+    pub fn start(dir: &Path, extra_bind: Option<&str>) -> Result<PrivateMariadb, KitError> {
+        let base = dir.join("mariadb");
+        let data = base.join("data");
+        std::fs::create_dir_all(&base).map_err(KitError::io(format!("create {}", base.display())))?;
+        let mut install = Command::new("mariadb-install-db");
+        install.args(["--no-defaults", "--auth-root-authentication-method=normal", "--skip-test-db"]).arg(format!("--datadir={}", utf8(&data)?));
+        if is_root() {
+            install.arg("--user=root");
+        }
+        let out = install
+            .output()
+            .map_err(|source| KitError::Spawn { program: "mariadb-install-db".into(), hint: " (is MariaDB's server package installed?)", source })?;
+        if !out.status.success() {
+            return Err(KitError::Tool {
+                command: format!("mariadb-install-db in {}", base.display()),
+                output: format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+            });
+        }
+        // Run at every start: what it makes lives in the data, so it is idempotent.
+        let init = "CREATE USER IF NOT EXISTS 'root'@'%';\nGRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;\n\
+                    CREATE DATABASE IF NOT EXISTS chitin;\n";
+        std::fs::write(base.join("init.sql"), init).map_err(KitError::io(format!("write {}", base.join("init.sql").display())))?;
+        let binds = match extra_bind {
+            Some(addr) => format!("127.0.0.1,{addr}"),
+            None => "127.0.0.1".into(),
+        };
+        let mut db = PrivateMariadb { data, base, port: free_port()?, binds, child: None };
+        db.up()?;
+        Ok(db)
+    }
+
+    /// `mysql://root@host:port/chitin` (the database is made at start).
+    pub fn url(&self, host: &str) -> String {
+        format!("mysql://root@{host}:{}/chitin", self.port)
+    }
+
+    /// Starts the server (again), waiting until it accepts connections;
+    /// after a [`PrivateMariadb::down`] it recovers what was committed.
+    pub fn up(&mut self) -> Result<(), KitError> {
+        let log = self.base.join("server.log");
+        let mut cmd = Command::new("mariadbd");
+        // Out of the terminal's process group, like the nodes (see NodeProc::start).
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        cmd.arg("--no-defaults")
+            .arg(format!("--datadir={}", utf8(&self.data)?))
+            .arg(format!("--port={}", self.port))
+            .arg(format!("--bind-address={}", self.binds))
+            .arg(format!("--socket={}", utf8(&self.base.join("mysqld.sock"))?))
+            .arg(format!("--pid-file={}", utf8(&self.base.join("mysqld.pid"))?))
+            .arg(format!("--init-file={}", utf8(&self.base.join("init.sql"))?))
+            .arg(format!("--log-error={}", utf8(&log)?))
+            // Every commit durable without a binary log to keep in step
+            // (`sync_binlog` too, which the nodes' start checks ask for).
+            .args(["--skip-log-bin", "--innodb-flush-log-at-trx-commit=1", "--sync-binlog=1", "--innodb-buffer-pool-size=64M"])
+            // A client's address is not looked up: no resolver answers here,
+            // and a lookup would stall every connection from a namespace.
+            .arg("--skip-name-resolve");
+        if is_root() {
+            cmd.arg("--user=root");
+        }
+        // What it prints before it opens its log goes there as well.
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).map_err(KitError::io(format!("open {}", log.display())))?;
+        let err = out.try_clone().map_err(KitError::io("duplicate the log handle"))?;
+        let child = cmd
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|source| KitError::Spawn { program: "mariadbd".into(), hint: " (is MariaDB's server package installed?)", source })?;
+        self.child = Some(child);
+        wait_for_port(&format!("127.0.0.1:{}", self.port), Duration::from_secs(60), &format!("; its log is {}", log.display()))
+    }
+
+    /// SIGKILL: what a crashed server looks like to the nodes; what was
+    /// committed must survive it.
+    pub fn down(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for PrivateMariadb {
+    fn drop(&mut self) {
+        self.down();
     }
 }
 
