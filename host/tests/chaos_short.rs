@@ -18,29 +18,26 @@ fn chitin(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_chitin")).args(args).env("RUST_LOG", "info,sqlx=warn").output().expect("run chitin")
 }
 
-#[test]
-fn twenty_faults_lose_no_acknowledged_append() {
+/// One `chitin chaos` run with `args`, one at a time, in a directory of its
+/// own; asserts it passed and returns its report and printed table.
+fn run_chaos(args: &[&str]) -> (Value, String) {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::Builder::new().prefix("chitin-chaos-").tempdir().unwrap();
-    // The private PostgreSQL runs as `postgres` when we are root: let it in.
+    // A private PostgreSQL runs as `postgres` when we are root: let it in.
     std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let report = dir.path().join("report.json");
-    let out = chitin(&[
-        "chaos",
-        "--faults",
-        "20",
-        "--seed",
-        "20261130",
-        "--private-postgres",
-        "--dir",
-        dir.path().join("run").to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "chaos run failed:\n{stdout}\n{}", tail(&stderr, 80));
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let run = dir.path().join("run");
+    let mut all = vec!["chaos", "--dir", run.to_str().unwrap(), "--report", report.to_str().unwrap()];
+    all.extend(args);
+    let out = chitin(&all);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "chaos run failed:\n{stdout}\n{}", tail(&String::from_utf8_lossy(&out.stderr), 80));
+    (serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap(), stdout)
+}
+
+#[test]
+fn twenty_faults_lose_no_acknowledged_append() {
+    let (r, stdout) = run_chaos(&["--faults", "20", "--seed", "20261130", "--private-postgres"]);
     assert_eq!(r["faults"].as_array().unwrap().len(), 20, "{stdout}");
     // About 27,000 on a quiet machine and 8,077 with other builds and tests
     // running beside it (88 s, 3 clients): 5,000 fails a run whose clients
@@ -90,6 +87,9 @@ fn bad_options_are_refused_with_the_reason() {
     let out = chitin(&["chaos", "--shards", "12", "--faults", "1"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
+    let out = chitin(&["chaos", "--kinds", "move-shard", "--faults", "1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("add `add-node` to --kinds"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// What both runs must show besides their own figures: passed with no
@@ -122,28 +122,8 @@ fn tail(s: &str, n: usize) -> String {
 /// afterwards.
 #[test]
 fn a_run_against_a_configured_mariadb_passes_and_cleans_up() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let url = std::env::var("CHITIN_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
-    let dir = tempfile::Builder::new().prefix("chitin-chaos-").tempdir().unwrap();
-    let report = dir.path().join("report.json");
-    let out = chitin(&[
-        "chaos",
-        "--faults",
-        "5",
-        "--seed",
-        "9",
-        "--kinds",
-        "kill,pause,restart,drain,redis,database",
-        "--database-url",
-        &url,
-        "--dir",
-        dir.path().join("run").to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "chaos run failed:\n{stdout}\n{}", tail(&String::from_utf8_lossy(&out.stderr), 60));
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let (r, stdout) = run_chaos(&["--faults", "5", "--seed", "9", "--kinds", "kill,pause,restart,drain,redis,database", "--database-url", &url]);
     assert_eq!(r["faults"].as_array().unwrap().len(), 5);
     // 2,909 in 20 s with other builds running beside it.
     assert_clean(&r, 1_500, &stdout);
@@ -172,26 +152,7 @@ fn a_run_against_a_configured_mariadb_passes_and_cleans_up() {
 /// transaction must not hold up the taker past the takeover bound.
 #[test]
 fn on_a_private_mariadb_crashes_and_cuts_lose_nothing() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::Builder::new().prefix("chitin-chaos-").tempdir().unwrap();
-    let report = dir.path().join("report.json");
-    let out = chitin(&[
-        "chaos",
-        "--faults",
-        "8",
-        "--seed",
-        "5",
-        "--kinds",
-        "database,partition,kill",
-        "--private-mariadb",
-        "--dir",
-        dir.path().join("run").to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "chaos run failed:\n{stdout}\n{}", tail(&String::from_utf8_lossy(&out.stderr), 60));
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let (r, stdout) = run_chaos(&["--faults", "8", "--seed", "5", "--kinds", "database,partition,kill", "--private-mariadb"]);
     assert_eq!(r["faults"].as_array().unwrap().len(), 8, "{stdout}");
     // 4,542 in 37 s on a quiet machine.
     assert_clean(&r, 1_500, &stdout);

@@ -15,6 +15,7 @@ use crate::topology::model::ClusterConfig;
 
 use super::ChaosError;
 use super::checker::Ranges;
+use super::nemesis::FaultKind;
 use super::network::Network;
 use super::rng::Rng;
 
@@ -256,6 +257,17 @@ impl Lab {
         let seq = Sequence::SplitShard { shard_id: shard.clone(), split_at: Some(format!("{at:08x}")), children: 2 };
         self.run_sequence(seq, |c| plan::split_shard(c, &shard, &[at])).await?;
         Ok(format!("split {shard} ({range}) at {at:08x}"))
+    }
+
+    /// Whether the cluster as it is now can take a fault of `kind`: an
+    /// add-node needs a spare node left, a move-shard a shard some node
+    /// holds no replica of.
+    pub fn can_inject(&self, kind: FaultKind) -> bool {
+        match kind {
+            FaultKind::AddNode => !self.spares.is_empty(),
+            FaultKind::MoveShard => crate::topology::file::load(&self.config).is_ok_and(|c| !movable(&c).is_empty()),
+            _ => true,
+        }
     }
 
     /// Moves one replica of an active shard, drawn from `rng`, to a node

@@ -171,6 +171,13 @@ impl ChaosOptions {
         if self.renew_interval >= self.lease_ttl {
             return refuse("the renew interval must be shorter than the lease TTL".into());
         }
+        if self.kinds.contains(&FaultKind::MoveShard) && self.replication_factor() == self.nodes && self.spares() == 0 {
+            return refuse(format!(
+                "move-shard needs a node without a replica, and {} nodes hold every shard at the minimum replication factor: \
+                 run --nodes 4 or more, or add `add-node` to --kinds",
+                self.nodes
+            ));
+        }
         if let Some(spec) = &self.failpoints {
             crate::failpoint::parse(spec).map_err(|e| ChaosError::Options(format!("--failpoints: {e}")))?;
             if !cfg!(feature = "failpoints") {
@@ -413,19 +420,20 @@ async fn run_in(
             break;
         }
         tokio::time::sleep(rng.between(Duration::from_millis(500), Duration::from_secs(2))).await;
-        // Add-node is drawn like the others until the spares run out; then
-        // the run goes on with the other kinds (or ends, if it was the only one).
+        // A kind the cluster cannot take now is passed over: add-node once
+        // the spares ran out, move-shard while every node holds every shard
+        // (until an add-node). The run ends when no kind can be taken.
         let drawn = loop {
+            if !kinds.iter().any(|&k| lab.can_inject(k)) {
+                break None;
+            }
             if bag.is_empty() {
                 bag = kinds.clone();
                 rng.shuffle(&mut bag);
             }
             let kind = bag.pop().expect("refilled");
-            if kind != FaultKind::AddNode || !lab.spares.is_empty() {
+            if lab.can_inject(kind) {
                 break Some(kind);
-            }
-            if kinds.len() == 1 {
-                break None;
             }
         };
         let Some(kind) = drawn else { break };

@@ -37,7 +37,7 @@ pub enum FaultKind {
     SplitShard,
     /// Move one replica of an active shard to a node that has none
     /// (`chitin cluster move-shard`'s control sequence). Drawn only when
-    /// asked for.
+    /// asked for, and passed over while every node holds every shard.
     MoveShard,
     /// Start a new node and add it with a rebalance (`chitin cluster
     /// add-node --rebalance`'s control sequence). Drawn only when asked
