@@ -56,12 +56,7 @@ impl PrivateRedis {
 
     /// Starts the server again on the same port (empty: it kept nothing).
     pub fn up(&mut self) -> Result<(), KitError> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .map_err(KitError::io(format!("open {}", self.log.display())))?;
-        let err_log = log.try_clone().map_err(KitError::io("duplicate the log handle"))?;
+        let (log, err_log) = log_files(&self.log)?;
         let mut cmd = Command::new("redis-server");
         // Out of the terminal's process group, like the nodes (see NodeProc::start).
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
@@ -88,10 +83,7 @@ impl PrivateRedis {
 
     /// SIGKILL: what a crashed Redis looks like.
     pub fn down(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill(&mut self.child);
     }
 
     /// The process id while it runs.
@@ -345,8 +337,7 @@ impl PrivateMariadb {
             cmd.arg("--user=root");
         }
         // What it prints before it opens its log goes there as well.
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).map_err(KitError::io(format!("open {}", log.display())))?;
-        let err = out.try_clone().map_err(KitError::io("duplicate the log handle"))?;
+        let (out, err) = log_files(&log)?;
         let child = cmd
             .stdout(out)
             .stderr(err)
@@ -359,16 +350,28 @@ impl PrivateMariadb {
     /// SIGKILL: what a crashed server looks like to the nodes; what was
     /// committed must survive it.
     pub fn down(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill(&mut self.child);
     }
 }
 
 impl Drop for PrivateMariadb {
     fn drop(&mut self) {
         self.down();
+    }
+}
+
+/// `path` opened for appending, twice: a server's stdout and stderr.
+fn log_files(path: &Path) -> Result<(std::fs::File, std::fs::File), KitError> {
+    let out = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(KitError::io(format!("open {}", path.display())))?;
+    let err = out.try_clone().map_err(KitError::io("duplicate the log handle"))?;
+    Ok((out, err))
+}
+
+/// SIGKILL and reap the server, if it runs.
+fn kill(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
     }
 }
 
