@@ -186,11 +186,23 @@ impl Lab {
         None
     }
 
-    /// Shards `node` holds by the cluster's status.
-    pub async fn held_by(&self, node: &str) -> Vec<String> {
-        match self.status().await {
-            Some(s) => s.leases.into_iter().filter(|l| l.holder == node).map(|l| l.shard).collect(),
-            None => Vec::new(),
+    /// The shards each node holds (in the order of `nodes`), by one status
+    /// of the cluster. Asked again for up to 10 s while no node answers or
+    /// none holds anything: a status right after a database restart can
+    /// fail, and a node fault would then take a node holding nothing.
+    pub async fn held_by_each(&self) -> Vec<Vec<String>> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let status = self.status().await;
+            let of = |node: &str| -> Vec<String> {
+                let leases = status.iter().flat_map(|s| &s.leases);
+                leases.filter(|l| l.holder == node).map(|l| l.shard.clone()).collect()
+            };
+            let by_node: Vec<Vec<String>> = self.nodes.iter().map(|n| of(&n.name)).collect();
+            if by_node.iter().any(|h| !h.is_empty()) || Instant::now() >= deadline {
+                return by_node;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 

@@ -412,31 +412,13 @@ async fn run_in(
     let mut faults = Vec::new();
     let mut deaths = Vec::new();
     let mut failure = None;
-    // Kinds are drawn from shuffled bags of all of them, so that every kind
-    // comes round once in each stretch of `kinds.len()` faults.
     let mut bag: Vec<FaultKind> = Vec::new();
     for index in 0..opts.faults {
         if start.elapsed() >= opts.duration {
             break;
         }
         tokio::time::sleep(rng.between(Duration::from_millis(500), Duration::from_secs(2))).await;
-        // A kind the cluster cannot take now is passed over: add-node once
-        // the spares ran out, move-shard while every node holds every shard
-        // (until an add-node). The run ends when no kind can be taken.
-        let drawn = loop {
-            if !kinds.iter().any(|&k| lab.can_inject(k)) {
-                break None;
-            }
-            if bag.is_empty() {
-                bag = kinds.clone();
-                rng.shuffle(&mut bag);
-            }
-            let kind = bag.pop().expect("refilled");
-            if lab.can_inject(kind) {
-                break Some(kind);
-            }
-        };
-        let Some(kind) = drawn else { break };
+        let Some(kind) = nemesis::draw(&mut bag, &kinds, &mut rng, |k| lab.can_inject(k)) else { break };
         tracing::info!(index, kind = kind.name(), "fault");
         match nemesis::inject(&mut lab, &mut rng, index, kind, start).await {
             Ok((record, death)) => {

@@ -120,6 +120,27 @@ pub struct FaultRecord {
     pub detail: String,
 }
 
+/// The next fault's kind, from shuffled bags of `kinds` so that every kind
+/// comes round once in each stretch of `kinds.len()` faults. A kind the
+/// cluster cannot take now (`can_take` false: add-node once the spares ran
+/// out, move-shard while every node holds every shard) is passed over;
+/// `None` when no kind can be taken, which ends the run.
+pub fn draw(bag: &mut Vec<FaultKind>, kinds: &[FaultKind], rng: &mut Rng, can_take: impl Fn(FaultKind) -> bool) -> Option<FaultKind> {
+    if !kinds.iter().any(|&k| can_take(k)) {
+        return None;
+    }
+    loop {
+        if bag.is_empty() {
+            bag.extend_from_slice(kinds);
+            rng.shuffle(bag);
+        }
+        let kind = bag.pop().expect("refilled");
+        if can_take(kind) {
+            return Some(kind);
+        }
+    }
+}
+
 /// The node of a node fault: drawn from the seed, then, for faults that
 /// need one, moved on to the next node holding shards (so that every draw
 /// of the seed stays the same whatever the cluster looks like).
@@ -150,10 +171,7 @@ pub async fn inject(
     let drawn = if kind.needs_node() { Some(rng.below(lab.nodes.len())) } else { None };
     let (k, held) = match drawn {
         Some(drawn) if kind.wants_holder() => {
-            let mut by_node = Vec::new();
-            for n in &lab.nodes {
-                by_node.push(lab.held_by(&n.name).await);
-            }
+            let mut by_node = lab.held_by_each().await;
             let k = choose(drawn, &by_node.iter().map(Vec::len).collect::<Vec<_>>());
             (Some(k), std::mem::take(&mut by_node[k]))
         }
@@ -285,5 +303,39 @@ mod tests {
         let hung = KitError::StopTimedOut { name: "n".into(), within: Duration::from_secs(60), log_tail: String::new() };
         assert!(stop_outcome(Err(hung)).unwrap().unwrap().contains("SIGTERM hung"));
         assert!(stop_outcome(Err(KitError::NotRunning { name: "n".into() })).is_err());
+    }
+
+    #[test]
+    fn kinds_the_cluster_cannot_take_are_passed_over_and_the_rest_come_round_evenly() {
+        use FaultKind::*;
+        let kinds = [Kill, AddNode, MoveShard, Drain];
+        // (what the cluster can take, faults drawn, what must be drawn).
+        let cases: [(&[FaultKind], usize, &[FaultKind]); 4] = [
+            (&[Kill, AddNode, MoveShard, Drain], 8, &[Kill, AddNode, MoveShard, Drain]),
+            // No spare left: add-node never comes; the others still do.
+            (&[Kill, MoveShard, Drain], 9, &[Kill, MoveShard, Drain]),
+            // Nothing to move to, no spares: kills and drains only.
+            (&[Kill, Drain], 6, &[Kill, Drain]),
+            (&[Drain], 3, &[Drain]),
+        ];
+        for (takes, n, want) in cases {
+            let mut rng = Rng::new(7);
+            let mut bag = Vec::new();
+            let mut drawn = std::collections::BTreeMap::<FaultKind, usize>::new();
+            for _ in 0..n {
+                let kind = draw(&mut bag, &kinds, &mut rng, |k| takes.contains(&k)).expect("a kind can be taken");
+                *drawn.entry(kind).or_default() += 1;
+            }
+            let kinds_drawn: Vec<FaultKind> = drawn.keys().copied().collect();
+            let mut want = want.to_vec();
+            want.sort();
+            assert_eq!(kinds_drawn, want, "can take {takes:?}");
+            // Each bag holds every kind once, so counts differ by at most one.
+            let (lo, hi) = (drawn.values().min().unwrap(), drawn.values().max().unwrap());
+            assert!(hi - lo <= 1, "uneven draws {drawn:?} for {takes:?}");
+        }
+        // Nothing the cluster can take: the run ends instead of spinning.
+        assert_eq!(draw(&mut Vec::new(), &kinds, &mut Rng::new(7), |_| false), None);
+        assert_eq!(draw(&mut vec![AddNode], &[AddNode], &mut Rng::new(7), |k| k != AddNode), None);
     }
 }

@@ -1,7 +1,8 @@
 //! Draining a node: hand every held shard to a recipient the `drain` policy
 //! names, in rounds the host caps, and say what was kept and why.
 //!
-//! Read (registry, held shards, replicas) → plan ([`plan::drain_candidates`],
+//! Read (registry, held shards, replicas; a live lease the database gives
+//! the node and its table lacks is taken up first) → plan ([`plan::drain_candidates`],
 //! the policy, [`plan::drain_plan`]) → apply. A drain that fails or is
 //! cancelled before it finishes returns the node to `active`, serving every
 //! shard it still holds.
@@ -61,6 +62,12 @@ impl Node {
         let topology = self.topology();
         let replicas: HashMap<String, Vec<String>> =
             topology.map.shards().iter().map(|s| (s.id.clone(), s.replica_nodes.clone())).collect();
+        // What the database says this node holds, not only its own table:
+        // right after a database outage longer than the TTL the node has
+        // dropped leases its rows still name, and the round that takes them
+        // up again may not have run yet.
+        let own = self.store.round_leases(self.uuid, &[]).await?;
+        self.take_up(&plan::handed_to_me(&own, self.uuid, &self.leases.held_ids())).await;
         let held = self.leases.held_ids();
         let cap = self.settings.leases.max_handoffs_per_round;
         let input = DrainInput { held: &held, replicas: &replicas, live: &live, cap: cap as usize };
