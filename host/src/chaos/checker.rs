@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::claims::TargetOwner;
+use super::clock::{Step, unstep_us};
 use super::clients::{Abandoned, Ack};
 
 /// A stored journal entry. Times are microseconds since the Unix epoch by
@@ -184,14 +185,23 @@ pub struct Verdict {
     pub unlogged_fail_opens: usize,
 }
 
-/// Judges a run.
-pub fn check(acks: &[Ack], abandoned: &[Abandoned], rows: &[Row], grants: &[Grant], deaths: &[Death], bounds: Bounds) -> Verdict {
+/// Judges a run; `steps` are the wall clock's steps on the database clock
+/// ([`super::clock`]), taken out of every takeover measured across one.
+pub fn check(
+    acks: &[Ack],
+    abandoned: &[Abandoned],
+    rows: &[Row],
+    grants: &[Grant],
+    deaths: &[Death],
+    bounds: Bounds,
+    steps: &[Step],
+) -> Verdict {
     let mut v = Verdict::default();
     check_acks(acks, rows, &mut v);
     check_abandoned(abandoned, rows, &mut v);
     check_duplicates(rows, &mut v);
     check_epochs(rows, grants, &mut v);
-    check_takeovers(grants, deaths, bounds, &mut v);
+    check_takeovers(grants, deaths, bounds, steps, &mut v);
     v
 }
 
@@ -279,7 +289,7 @@ fn check_epochs(rows: &[Row], grants: &[Grant], v: &mut Verdict) {
     }
 }
 
-fn check_takeovers(grants: &[Grant], deaths: &[Death], bounds: Bounds, v: &mut Verdict) {
+fn check_takeovers(grants: &[Grant], deaths: &[Death], bounds: Bounds, steps: &[Step], v: &mut Verdict) {
     let by = grants_by_shard(grants);
     let none = Vec::new();
     for d in deaths {
@@ -292,7 +302,8 @@ fn check_takeovers(grants: &[Grant], deaths: &[Death], bounds: Bounds, v: &mut V
                 continue;
             }
             let next = list.iter().find(|g| g.acquired_us > d.at_us).map(|g| g.acquired_us);
-            let ms = next.map(|t| ((t - d.at_us).max(0) / 1000) as u64);
+            // On a wall clock that never stepped ([`super::clock`]).
+            let ms = next.map(|t| ((unstep_us(steps, t) - unstep_us(steps, d.at_us)).max(0) / 1000) as u64);
             let bound_ms = if d.crash { bounds.crash_ms } else { bounds.stall_ms };
             if let (Some(granted_us), Some(ms)) = (next, ms) {
                 if !d.crash && ms < bounds.stall_floor_ms {
@@ -467,17 +478,17 @@ mod tests {
     const BOUNDS: Bounds = Bounds { crash_ms: 1_500, stall_ms: 3_500, stall_floor_ms: 1_000 };
 
     fn check_no_abandoned(acks: &[Ack], rows: &[Row], grants: &[Grant], deaths: &[Death]) -> Verdict {
-        check(acks, &[], rows, grants, deaths, BOUNDS)
+        check(acks, &[], rows, grants, deaths, BOUNDS, &[])
     }
 
     #[test]
     fn a_request_answered_not_applied_must_not_be_stored() {
         let gave_up = [Abandoned { stream: "x".into(), request_id: "r2".into() }];
         let rows = [row("x", "r1", 1, 1, 10), row("x", "r2", 2, 1, 20)];
-        let v = check(&[ack("x", "r1", 1, 1)], &gave_up, &rows, &[grant(1, "a", 0)], &[], BOUNDS);
+        let v = check(&[ack("x", "r1", 1, 1)], &gave_up, &rows, &[grant(1, "a", 0)], &[], BOUNDS, &[]);
         assert_eq!(v.not_applied_stored, 1);
         assert_eq!(v.violations, vec![Violation::NotAppliedStored { stream: "x".into(), request_id: "r2".into(), seq: 2 }]);
-        let v = check(&[ack("x", "r1", 1, 1)], &gave_up, &rows[..1], &[grant(1, "a", 0)], &[], BOUNDS);
+        let v = check(&[ack("x", "r1", 1, 1)], &gave_up, &rows[..1], &[grant(1, "a", 0)], &[], BOUNDS, &[]);
         assert!(v.violations.is_empty());
     }
 
@@ -557,6 +568,12 @@ mod tests {
         assert_eq!(slow.takeovers[0].ms, 5_000);
         let never = check_no_abandoned(&[], &[], &[grant(1, "a", 0)], std::slice::from_ref(&death));
         assert!(matches!(&never.violations[0], Violation::SlowTakeover { granted_us: None, .. }));
+        // The same grant with the wall clock stepped 3.5 s forward in between: 1.5 s in fact.
+        let step = [Step { wall_us: 2_000_000, step_us: 3_500_000 }];
+        let grants = [grant(1, "a", 0), grant(2, "b", 6_000_000)];
+        let stepped = check(&[], &[], &[], &grants, std::slice::from_ref(&death), BOUNDS, &step);
+        assert!(stepped.violations.is_empty(), "{:?}", stepped.violations);
+        assert_eq!(stepped.takeovers[0].ms, 1_500);
     }
 
     #[test]

@@ -28,6 +28,7 @@
 pub mod checker;
 pub mod claims;
 pub mod clients;
+pub mod clock;
 pub mod dispatch;
 pub mod evidence;
 pub mod lab;
@@ -387,6 +388,7 @@ async fn run_in(
     let start = Instant::now();
     let start_unix_ms = crate::coord::fail_open_window::unix_now_ms();
     let (stop_tx, stop_rx) = watch::channel(false);
+    let clock_watch = tokio::spawn(clock::watch(stop_rx.clone()));
     let streams = clients::streams(opts.clients, 8);
     let addresses: Vec<String> = lab.nodes.iter().map(|n| n.api.clone()).collect();
     let mut tasks = tokio::task::JoinSet::new();
@@ -447,7 +449,16 @@ async fn run_in(
     while let Some(log) = dispatchers.join_next().await {
         dispatch_logs.push(log?);
     }
-    let dispatches = dispatch::DispatchLog::merge(dispatch_logs);
+    let mut dispatches = dispatch::DispatchLog::merge(dispatch_logs);
+    let clock_steps = clock_watch.await?;
+    // The nodes' windows on the run's monotonic clock, as the dispatches are.
+    for w in dispatches.granted.iter_mut().filter_map(|g| g.window.as_mut()) {
+        let run_ms = |wall_ms: u64| {
+            let wall_us = (start_unix_ms + wall_ms) as i64 * 1000;
+            (clock::unstep_us(&clock_steps, wall_us) / 1000).saturating_sub(start_unix_ms as i64).max(0) as u64
+        };
+        (w.start_ms, w.end_ms) = (run_ms(w.start_ms), run_ms(w.end_ms));
+    }
     let duration_ms = start.elapsed().as_millis() as u64;
     if let Some(e) = failure {
         return Err(e);
@@ -458,7 +469,8 @@ async fn run_in(
     store.close().await;
     let bounds = checker::Bounds::of(opts.lease_ttl, opts.renew_interval, opts.takeover_slack, opts.failpoints.is_some());
     let answers: Vec<clients::Ack> = log.acks.iter().chain(&log.resends).cloned().collect();
-    let mut verdict = checker::check(&answers, &log.abandoned, &evidence.rows, &evidence.grants, &deaths, bounds);
+    let db_steps = clock::shifted(&clock_steps, lab.clock_offset_us);
+    let mut verdict = checker::check(&answers, &log.abandoned, &evidence.rows, &evidence.grants, &deaths, bounds, &db_steps);
     checker::check_ownership(&answers, &evidence.rows, &evidence.grants, &evidence.retirements, &lab.ranges, &mut verdict);
     let claim_ttl = settings::LIVENESS_TIMEOUT;
     let disturbances = claims::disturbances(&faults, claim_ttl, settings::HEARTBEAT_INTERVAL);
@@ -490,6 +502,7 @@ async fn run_in(
         supervisor_restarts: std::mem::take(&mut lab.supervisor_restarts),
         dispatches,
         dispatch_summary,
+        clock_steps,
     };
     Ok((facts, verdict))
 }

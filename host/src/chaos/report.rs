@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::checker::{Verdict, Violation, percentile, unavailability};
+use super::clock::Step;
 use super::claims::DispatchSummary;
 use super::clients::ClientLog;
 use super::dispatch::{DispatchLog, Granted};
@@ -130,6 +131,11 @@ pub struct Report {
     /// Every window, `[start, end]` in milliseconds since the run's start.
     pub unavailability: Vec<(u64, u64)>,
     pub supervisor_restarts: Vec<String>,
+    /// Steps of this machine's wall clock against its monotonic clock,
+    /// taken out of every takeover and fail-open window measured across
+    /// one ([`crate::chaos::clock`]).
+    #[serde(default)]
+    pub clock_steps: Vec<Step>,
     pub violations: Vec<Violation>,
     /// Every reason the run failed ([`verdict::judge`]); empty when it passed.
     pub failures: Vec<Failure>,
@@ -183,6 +189,7 @@ pub struct RunFacts {
     pub supervisor_restarts: Vec<String>,
     pub dispatches: DispatchLog,
     pub dispatch_summary: DispatchSummary,
+    pub clock_steps: Vec<Step>,
 }
 
 impl Report {
@@ -256,6 +263,7 @@ impl Report {
             unavailability_by_kind: windows_by_kind(&windows, &f.faults),
             unavailability: windows,
             supervisor_restarts: f.supervisor_restarts,
+            clock_steps: f.clock_steps,
             faults: f.faults,
             violations: verdict.violations,
             passed: failures.is_empty(),
@@ -329,6 +337,10 @@ impl Report {
             ("longest window", format!("{} ms", self.unavailability_longest_ms)),
             ("total unavailability", format!("{} ms", self.unavailability_total_ms)),
             ("nodes restarted by the supervisor", self.supervisor_restarts.len().to_string()),
+            (
+                "steps of the wall clock (taken out of takeovers and windows)",
+                format!("{} ({} ms in all)", self.clock_steps.len(), self.clock_steps.iter().map(|s| s.step_us).sum::<i64>() / 1000),
+            ),
         ];
         for (name, value) in rows {
             let _ = writeln!(t, "| {name} | {value} |");

@@ -1,0 +1,94 @@
+//! The wall clock against the monotonic clock over a run. Takeovers are
+//! measured on the database's wall clock (commit times) and fail-open
+//! windows on the nodes' (the same machine's), while the lab times its
+//! faults and dispatches on the monotonic clock. A virtual machine's wall
+//! clock can step (seen here: 1.1 s, then 11.7 s forward, mid-run, when
+//! the host corrected it); a takeover measured across such a step, or a
+//! window set beside a dispatch timed on the other clock, would be judged
+//! by the step. [`watch`] records each step; [`unstep_us`] takes them out.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+/// A change of the wall clock against the monotonic one larger than this
+/// between two samples is a step (a drift is recorded once it adds up to it).
+const STEP_US: i64 = 20_000;
+const SAMPLE: Duration = Duration::from_millis(10);
+
+/// One step of the wall clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// The wall clock just after the step, Unix microseconds.
+    pub wall_us: i64,
+    /// How far it stepped (forward is positive), microseconds.
+    pub step_us: i64,
+}
+
+fn wall_minus_monotonic_us(origin: Instant) -> i64 {
+    let wall = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+    wall - origin.elapsed().as_micros() as i64
+}
+
+/// Samples both clocks until `stop` turns true; returns the steps seen.
+pub async fn watch(mut stop: watch::Receiver<bool>) -> Vec<Step> {
+    let origin = Instant::now();
+    let mut base = wall_minus_monotonic_us(origin);
+    let mut steps = Vec::new();
+    while !*stop.borrow() {
+        tokio::select! {
+            _ = tokio::time::sleep(SAMPLE) => {}
+            _ = stop.changed() => {}
+        }
+        let now = wall_minus_monotonic_us(origin);
+        if (now - base).abs() > STEP_US {
+            let wall_us = now + origin.elapsed().as_micros() as i64;
+            tracing::warn!(step_ms = (now - base) / 1000, "the wall clock stepped against the monotonic clock; the checker takes the step out");
+            steps.push(Step { wall_us, step_us: now - base });
+            base = now;
+        }
+    }
+    steps
+}
+
+/// `wall_us` on a wall clock that never stepped: less every step at or
+/// before it. Keeps order, so differences of unstepped times are monotonic
+/// durations.
+pub fn unstep_us(steps: &[Step], wall_us: i64) -> i64 {
+    wall_us - steps.iter().filter(|s| s.wall_us <= wall_us).map(|s| s.step_us).sum::<i64>()
+}
+
+/// The same steps on a clock `offset_us` ahead of this machine's (the
+/// database's).
+pub fn shifted(steps: &[Step], offset_us: i64) -> Vec<Step> {
+    steps.iter().map(|s| Step { wall_us: s.wall_us + offset_us, step_us: s.step_us }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_is_taken_out_of_every_time_after_it_and_of_no_time_before() {
+        let steps = [Step { wall_us: 10_000_000, step_us: 11_700_000 }, Step { wall_us: 30_000_000, step_us: -500_000 }];
+        let cases = [(9_999_999, 9_999_999), (10_000_000, -1_700_000), (20_000_000, 8_300_000), (30_000_000, 18_800_000)];
+        for (wall, want) in cases {
+            assert_eq!(unstep_us(&steps, wall), want, "{wall}");
+        }
+        // A takeover measured across the first step: 13.3 s by the wall, 1.6 s in fact.
+        let (died, granted) = (9_000_000, 22_300_000);
+        assert_eq!(unstep_us(&steps, granted) - unstep_us(&steps, died), 1_600_000);
+        assert_eq!(unstep_us(&[], 5), 5);
+        assert_eq!(shifted(&steps, 7)[0], Step { wall_us: 10_000_007, step_us: 11_700_000 });
+    }
+
+    #[tokio::test]
+    async fn a_steady_clock_records_no_step() {
+        let (tx, rx) = watch::channel(false);
+        let watcher = tokio::spawn(watch(rx));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.send(true).unwrap();
+        assert_eq!(watcher.await.unwrap(), Vec::<Step>::new());
+    }
+}
