@@ -20,6 +20,8 @@
 //! - [`nemesis`]: the faults;
 //! - [`evidence`]: the stored rows and grants, by commit time where the
 //!   database records it;
+//! - [`clock`]: the steps of the wall clock against the monotonic clock,
+//!   which the checker takes out of what it measures across them;
 //! - [`checker`]: the pure rules a run is judged by, and [`claims`], the
 //!   one its dispatches are;
 //! - [`verdict`]: the pure rules a run passes by;
