@@ -209,9 +209,10 @@ async fn a_drain_hands_on_leases_handed_to_the_node_that_no_round_took_up_yet() 
         rows.iter().filter(|r| r.live && r.holder_name.as_deref() == Some(name)).map(|r| r.shard.clone()).collect()
     };
 
-    // The first drain hands node-01's shards to the other two.
-    let first = c.nodes[0].name.clone();
-    let drained = c.nodes[0].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap().into_inner();
+    // The first drain hands the busiest node's shards to the other two.
+    let d = c.busiest(&before);
+    let first = c.nodes[d].name.clone();
+    let drained = c.nodes[d].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap().into_inner();
     assert!(drained.handed_over > 0, "{first} held nothing to hand over: {drained:?}");
     // The peer that received the most drains at once, before its rounds take them up.
     let rows = store.holders().await.unwrap();
@@ -219,7 +220,8 @@ async fn a_drain_hands_on_leases_handed_to_the_node_that_no_round_took_up_yet() 
         let had: HashSet<String> = before.leases.iter().filter(|l| l.holder == name).map(|l| l.shard.clone()).collect();
         live_of(&rows, name).difference(&had).count()
     };
-    let second = if received(&c.nodes[1].name) >= received(&c.nodes[2].name) { 1 } else { 2 };
+    let (a, b) = ((d + 1) % 3, (d + 2) % 3);
+    let second = if received(&c.nodes[a].name) >= received(&c.nodes[b].name) { a } else { b };
     let name = c.nodes[second].name.clone();
     let holding = live_of(&rows, &name);
     assert!(received(&name) > 0, "{name} received none of {first}'s shards: {rows:?}");
