@@ -181,60 +181,6 @@ async fn drain_and_graceful_stop_lose_no_acknowledged_append() {
     c.teardown().await.unwrap();
 }
 
-/// A live lease the database gives a node and its own table lacks (handed
-/// to it by a peer, or kept by its rows through a database outage longer
-/// than the TTL, which made the node drop it) is handed on by a drain of
-/// that node even before a lease round takes it up: the drain takes up what
-/// the database says first. A failpoint holds every round's take-up back
-/// 4 s (the lease TTL is 15 s here), so that the drain comes first; without
-/// the drain's own take-up the received shards stay with the drained node.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_drain_hands_on_leases_handed_to_the_node_that_no_round_took_up_yet() {
-    let _serial = SERIAL.lock().await;
-    let slow_renewal = |_: &str, s: &mut chitin::settings::Settings| {
-        s.leases.ttl_secs = 15.0;
-        s.leases.renew_interval_secs = 5.0;
-    };
-    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 0, slow_renewal).await.unwrap();
-    for n in &mut c.nodes {
-        n.set_env(chitin::failpoint::ENV, "round.before_take_up=1:4000");
-        n.start().unwrap();
-    }
-    for n in &mut c.nodes {
-        n.wait_ready(Duration::from_secs(60)).await.unwrap();
-    }
-    let before = c.wait_settled(Duration::from_secs(90)).await.unwrap();
-    let store = c.store().await;
-    let live_of = |rows: &[chitin::lease::LeaseRow], name: &str| -> HashSet<String> {
-        rows.iter().filter(|r| r.live && r.holder_name.as_deref() == Some(name)).map(|r| r.shard.clone()).collect()
-    };
-
-    // The first drain hands the busiest node's shards to the other two.
-    let d = c.busiest(&before);
-    let first = c.nodes[d].name.clone();
-    let drained = c.nodes[d].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap().into_inner();
-    assert!(drained.handed_over > 0, "{first} held nothing to hand over: {drained:?}");
-    // The peer that received the most drains at once, before its rounds take them up.
-    let rows = store.holders().await.unwrap();
-    let received = |name: &str| {
-        let had: HashSet<String> = before.leases.iter().filter(|l| l.holder == name).map(|l| l.shard.clone()).collect();
-        live_of(&rows, name).difference(&had).count()
-    };
-    let (a, b) = ((d + 1) % 3, (d + 2) % 3);
-    let second = if received(&c.nodes[a].name) >= received(&c.nodes[b].name) { a } else { b };
-    let name = c.nodes[second].name.clone();
-    let holding = live_of(&rows, &name);
-    assert!(received(&name) > 0, "{name} received none of {first}'s shards: {rows:?}");
-    let report = c.nodes[second].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap().into_inner();
-
-    let after = store.holders().await.unwrap();
-    let left = live_of(&after, &name);
-    assert!(left.is_empty(), "{name} still holds {left:?} after its drain ({report:?}); it held {holding:?} by the database\n{}", c.logs());
-    assert_eq!(report.handed_over as usize, holding.len(), "{report:?}");
-    store.close().await;
-    c.teardown().await.unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_joining_node_receives_at_most_four_shards_per_round_across_the_database() {
     let _serial = SERIAL.lock().await;
