@@ -59,6 +59,14 @@ pub fn unstep_us(steps: &[Step], wall_us: i64) -> i64 {
     wall_us - steps.iter().filter(|s| s.wall_us <= wall_us).map(|s| s.step_us).sum::<i64>()
 }
 
+/// A time `wall_ms` after `start_unix_ms` by the wall clock (a node's
+/// fail-open window), as milliseconds since the run's start on its
+/// monotonic clock: the steps before it taken out.
+pub fn run_ms(steps: &[Step], start_unix_ms: u64, wall_ms: u64) -> u64 {
+    let wall_us = (start_unix_ms + wall_ms) as i64 * 1000;
+    (unstep_us(steps, wall_us) / 1000 - start_unix_ms as i64).max(0) as u64
+}
+
 /// The same steps on a clock `offset_us` ahead of this machine's (the
 /// database's).
 pub fn shifted(steps: &[Step], offset_us: i64) -> Vec<Step> {
@@ -81,6 +89,18 @@ mod tests {
         assert_eq!(unstep_us(&steps, granted) - unstep_us(&steps, died), 1_600_000);
         assert_eq!(unstep_us(&[], 5), 5);
         assert_eq!(shifted(&steps, 7)[0], Step { wall_us: 10_000_007, step_us: 11_700_000 });
+    }
+
+    #[test]
+    fn a_window_on_the_wall_clock_lands_on_the_run_clock_without_the_steps_before_it() {
+        let start = 1_000_000; // Unix ms at the run's start
+        let steps = [Step { wall_us: (start as i64 + 5_000) * 1000, step_us: 12_800_000 }];
+        // (ms after the start by the wall, ms since the start on the run's clock)
+        let cases = [(0, 0), (4_999, 4_999), (5_000, 0), (17_800, 5_000), (20_000, 7_200)];
+        for (wall, want) in cases {
+            assert_eq!(run_ms(&steps, start, wall), want, "{wall}");
+        }
+        assert_eq!(run_ms(&[], start, 1_234), 1_234);
     }
 
     #[tokio::test]

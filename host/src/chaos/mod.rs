@@ -455,10 +455,7 @@ async fn run_in(
     let clock_steps = clock_watch.await?;
     // The nodes' windows on the run's monotonic clock, as the dispatches are.
     for w in dispatches.granted.iter_mut().filter_map(|g| g.window.as_mut()) {
-        let run_ms = |wall_ms: u64| {
-            let wall_us = (start_unix_ms + wall_ms) as i64 * 1000;
-            (clock::unstep_us(&clock_steps, wall_us) / 1000).saturating_sub(start_unix_ms as i64).max(0) as u64
-        };
+        let run_ms = |wall_ms| clock::run_ms(&clock_steps, start_unix_ms, wall_ms);
         (w.start_ms, w.end_ms) = (run_ms(w.start_ms), run_ms(w.end_ms));
     }
     let duration_ms = start.elapsed().as_millis() as u64;
