@@ -17,7 +17,6 @@ pub const POINTS: &[(&str, &str)] = &[
     ("append.before_commit", "an append after its fence and insert, before COMMIT (the lease row held shared)"),
     ("append.after_commit", "an append after its COMMIT, before the node answers (a forward's answer lost past its timeout)"),
     ("handover.before_commit", "a handover after the grant, before COMMIT (the lease row held exclusively)"),
-    ("round.before_take_up", "a lease round that read live leases the database gives this node and its table lacks, before it takes them up"),
     ("split.before_commit", "a split after the parent's retirement and the children's grants, before COMMIT"),
 ];
 

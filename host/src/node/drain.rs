@@ -66,8 +66,7 @@ impl Node {
         // right after a database outage longer than the TTL the node has
         // dropped leases its rows still name, and the round that takes them
         // up again may not have run yet.
-        let own = self.store.round_leases(self.uuid, &[]).await?;
-        self.take_up(&plan::handed_to_me(&own, self.uuid, &self.leases.held_ids())).await;
+        self.take_up(&self.store.round_leases(self.uuid, &[]).await?).await;
         let held = self.leases.held_ids();
         let cap = self.settings.leases.max_handoffs_per_round;
         let input = DrainInput { held: &held, replicas: &replicas, live: &live, cap: cap as usize };

@@ -72,11 +72,7 @@ impl Node {
         // This node's own rows and those it could act on: never the whole table.
         let rows = self.store.round_leases(self.uuid, &plan::leases_to_read(&input)).await?;
         if takes {
-            let handed = plan::handed_to_me(&rows, self.uuid, &self.leases.held_ids());
-            if !handed.is_empty() {
-                crate::failpoint::hit("round.before_take_up").await;
-                self.take_up(&handed).await;
-            }
+            self.take_up(&rows).await;
         }
         let leases: HashMap<String, LeaseView> = rows
             .into_iter()
@@ -166,14 +162,15 @@ impl Node {
         self.leases.notify_change();
     }
 
-    /// Takes up `rows`, live leases the database gives this node that its
-    /// lease table lacks ([`plan::handed_to_me`]): handed over by a peer, or
-    /// outlived a late renewal here (a database outage longer than the
-    /// TTL). Served from this round on, not from the first append that
-    /// happens to arrive, and handed on by a drain of this node. Renewal is
-    /// the check: it succeeds only for the current epoch, unexpired.
-    pub(super) async fn take_up(&self, rows: &[&lease::LeaseRow]) {
-        for row in rows {
+    /// Takes up the live leases among `rows` that the database gives this
+    /// node and its lease table lacks ([`plan::handed_to_me`]): handed over
+    /// by a peer whose notice did not arrive, or outlived a late renewal
+    /// here (a database outage longer than the TTL). Served from this round
+    /// on, not from the first append that happens to arrive, and handed on
+    /// by a drain of this node. Renewal is the check: it succeeds only for
+    /// the current epoch, unexpired.
+    pub(super) async fn take_up(&self, rows: &[lease::LeaseRow]) {
+        for row in plan::handed_to_me(rows, self.uuid, &self.leases.held_ids()) {
             match self.leases.adopt(self.own_lease(&row.shard, row.epoch)).await {
                 Ok(()) => tracing::info!(shard = %row.shard, epoch = row.epoch, "took up a lease handed to this node"),
                 Err(e) => tracing::debug!(shard = %row.shard, error = %e, "cannot take up lease"),
