@@ -41,15 +41,25 @@ pub async fn watch(mut stop: watch::Receiver<bool>) -> Vec<Step> {
             _ = tokio::time::sleep(SAMPLE) => {}
             _ = stop.changed() => {}
         }
-        let now = wall_minus_monotonic_us(origin);
-        if (now - base).abs() > STEP_US {
-            let wall_us = now + origin.elapsed().as_micros() as i64;
-            tracing::warn!(step_ms = (now - base) / 1000, "the wall clock stepped against the monotonic clock; the checker takes the step out");
-            steps.push(Step { wall_us, step_us: now - base });
-            base = now;
+        let offset_us = wall_minus_monotonic_us(origin);
+        if let Some(step) = detect(&mut base, offset_us, offset_us + origin.elapsed().as_micros() as i64) {
+            tracing::warn!(step_ms = step.step_us / 1000, "the wall clock stepped against the monotonic clock; the checker takes the step out");
+            steps.push(step);
         }
     }
     steps
+}
+
+/// One sample of wall minus monotonic (`offset_us`, taken at `wall_us`)
+/// against `base`, the offset after the last step: a step when they differ
+/// by more than [`STEP_US`], which becomes the new base.
+pub fn detect(base: &mut i64, offset_us: i64, wall_us: i64) -> Option<Step> {
+    let step_us = offset_us - *base;
+    if step_us.abs() <= STEP_US {
+        return None;
+    }
+    *base = offset_us;
+    Some(Step { wall_us, step_us })
 }
 
 /// `wall_us` on a wall clock that never stepped: less every step at or
@@ -101,6 +111,24 @@ mod tests {
             assert_eq!(run_ms(&steps, start, wall), want, "{wall}");
         }
         assert_eq!(run_ms(&[], start, 1_234), 1_234);
+    }
+
+    #[test]
+    fn jumps_and_drifts_past_the_threshold_are_steps_and_jitter_is_not() {
+        // (offset sample, wall time, the step it is)
+        let samples: [(i64, i64, Option<i64>); 7] = [
+            (5_000, 1, None),                           // jitter
+            (-20_000, 2, None),                         // at the threshold
+            (11_700_000, 3, Some(11_700_000)),          // the host's correction
+            (11_710_000, 4, None),                      // drift, not yet a step
+            (11_720_001, 5, Some(20_001)),              // drift that added up
+            (11_720_001 - 500_000, 6, Some(-500_000)),  // a step back
+            (11_220_001, 7, None),
+        ];
+        let mut base = 0;
+        for (offset, wall, want) in samples {
+            assert_eq!(detect(&mut base, offset, wall), want.map(|step_us| Step { wall_us: wall, step_us }), "{offset}");
+        }
     }
 
     #[tokio::test]
