@@ -178,6 +178,8 @@ impl Node {
                 let entry = NewEntry { stream: stream.to_owned(), request_id: request_id.to_owned(), payload: payload.to_vec() };
                 match self.group_commit.append(&self.store, &permit.token, entry).await {
                     Ok(a) => {
+                        // Committed: a handoff waiting for this write goes on.
+                        drop(permit);
                         crate::failpoint::hit("append.after_commit").await;
                         self.metrics.fenced_commits.inc();
                         if let Some(s) = self.topology().map.shard(&shard) {

@@ -201,15 +201,16 @@ pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
             actions.push(Action::Seed { parent: parent.clone(), children: children.clone() });
         }
     }
-    let mut handoffs = 0;
+    // Handovers go last: each waits for the shard's in-flight writes, and a
+    // free shard (a dead peer's) must not wait behind them to be served.
+    let mut handovers = Vec::new();
     for (shard, ranking) in input.rankings {
         let target = target(input, ranking);
         let live_holder = input.leases.get(shard).and_then(|l| l.live_holder);
         if input.held.contains(shard) {
             match target {
-                Some(to) if to != input.me && handoffs < input.max_handoffs => {
-                    handoffs += 1;
-                    actions.push(Action::Handover {
+                Some(to) if to != input.me && handovers.len() < input.max_handoffs => {
+                    handovers.push(Action::Handover {
                         shard: shard.clone(),
                         to: to.to_string(),
                         to_uuid: input.live[to].uuid,
@@ -221,6 +222,7 @@ pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
             actions.push(Action::Acquire { shard: shard.clone() });
         }
     }
+    actions.extend(handovers);
     actions
 }
 
@@ -530,6 +532,13 @@ mod tests {
         let plan = w.plan("b", false, 4);
         assert_eq!(plan.len(), 4);
         assert!(plan.iter().all(|a| matches!(a, Action::Handover { to, .. } if to == "a")));
+    }
+
+    #[test]
+    fn free_shards_are_acquired_before_any_handover() {
+        // b holds s1, which a prefers; s2's preferred node c is dead.
+        let w = world(&[("s1", &["a", "b"]), ("s2", &["c", "b"])], &["a", "b"]).held_by("s1", "b", true);
+        assert_eq!(w.plan("b", false, 4), vec![acquire("s2"), handover("s1", "a")]);
     }
 
     #[test]
