@@ -35,6 +35,7 @@ fn mysql_good() -> ServerFacts {
         replica_configured: Some(false),
         innodb_flush_log_at_trx_commit: Some("1".into()),
         sync_binlog: Some("1".into()),
+        log_bin: Some("ON".into()),
         gtid_mode: Some("ON".into()),
         ..ServerFacts::unknown(ServerKind::MySql)
     }
@@ -47,6 +48,7 @@ fn mariadb_good() -> ServerFacts {
         replica_configured: Some(false),
         innodb_flush_log_at_trx_commit: Some("1".into()),
         sync_binlog: Some("1".into()),
+        log_bin: Some("ON".into()),
         gtid_domain_id: Some("0".into()),
         ..ServerFacts::unknown(ServerKind::MariaDb)
     }
@@ -376,6 +378,26 @@ fn decision_table() {
             vec![Durability],
         ),
         (
+            "mariadb without a binary log needs no sync_binlog",
+            ServerFacts {
+                sync_binlog: Some("0".into()),
+                log_bin: Some("OFF".into()),
+                ..mariadb_good()
+            },
+            true,
+            vec![],
+        ),
+        (
+            "mariadb whose binary log is unknown needs sync_binlog",
+            ServerFacts {
+                sync_binlog: Some("0".into()),
+                log_bin: None,
+                ..mariadb_good()
+            },
+            true,
+            vec![Durability],
+        ),
+        (
             "mariadb read_only",
             ServerFacts {
                 read_only: Some("ON".into()),
@@ -488,9 +510,10 @@ async fn shared_postgres_passes() {
     s.close().await;
 }
 
-/// The shared MariaDB's facts are read completely; it passes unless its
-/// `sync_binlog` is not 1 (CI tightens it with `SET GLOBAL sync_binlog = 1`),
-/// in which case that is the only refusal.
+/// The shared MariaDB's facts are read completely; it passes unless it
+/// writes a binary log and its `sync_binlog` is not 1 (CI tightens it with
+/// `SET GLOBAL sync_binlog = 1`), in which case that is the only refusal.
+/// Debian's MariaDB writes no binary log, and passes whatever `sync_binlog` is.
 #[tokio::test]
 async fn shared_mariadb_facts() {
     let s = Store::connect(&lease_common::mysql_admin_url())
@@ -505,6 +528,7 @@ async fn shared_mariadb_facts() {
         facts.read_only.is_some()
             && facts.innodb_flush_log_at_trx_commit.is_some()
             && facts.sync_binlog.is_some()
+            && facts.log_bin.is_some()
     );
     assert!(
         facts.replica_configured.is_some(),
@@ -514,7 +538,7 @@ async fn shared_mariadb_facts() {
         assert!(facts.gtid_domain_id.is_some());
     }
     let refusals = checks::evaluate(&facts, true);
-    if facts.sync_binlog.as_deref() == Some("1") {
+    if facts.sync_binlog.as_deref() == Some("1") || facts.log_bin.as_deref() == Some("OFF") {
         assert!(refusals.is_empty(), "{refusals:?}");
     } else {
         assert_eq!(refusals.len(), 1, "{refusals:?}");
@@ -736,13 +760,14 @@ impl Drop for PrivateMariaDb {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_mariadb_bad_states() -> Result<()> {
     let db = tokio::task::spawn_blocking(|| {
-        PrivateMariaDb::start(&["--sync-binlog=0", "--innodb-flush-log-at-trx-commit=1"])
+        // With a binary log, whose flush `sync_binlog` decides.
+        PrivateMariaDb::start(&["--log-bin", "--sync-binlog=0", "--innodb-flush-log-at-trx-commit=1"])
     })
     .await??;
     let store = Store::connect(&db.url()).await?;
     let facts = checks::gather(&store).await?;
     ensure!(
-        facts.kind == ServerKind::MariaDb && facts.sync_binlog.as_deref() == Some("0"),
+        facts.kind == ServerKind::MariaDb && facts.sync_binlog.as_deref() == Some("0") && facts.log_bin.as_deref() == Some("ON"),
         "{facts:?}"
     );
     match checks::run(&store, true).await {

@@ -14,7 +14,9 @@
 //! - MySQL ≥ 8.0 with `gtid_mode = ON`, or MariaDB ≥ 10.6 (its own GTID:
 //!   `gtid_domain_id` exists); not `read_only` / `super_read_only` and no
 //!   replication configured (`SHOW REPLICA STATUS`, when readable);
-//!   `innodb_flush_log_at_trx_commit = 1` and `sync_binlog = 1`.
+//!   `innodb_flush_log_at_trx_commit = 1`, and `sync_binlog = 1` unless the
+//!   binary log is off (`log_bin = OFF`, MariaDB's default: no binlog, no
+//!   binlog commit to lose).
 
 use std::fmt;
 
@@ -66,6 +68,8 @@ pub struct ServerFacts {
     pub innodb_flush_log_at_trx_commit: Option<String>,
     /// MySQL/MariaDB: `sync_binlog`.
     pub sync_binlog: Option<String>,
+    /// MySQL/MariaDB: `log_bin` (whether the binary log is written at all).
+    pub log_bin: Option<String>,
     /// MySQL: `gtid_mode`.
     pub gtid_mode: Option<String>,
     /// MariaDB: `gtid_domain_id`.
@@ -87,6 +91,7 @@ impl ServerFacts {
             replica_configured: None,
             innodb_flush_log_at_trx_commit: None,
             sync_binlog: None,
+            log_bin: None,
             gtid_mode: None,
             gtid_domain_id: None,
         }
@@ -353,7 +358,11 @@ fn evaluate_mysql(f: &ServerFacts, out: &mut Vec<Refusal>) {
         &f.innodb_flush_log_at_trx_commit,
         out,
     );
-    durable("sync_binlog", &f.sync_binlog, out);
+    // Without a binary log a commit is InnoDB's redo alone; only a server
+    // known to write none is spared the binlog's flush.
+    if f.log_bin.as_deref().and_then(flag) != Some(false) {
+        durable("sync_binlog", &f.sync_binlog, out);
+    }
     if mariadb {
         if f.gtid_domain_id.is_none() {
             out.push(refusal(
@@ -407,7 +416,7 @@ pub async fn gather(store: &Store) -> Result<ServerFacts, LeaseError> {
             let pool = &s.pool;
             let rows = sqlx::raw_sql(
                 "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('version', 'read_only', 'super_read_only', \
-                 'innodb_flush_log_at_trx_commit', 'sync_binlog', 'gtid_mode', 'gtid_domain_id')",
+                 'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', 'gtid_mode', 'gtid_domain_id')",
             )
             .fetch_all(pool)
             .await?;
@@ -423,6 +432,7 @@ pub async fn gather(store: &Store) -> Result<ServerFacts, LeaseError> {
                         f.innodb_flush_log_at_trx_commit = Some(value)
                     }
                     "sync_binlog" => f.sync_binlog = Some(value),
+                    "log_bin" => f.log_bin = Some(value),
                     "gtid_mode" => f.gtid_mode = Some(value),
                     "gtid_domain_id" => f.gtid_domain_id = Some(value),
                     _ => {}

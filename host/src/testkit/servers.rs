@@ -327,9 +327,8 @@ impl PrivateMariadb {
             .arg(format!("--pid-file={}", utf8(&self.base.join("mysqld.pid"))?))
             .arg(format!("--init-file={}", utf8(&self.base.join("init.sql"))?))
             .arg(format!("--log-error={}", utf8(&log)?))
-            // Every commit durable without a binary log to keep in step
-            // (`sync_binlog` too, which the nodes' start checks ask for).
-            .args(["--skip-log-bin", "--innodb-flush-log-at-trx-commit=1", "--sync-binlog=1", "--innodb-buffer-pool-size=64M"])
+            // Every commit durable, without a binary log to keep in step.
+            .args(["--skip-log-bin", "--innodb-flush-log-at-trx-commit=1", "--innodb-buffer-pool-size=64M"])
             // A client's address is not looked up: no resolver answers here,
             // and a lookup would stall every connection from a namespace.
             .arg("--skip-name-resolve");
