@@ -100,6 +100,21 @@ fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ChaosErro
     move |source| ChaosError::Io { what, source }
 }
 
+/// Removes a previous run's private database servers under `dir` (a run
+/// again with the same seed, or the same `--dir`): every run starts its
+/// server afresh, and initdb refuses a directory that is not empty. The
+/// previous run's logs and report are overwritten as the run writes its own.
+fn clear_private_servers(dir: &std::path::Path) -> Result<(), ChaosError> {
+    for server in ["postgres", "mariadb"] {
+        let data = dir.join(server);
+        if data.exists() {
+            tracing::info!(dir = %data.display(), "removing the previous run's database server");
+            std::fs::remove_dir_all(&data).map_err(io_error(format!("remove the previous run's {}", data.display())))?;
+        }
+    }
+    Ok(())
+}
+
 /// Where the run's database lives.
 #[derive(Clone, Debug)]
 pub enum Database {
@@ -219,6 +234,7 @@ const PRIVATE_POSTGRES_CONF: &str = "track_commit_timestamp = on";
 pub async fn run(opts: ChaosOptions) -> Result<Report, ChaosError> {
     opts.validate()?;
     std::fs::create_dir_all(&opts.dir).map_err(io_error(format!("create {}", opts.dir.display())))?;
+    clear_private_servers(&opts.dir)?;
     // Names the run's bridge and namespaces; distinct for concurrent runs.
     let salt = (opts.seed ^ u64::from(std::process::id())).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
     let run_id = format!("{salt:06x}");
@@ -512,4 +528,23 @@ async fn clock_offset(store: &Store) -> Result<i64, ChaosError> {
     let db = store.now().await?.timestamp_micros();
     let after = chrono::Utc::now().timestamp_micros();
     Ok(db - (before + after) / 2)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_previous_runs_servers_are_cleared_and_its_logs_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        for server in ["postgres", "mariadb"] {
+            std::fs::create_dir_all(dir.path().join(server).join("data")).unwrap();
+            std::fs::write(dir.path().join(server).join("data").join("PG_VERSION"), "17").unwrap();
+        }
+        std::fs::write(dir.path().join("node-01.log"), "log").unwrap();
+        super::clear_private_servers(dir.path()).unwrap();
+        assert!(!dir.path().join("postgres").exists());
+        assert!(!dir.path().join("mariadb").exists());
+        assert!(dir.path().join("node-01.log").exists());
+        // Nothing to clear is no error.
+        super::clear_private_servers(dir.path()).unwrap();
+    }
 }
