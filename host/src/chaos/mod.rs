@@ -105,8 +105,7 @@ fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ChaosErro
 /// server afresh, and initdb refuses a directory that is not empty. The
 /// previous run's logs and report are overwritten as the run writes its own.
 fn clear_private_servers(dir: &std::path::Path) -> Result<(), ChaosError> {
-    for server in ["postgres", "mariadb"] {
-        let data = dir.join(server);
+    for data in [PrivatePostgres::base(dir), PrivateMariadb::base(dir)] {
         if data.exists() {
             tracing::info!(dir = %data.display(), "removing the previous run's database server");
             std::fs::remove_dir_all(&data).map_err(io_error(format!("remove the previous run's {}", data.display())))?;
@@ -532,17 +531,19 @@ async fn clock_offset(store: &Store) -> Result<i64, ChaosError> {
 
 #[cfg(test)]
 mod tests {
+    use crate::testkit::{PrivateMariadb, PrivatePostgres};
+
     #[test]
     fn a_previous_runs_servers_are_cleared_and_its_logs_kept() {
         let dir = tempfile::tempdir().unwrap();
-        for server in ["postgres", "mariadb"] {
-            std::fs::create_dir_all(dir.path().join(server).join("data")).unwrap();
-            std::fs::write(dir.path().join(server).join("data").join("PG_VERSION"), "17").unwrap();
+        let servers = [PrivatePostgres::base(dir.path()), PrivateMariadb::base(dir.path())];
+        for base in &servers {
+            std::fs::create_dir_all(base.join("data")).unwrap();
+            std::fs::write(base.join("data").join("PG_VERSION"), "17").unwrap();
         }
         std::fs::write(dir.path().join("node-01.log"), "log").unwrap();
         super::clear_private_servers(dir.path()).unwrap();
-        assert!(!dir.path().join("postgres").exists());
-        assert!(!dir.path().join("mariadb").exists());
+        assert!(servers.iter().all(|base| !base.exists()));
         assert!(dir.path().join("node-01.log").exists());
         // Nothing to clear is no error.
         super::clear_private_servers(dir.path()).unwrap();

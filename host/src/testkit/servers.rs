@@ -173,9 +173,14 @@ impl PrivatePostgres {
         PrivatePostgres::start_with(dir, None, "", Some((cert, key)))
     }
 
+    /// Where [`PrivatePostgres::start`] keeps a server started under `dir`.
+    pub fn base(dir: &Path) -> PathBuf {
+        dir.join("postgres")
+    }
+
     fn start_with(dir: &Path, extra: Option<(&str, &str)>, extra_conf: &str, tls: Option<(&Path, &Path)>) -> Result<PrivatePostgres, KitError> {
         let bin = pg_bin()?;
-        let base = dir.join("postgres");
+        let base = PrivatePostgres::base(dir);
         std::fs::create_dir_all(&base).map_err(KitError::io(format!("create {}", base.display())))?;
         // initdb runs as `postgres`; let it write here.
         for d in [dir, base.as_path()] {
@@ -273,11 +278,16 @@ pub struct PrivateMariadb {
 }
 
 impl PrivateMariadb {
+    /// Where [`PrivateMariadb::start`] keeps a server started under `dir`.
+    pub fn base(dir: &Path) -> PathBuf {
+        dir.join("mariadb")
+    }
+
     /// `mariadb-install-db` + start on a free port under `dir/mariadb`,
     /// listening on loopback and on `extra_bind`; its log is
     /// `dir/mariadb/server.log`.
     pub fn start(dir: &Path, extra_bind: Option<&str>) -> Result<PrivateMariadb, KitError> {
-        let base = dir.join("mariadb");
+        let base = PrivateMariadb::base(dir);
         let data = base.join("data");
         std::fs::create_dir_all(&base).map_err(KitError::io(format!("create {}", base.display())))?;
         let mut install = Command::new("mariadb-install-db");
