@@ -20,6 +20,9 @@ use crate::lease::{Lease, LeaseError, NodeState};
 /// What a drain did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DrainReport {
+    /// Shards that left this node during the drain: handed over by it, or
+    /// by the node's own lease round, which hands over too once the node
+    /// is leaving.
     pub handed_over: u32,
     pub rounds: u32,
     /// Shards still held, each with the reason.
@@ -97,6 +100,8 @@ impl Node {
                         report.handed_over += 1;
                         self.announce(&h.shard, lease.epoch, h.to_uuid, &h.to);
                     }
+                    // The node's own round handed it over meanwhile.
+                    Err(_) if !self.leases.held_ids().contains(&h.shard) => report.handed_over += 1,
                     Err(e) => kept.push(Kept { shard: h.shard, why: format!("handoff to {} failed: {e}", h.to) }),
                 }
             }
@@ -119,6 +124,13 @@ impl Node {
                 Err(LeaseError::HandoffBudget { retry_after, .. }) => {
                     tracing::debug!(%shard, ?retry_after, "handoff budget spent; waiting for the next slot");
                     tokio::time::sleep(retry_after.max(Duration::from_millis(5))).await;
+                }
+                // The node's own round is handing the shard over: wait for
+                // its outcome, then go on (the shard gone) or hand it over.
+                Err(_) if self.leases.is_draining(shard) => {
+                    while self.leases.is_draining(shard) {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
                 }
                 done => return done,
             }

@@ -210,6 +210,11 @@ impl Leases {
         self.lock().keys().cloned().collect()
     }
 
+    /// Whether a handoff of `shard` is under way here (a drain's or a round's).
+    pub fn is_draining(&self, shard: &str) -> bool {
+        self.lock().get(shard).is_some_and(|h| h.draining)
+    }
+
     /// Permission to write to `shard`, if this node serves it now. Waits for
     /// nothing but a handoff that is already draining the shard.
     pub async fn permit(&self, shard: &str) -> Option<Permit> {
