@@ -7,6 +7,8 @@
 //!   run, same database, 1, 16 and 64 concurrent writers on one shard, on
 //!   each server; on MariaDB also the transactional path (one statement a
 //!   round trip) the single procedure call replaced;
+//! - on PostgreSQL, the WAL bytes one fenced append writes against the
+//!   bare insert and the unfenced statement;
 //! - time from a holder's death (it stops renewing) until another node has
 //!   taken all 16 of its shards, as a multiple of the lease TTL, at TTL 1 s
 //!   and 15 s with the renew interval a third of the TTL.
@@ -196,9 +198,41 @@ async fn appends(server: &str, admin: &str) {
             row("fenced appends/s", fenced, "the fenced transaction, a statement a round trip", transaction);
         }
     }
+    if let Bare::Pg(pool) = &bare {
+        wal_rows(server, pool, &s, &bare, &token).await;
+    }
     bare.close().await;
     s.close().await;
     drop_db_on(admin, &name).await;
+}
+
+/// Appends per WAL measurement: the bytes are the same every time, so a
+/// thousand is plenty.
+const WAL_APPENDS: usize = 1_000;
+
+/// What one append writes to PostgreSQL's WAL, one writer, against the bare
+/// insert and the unfenced statement: `pg_current_wal_lsn()` around
+/// [`WAL_APPENDS`] appends of each path. Unlike appends/s it does not move
+/// with a noisy machine; it does count whatever else the server writes
+/// meanwhile, so run it on a quiet server.
+async fn wal_rows(server: &str, pool: &sqlx::PgPool, s: &Store, bare: &Bare, token: &chitin::lease::LeaseToken) {
+    let mut per_append = Vec::new();
+    for (k, path) in [Path::Bare, Path::Unfenced, Path::Fenced].into_iter().enumerate() {
+        let from: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text").fetch_one(pool).await.unwrap();
+        rate(s, bare, 1, WAL_APPENDS, path, token, &format!("wal-{k}")).await;
+        let bytes: f64 = sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8")
+            .bind(from)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        per_append.push(bytes / WAL_APPENDS as f64);
+    }
+    let [bare_bytes, unfenced, fenced] = per_append[..] else { unreachable!("three paths") };
+    let row = |baseline: &str, base: f64| {
+        println!("| WAL bytes per fenced append, 1 writer, {server} | {fenced:.0} | {baseline} | {base:.0} | {:.2}x |", fenced / base);
+    };
+    row("bare single-statement INSERT", bare_bytes);
+    row("the same statement without the fence", unfenced);
 }
 
 fn main() {

@@ -1,6 +1,7 @@
 //! Nodes as real processes sharing one real database: fencing of a paused
-//! holder, drain and graceful stop under load,
-//! and `examples/stale-instances.sh` against the cluster's Redis registry.
+//! holder, drain and graceful stop under load, a write parked after its
+//! COMMIT that must hold no handover back, a drain meeting its own rounds'
+//! handovers, and `examples/stale-instances.sh` against the cluster's Redis registry.
 //! Lease timing: a 2 s TTL renewed every 0.5 s.
 
 mod cluster_common;
@@ -84,6 +85,82 @@ async fn a_paused_holder_commits_nothing_under_its_stale_epoch() {
     let stale: Vec<_> = store.read(&stream, 1, 1000).await.unwrap().into_iter().filter(|e| e.request_id == "parked" && e.epoch <= lease.epoch as i64).collect();
     assert!(stale.is_empty(), "the parked append committed under the stale epoch: {stale:?}\n{}", c.logs());
     store.close().await;
+    c.teardown().await.unwrap();
+}
+
+/// A write parked after its COMMIT (a failpoint holds every append there
+/// for 20 s, as a slow network holds an answer) holds no handover back: the
+/// holder's drain hands the write's shard over while the write has not
+/// answered yet. (A write that kept its shard's gate until it answered held
+/// the handover, and every acquisition a round ranked after it, as long.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_parked_after_its_commit_holds_no_handover_back() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 0, |_, _| {}).await.unwrap();
+    for n in &mut c.nodes {
+        n.set_env(chitin::failpoint::ENV, "append.after_commit=1:20000");
+        n.start().unwrap();
+    }
+    for n in &mut c.nodes {
+        n.wait_ready(Duration::from_secs(60)).await.unwrap();
+    }
+    let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
+    let p = c.busiest(&status);
+    let holder = c.nodes[p].name.clone();
+    let lease = status.leases.iter().find(|l| l.holder == holder).unwrap().clone();
+    let stream = stream_on(&c.shard_map(), &lease.shard, "parked");
+    let parked = {
+        let (api, stream) = (c.nodes[p].api.clone(), stream.clone());
+        tokio::spawn(async move { append_via(&api, &stream, "parked").await })
+    };
+    let store = c.store().await;
+    let committed = Instant::now();
+    while store.read(&stream, 1, 10).await.unwrap().is_empty() {
+        assert!(committed.elapsed() < Duration::from_secs(15), "the append never committed\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let drained = c.nodes[p].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap().into_inner();
+    assert!(!parked.is_finished(), "the drain waited for the parked write to answer: {drained:?}");
+    let s = c.status().await.unwrap();
+    let now = s.leases.iter().find(|l| l.shard == lease.shard).unwrap();
+    assert_ne!(now.holder, holder, "the drain kept the parked write's shard: {drained:?}\n{}", c.logs());
+    let ack = parked.await.unwrap().unwrap();
+    assert_eq!((ack.sequence, ack.epoch), (1, lease.epoch), "the parked write is acknowledged as committed");
+    store.close().await;
+    c.teardown().await.unwrap();
+}
+
+/// A drain whose handoffs meet the node's own rounds handing the same
+/// shards over (a leaving node's rounds hand over too, and a failpoint holds
+/// every handover open for 0.6 s, under the
+/// 1 s bound on an idle transaction, so the two overlap) keeps none of them: it
+/// waits for the round's handover and counts a shard gone as handed over,
+/// and the round, busy with slow handoffs, still renews every lease in time.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_meeting_its_own_rounds_handovers_keeps_nothing() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 16, 0, |_, _| {}).await.unwrap();
+    for n in &mut c.nodes {
+        n.set_env(chitin::failpoint::ENV, "handover.before_commit=1:600");
+        n.start().unwrap();
+    }
+    for n in &mut c.nodes {
+        n.wait_ready(Duration::from_secs(60)).await.unwrap();
+    }
+    let status = c.wait_settled(Duration::from_secs(90)).await.unwrap();
+    let d = c.busiest(&status);
+    let name = c.nodes[d].name.clone();
+    let held = status.leases.iter().filter(|l| l.holder == name).count();
+    assert!(held >= 2, "too few shards to overlap: {held}");
+
+    let drained = c.nodes[d].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap().into_inner();
+    assert!(drained.kept.is_empty(), "the drain kept shards: {drained:?}\n{}", c.logs());
+    assert_eq!(drained.handed_over as usize, held, "{drained:?}");
+    let s = c.status().await.unwrap();
+    assert!(s.leases.iter().all(|l| l.holder != name), "{name} still holds shards after its drain: {:?}", s.leases);
+    // The round's slow handoffs did not hold its renewals back.
+    assert!(!c.logs().contains("lease not renewed in time"), "a lease lapsed during the drain\n{}", c.logs());
     c.teardown().await.unwrap();
 }
 

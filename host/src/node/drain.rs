@@ -100,7 +100,8 @@ impl Node {
                         report.handed_over += 1;
                         self.announce(&h.shard, lease.epoch, h.to_uuid, &h.to);
                     }
-                    // The node's own round handed it over meanwhile.
+                    // The node's own round handed it over meanwhile (the
+                    // database no longer gives it to this node).
                     Err(_) if !self.leases.held_ids().contains(&h.shard) => report.handed_over += 1,
                     Err(e) => kept.push(Kept { shard: h.shard, why: format!("handoff to {} failed: {e}", h.to) }),
                 }
@@ -120,6 +121,7 @@ impl Node {
     /// room: a drain waits for its turn, it does not give up its shards.
     async fn hand_over_within_budget(&self, shard: &str, to: Uuid) -> Result<Lease, LeaseError> {
         loop {
+            self.take_up_if_still_mine(shard).await?;
             match self.leases.hand_over(shard, to).await {
                 Err(LeaseError::HandoffBudget { retry_after, .. }) => {
                     tracing::debug!(%shard, ?retry_after, "handoff budget spent; waiting for the next slot");
@@ -134,6 +136,20 @@ impl Node {
                 }
                 done => return done,
             }
+        }
+    }
+
+    /// Takes `shard` up again when this node's table lacks it but the
+    /// database still gives it to this node (dropped here on a late
+    /// renewal), so that the drain hands it over rather than leave it with
+    /// a node that serves nothing.
+    async fn take_up_if_still_mine(&self, shard: &str) -> Result<(), LeaseError> {
+        if self.leases.held_ids().contains(shard) {
+            return Ok(());
+        }
+        match self.store.lease(shard).await? {
+            Some(row) if row.live && row.holder == Some(self.uuid) => self.leases.adopt(self.own_lease(shard, row.epoch)).await,
+            _ => Ok(()),
         }
     }
 }

@@ -19,6 +19,7 @@ impl Node {
     /// One lease round: heartbeat (renewing every lease on liveness), renew
     /// the leases with their own expiry, read the cluster, rank, act.
     pub async fn round(&self) -> Result<(), NodeError> {
+        let next_renewal = std::time::Instant::now() + self.settings.renew_interval();
         if let Err(e) = self.leases.heartbeat().await {
             if matches!(e, LeaseError::NodeNotRegistered(_)) {
                 self.registration_lost();
@@ -81,6 +82,13 @@ impl Node {
         let held = self.leases.held_ids();
         let input = RoundInput { leases: &leases, held: &held, ..input };
         for action in plan::plan_round(&input) {
+            // Slow handoffs (a slow database, many of them) must not hold
+            // back the next heartbeat, which renews every lease on liveness:
+            // a round past its interval leaves the rest to the next round.
+            if std::time::Instant::now() >= next_renewal {
+                tracing::debug!(?action, "round out of time; the rest waits for the next round");
+                break;
+            }
             if takes || matches!(action, Action::Handover { .. }) {
                 self.apply(action).await;
             }

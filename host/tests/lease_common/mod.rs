@@ -1122,6 +1122,88 @@ pub async fn append_batch(url: String) -> Result<()> {
     Ok(())
 }
 
+/// A lone append commits in its caller's task; when that caller is
+/// cancelled mid-statement, the appends that queued behind it still commit
+/// (the queue passes to a leader task), rather than waiting for a leader
+/// that is gone.
+pub async fn group_commit_survives_a_cancelled_caller(url: String) -> Result<()> {
+    use chitin::lease::NewEntry;
+    let s = store(&url, 30_000, 30_000).await?;
+    s.set_leases_on_liveness(true);
+    let n1 = s.register_node("n1", "a1").await?;
+    s.heartbeat(n1, 1).await?;
+    let token = s.try_acquire("s", n1, None).await?.context("grant")?.token();
+    let group = Arc::new(chitin::node::group_commit::GroupCommit::default());
+    let append = |id: &str| {
+        let (group, s, token) = (group.clone(), s.clone(), token.clone());
+        let entry = NewEntry { stream: "c".into(), request_id: id.into(), payload: id.as_bytes().to_vec() };
+        tokio::spawn(async move { group.append(&s, &token, entry).await })
+    };
+
+    // Another transaction holds the lease row: every append waits at its fence.
+    let held = hold_lease_row(&url, s.dialect(), "s").await?;
+    let lone = append("lone");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let queued: Vec<_> = ["q1", "q2", "q3"].into_iter().map(append).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ensure!(!lone.is_finished() && queued.iter().all(|t| !t.is_finished()), "the appends must wait for the held lease row");
+    lone.abort();
+    let _ = lone.await;
+    held.release().await?;
+
+    let mut seqs = Vec::new();
+    for t in queued {
+        let done = tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .context("an append queued behind a cancelled caller was stranded")???;
+        seqs.push(done.seq);
+    }
+    seqs.sort();
+    ensure!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "the queued appends are numbered without gaps: {seqs:?}");
+    s.close().await;
+    Ok(())
+}
+
+/// A transaction holding a lease row exclusively, until [`HeldRow::release`].
+pub enum HeldRow {
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+    MySql(sqlx::Transaction<'static, sqlx::MySql>),
+    Sqlite(sqlx::Transaction<'static, sqlx::Sqlite>),
+}
+
+impl HeldRow {
+    pub async fn release(self) -> Result<()> {
+        match self {
+            HeldRow::Postgres(tx) => tx.rollback().await?,
+            HeldRow::MySql(tx) => tx.rollback().await?,
+            HeldRow::Sqlite(tx) => tx.rollback().await?,
+        }
+        Ok(())
+    }
+}
+
+/// Locks `shard`'s lease row (on SQLite: the database) in a transaction of its own.
+pub async fn hold_lease_row(url: &str, dialect: Dialect, shard: &str) -> Result<HeldRow> {
+    Ok(match dialect {
+        Dialect::Postgres => {
+            let pool = sqlx::PgPool::connect(url).await?;
+            let mut tx = pool.begin().await?;
+            sqlx::query("SELECT 1 FROM chitin_shard_leases WHERE shard_id = $1 FOR UPDATE").bind(shard).execute(&mut *tx).await?;
+            HeldRow::Postgres(tx)
+        }
+        Dialect::MySql => {
+            let pool = sqlx::MySqlPool::connect(url).await?;
+            let mut tx = pool.begin().await?;
+            sqlx::query("SELECT 1 FROM chitin_shard_leases WHERE shard_id = ? FOR UPDATE").bind(shard).execute(&mut *tx).await?;
+            HeldRow::MySql(tx)
+        }
+        Dialect::Sqlite => {
+            let pool = sqlx::SqlitePool::connect(url).await?;
+            HeldRow::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?)
+        }
+    })
+}
+
 fn names(ids: &[&str]) -> Vec<String> {
     ids.iter().map(|s| s.to_string()).collect()
 }
@@ -1294,6 +1376,10 @@ macro_rules! lease_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn append_batch() {
             lease_common::run($dialect, lease_common::append_batch).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn group_commit_survives_a_cancelled_caller() {
+            lease_common::run($dialect, lease_common::group_commit_survives_a_cancelled_caller).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn leases_on_liveness() {
