@@ -8,7 +8,9 @@
 //!   without the fence;
 //! - appends through real `chitin node` processes (three nodes, 16 shards):
 //!   one gRPC client on the holder, four clients, and one client whose
-//!   appends every node forwards to the holder.
+//!   appends every node forwards to the holder;
+//! - an RPC to the holder that does no database work, to split the
+//!   holder's latency into the statement, gRPC and the node's own path.
 //!
 //! `cargo bench -p chitin --profile dev --bench append` (needs the local
 //! PostgreSQL and Redis; `pgbench` for its row, skipped with the reason
@@ -156,6 +158,20 @@ async fn through(api: String, streams: Vec<String>, tag: String, n: usize) -> Ve
     took
 }
 
+/// `n` calls over one channel to `api` of an RPC that does no database
+/// work (`Ownership.Held`): what gRPC and the node cost without the append.
+async fn no_work(api: String, n: usize) -> Dist {
+    let mut o = proto::ownership_client::OwnershipClient::connect(format!("http://{api}")).await.unwrap();
+    let mut took = Vec::with_capacity(n);
+    let started = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        o.held(proto::HeldRequest {}).await.unwrap();
+        took.push(t.elapsed());
+    }
+    Dist::of(took, started.elapsed())
+}
+
 async fn clients(count: usize, api: &str, streams: &[String], tag: &str, n: usize) -> Dist {
     let started = Instant::now();
     let tasks: Vec<_> = (0..count).map(|k| tokio::spawn(through(api.to_string(), streams.to_vec(), format!("{tag}{k}"), n / count))).collect();
@@ -190,7 +206,7 @@ async fn run() {
     bare_sqlx(&url, 200).await;
     clients(1, &api, &streams, "warm", 200).await;
     clients(1, &far, &streams, "warmf", 200).await;
-    let mut runs: [Vec<Dist>; 7] = Default::default();
+    let mut runs: [Vec<Dist>; 8] = Default::default();
     let mut pg_error = None;
     for round in 0..ROUNDS {
         match pgbench(&url, N / ROUNDS) {
@@ -203,13 +219,15 @@ async fn run() {
         runs[4].push(clients(1, &api, &streams, &format!("one{round}-"), N / ROUNDS).await);
         runs[5].push(clients(4, &api, &streams, &format!("four{round}-"), N / ROUNDS).await);
         runs[6].push(clients(1, &far, &streams, &format!("fwd{round}-"), N / ROUNDS).await);
+        runs[7].push(no_work(api.clone(), N / ROUNDS).await);
     }
-    let [pg, bare, fenced, unfenced, one, four, forwarded] = runs.map(Dist::merge);
+    let [pg, bare, fenced, unfenced, one, four, forwarded, rpc] = runs.map(Dist::merge);
     let pg = match (pg_error, pg) {
         (Some(why), _) => Err(why),
         (None, pg) => Ok(pg.expect("pgbench rounds")),
     };
-    let [bare, fenced, unfenced, one, four, forwarded] = [bare, fenced, unfenced, one, four, forwarded].map(|d| d.expect("rounds"));
+    let [bare, fenced, unfenced, one, four, forwarded, rpc] =
+        [bare, fenced, unfenced, one, four, forwarded, rpc].map(|d| d.expect("rounds"));
 
     let limit = match &pg {
         Ok(d) => ("`pgbench` bare INSERT", d),
@@ -241,7 +259,16 @@ async fn run() {
     row("through the holder node (gRPC)", &one);
     row("through the holder node, 4 clients", &four);
     row("forwarded by another node to the holder", &forwarded);
+    row("an RPC to the holder with no database work (`Ownership.Held`)", &rpc);
     println!();
+    let ms_of = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "holder p50 {:.2} ms = library fenced append {:.2} ms + no-work RPC {:.2} ms + {:.2} ms of the append's own path in the node",
+        ms_of(one.p50),
+        ms_of(fenced.p50),
+        ms_of(rpc.p50),
+        ms_of(one.p50) - ms_of(fenced.p50) - ms_of(rpc.p50)
+    );
     println!("fenced / unfenced appends per second, library: {:.2}×", fenced.per_sec / unfenced.per_sec);
     println!("forwarded p50 / holder p50: {:.2}×; forwarded p99 / its p50: {:.2}×", forwarded.p50.as_secs_f64() / one.p50.as_secs_f64(), forwarded.p99.as_secs_f64() / forwarded.p50.as_secs_f64());
     c.teardown().await.unwrap();

@@ -23,6 +23,28 @@ use super::{
 /// How often a transaction that hit contention is run before giving up.
 pub(crate) const ATTEMPTS: usize = 8;
 
+/// A pooled connection idle at least this long is pinged before it is
+/// used; see [`ping_when_idle`].
+pub(super) const PING_WHEN_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `options` with the check before use kept for connections that sat idle
+/// ([`PING_WHEN_IDLE`]) and dropped for those in steady use. The driver's
+/// default pings every connection before every use: a round trip of its own
+/// in front of each append's single statement. A connection in steady use
+/// is also pinged when it goes back to the pool (the driver does that after
+/// every use), so the check before use adds nothing for it; an idle one may
+/// have been cut meanwhile (a database restart) and is still checked.
+pub(super) fn ping_when_idle<DB: Database>(options: sqlx::pool::PoolOptions<DB>) -> sqlx::pool::PoolOptions<DB> {
+    options.test_before_acquire(false).before_acquire(|conn, meta| {
+        Box::pin(async move {
+            if meta.idle_for >= PING_WHEN_IDLE {
+                sqlx::Connection::ping(conn).await?;
+            }
+            Ok(true)
+        })
+    })
+}
+
 /// The most values one `IN (…)` list binds: far under every dialect's limit
 /// on parameters per statement (SQLite's is the lowest).
 const IN_LIST_MAX: usize = 500;

@@ -225,7 +225,7 @@ pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<M
     // The session time zone is UTC (sqlx's default, set explicitly here).
     let connect = MySqlConnectOptions::from_str(&url)?.timezone(Some("+00:00".to_owned()));
     let secs = bound_secs(&options);
-    let pool = MySqlPoolOptions::new()
+    let pool = super::engine::ping_when_idle(MySqlPoolOptions::new())
         .max_connections(options.max_connections)
         .acquire_timeout(options.acquire_timeout)
         .after_connect(move |conn, _| Box::pin(bound_session(conn, secs)))

@@ -287,7 +287,7 @@ pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<P
     if !plant::active(Plant::IdleBound) {
         connect = connect.options([("idle_in_transaction_session_timeout", bound.as_str()), ("lock_timeout", bound.as_str())]);
     }
-    let pool = PgPoolOptions::new()
+    let pool = super::engine::ping_when_idle(PgPoolOptions::new())
         .max_connections(options.max_connections)
         .acquire_timeout(options.acquire_timeout)
         .connect_with(connect)

@@ -273,7 +273,7 @@ pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<L
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(30))
         .foreign_keys(true);
-    let pool = SqlitePoolOptions::new()
+    let pool = super::engine::ping_when_idle(SqlitePoolOptions::new())
         .max_connections(options.max_connections)
         .acquire_timeout(options.acquire_timeout)
         .connect_with(connect)
