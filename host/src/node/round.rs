@@ -81,13 +81,20 @@ impl Node {
             .collect();
         let held = self.leases.held_ids();
         let input = RoundInput { leases: &leases, held: &held, ..input };
+        let mut handed_over = false;
         for action in plan::plan_round(&input) {
             // Slow handoffs (a slow database, many of them) must not hold
             // back the next heartbeat, which renews every lease on liveness:
-            // a round past its interval leaves the rest to the next round.
-            if std::time::Instant::now() >= next_renewal {
-                tracing::debug!(?action, "round out of time; the rest waits for the next round");
-                break;
+            // past its interval a round hands nothing more over (it has
+            // handed one over, so every round makes progress). Handovers
+            // come last; seeds and acquisitions, which serve shards nobody
+            // serves, are never cut short.
+            if let Action::Handover { .. } = action {
+                if handed_over && std::time::Instant::now() >= next_renewal {
+                    tracing::debug!(?action, "round out of time; the other handovers wait for the next round");
+                    break;
+                }
+                handed_over = true;
             }
             if takes || matches!(action, Action::Handover { .. }) {
                 self.apply(action).await;
