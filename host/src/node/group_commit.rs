@@ -1,18 +1,15 @@
 //! Group commit: concurrent appends to one shard share one fenced
-//! transaction. An append that finds nothing in flight for its lease runs
-//! its own statement, in its caller's task (no hand-off to another task on
-//! the path of the most common append). Appends that arrive while a
-//! statement of their lease is in flight queue; when it ends, a leader task
-//! takes everything queued (at most [`MAX_BATCH`]), commits it with
-//! [`Store::append_batch`] — one fence, one COMMIT — and hands each append
-//! its own outcome; appends that queued meanwhile form the next batch.
-//! Nothing waits on a timer: a batch is what arrived while the previous one
-//! committed, so a lone writer pays nothing and many writers pay one commit
-//! per batch.
+//! transaction. The first append to find no batch in flight for its lease
+//! leads: it takes everything queued for that lease (at most
+//! [`MAX_BATCH`]), commits it with [`Store::append_batch`] — one fence, one
+//! COMMIT — and hands each append its own outcome; appends that queued
+//! meanwhile form the next batch. Nothing waits on a timer: a batch is what
+//! arrived while the previous one committed, so a lone writer pays nothing
+//! (its batch of one is the single-statement append) and many writers pay
+//! one commit per batch.
 //!
-//! The queue passes to the leader task when the lone caller's statement
-//! ends or when that caller goes away mid-statement (a cancelled request),
-//! so no caller can strand the appends queued behind it.
+//! The leader runs as a task of its own, so a caller that goes away (a
+//! cancelled request) cannot strand the appends queued behind it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -42,26 +39,16 @@ pub struct GroupCommit {
 impl GroupCommit {
     /// Appends `entry` under `token`, in the next batch of that lease.
     pub async fn append(self: &Arc<Self>, store: &Store, token: &LeaseToken, entry: NewEntry) -> Result<Appended, LeaseError> {
-        // Queued behind a statement in flight, or alone (the entry back).
-        let queued = {
+        let (reply, answer) = oneshot::channel();
+        let lead = {
             let mut queues = self.lock();
             let queue = queues.entry(token.clone()).or_default();
-            if std::mem::replace(&mut queue.leading, true) {
-                let (reply, answer) = oneshot::channel();
-                queue.waiting.push((entry, reply));
-                Ok(answer)
-            } else {
-                Err(entry)
-            }
+            queue.waiting.push((entry, reply));
+            !std::mem::replace(&mut queue.leading, true)
         };
-        let answer = match queued {
-            Ok(answer) => answer,
-            Err(entry) => {
-                // Alone: this caller commits its batch of one itself.
-                let _pass_on = PassOn { group: self.clone(), store: store.clone(), token: token.clone() };
-                return store.append_fenced(token, &entry.stream, &entry.request_id, &entry.payload).await;
-            }
-        };
+        if lead {
+            tokio::spawn(self.clone().lead(store.clone(), token.clone()));
+        }
         answer.await.unwrap_or_else(|_| Err(unknown("the batch's leader stopped before it answered")))
     }
 
@@ -117,32 +104,6 @@ impl GroupCommit {
             outcomes.push(task.await.unwrap_or_else(|_| Err(unknown("the append's task stopped before it answered"))));
         }
         outcomes
-    }
-}
-
-/// Held by a caller committing its lone append: when it is done, or
-/// dropped mid-statement, the appends that queued behind it go to a leader
-/// task, or the lease's queue is closed when none did.
-struct PassOn {
-    group: Arc<GroupCommit>,
-    store: Store,
-    token: LeaseToken,
-}
-
-impl Drop for PassOn {
-    fn drop(&mut self) {
-        let mut queues = self.group.lock();
-        let Some(queue) = queues.get_mut(&self.token) else { return };
-        if queue.waiting.is_empty() {
-            queues.remove(&self.token);
-            return;
-        }
-        drop(queues);
-        // A drop outside a runtime happens only as the runtime itself goes
-        // away, and the waiting callers with it.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(self.group.clone().lead(self.store.clone(), self.token.clone()));
-        }
     }
 }
 

@@ -1122,10 +1122,9 @@ pub async fn append_batch(url: String) -> Result<()> {
     Ok(())
 }
 
-/// A lone append commits in its caller's task; when that caller is
-/// cancelled mid-statement, the appends that queued behind it still commit
-/// (the queue passes to a leader task), rather than waiting for a leader
-/// that is gone.
+/// When the caller of the append in flight is cancelled mid-statement, the
+/// appends that queued behind it still commit, rather than waiting for a
+/// leader that is gone.
 pub async fn group_commit_survives_a_cancelled_caller(url: String) -> Result<()> {
     use chitin::lease::NewEntry;
     let s = store(&url, 30_000, 30_000).await?;
