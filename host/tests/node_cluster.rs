@@ -32,6 +32,20 @@ async fn append(node: &NodeProc, stream: &str, request_id: &str) -> Result<proto
         .map(|r| r.into_inner())
 }
 
+/// Three nodes on PostgreSQL with `shards` shards, each node started with
+/// the failpoints of `spec` armed, all ready.
+async fn armed_cluster(shards: u32, spec: &str) -> Cluster {
+    let mut c = Cluster::new(Dialect::Postgres, 3, shards, 0, |_, _| {}).await.unwrap();
+    for n in &mut c.nodes {
+        n.set_env(chitin::failpoint::ENV, spec);
+        n.start().unwrap();
+    }
+    for n in &mut c.nodes {
+        n.wait_ready(Duration::from_secs(60)).await.unwrap();
+    }
+    c
+}
+
 /// A holder paused with an append that has passed its own lease check but
 /// not yet the database (a failpoint parks every append there for 3 s):
 /// when it resumes, the shard has moved on, and only the
@@ -40,14 +54,7 @@ async fn append(node: &NodeProc, stream: &str, request_id: &str) -> Result<proto
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_holder_commits_nothing_under_its_stale_epoch() {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 0, |_, _| {}).await.unwrap();
-    for n in &mut c.nodes {
-        n.set_env(chitin::failpoint::ENV, "append.before_fence=1:3000");
-        n.start().unwrap();
-    }
-    for n in &mut c.nodes {
-        n.wait_ready(Duration::from_secs(60)).await.unwrap();
-    }
+    let mut c = armed_cluster(8, "append.before_fence=1:3000").await;
     let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
     let p = c.busiest(&status);
     let paused = c.nodes[p].name.clone();
@@ -96,14 +103,7 @@ async fn a_paused_holder_commits_nothing_under_its_stale_epoch() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_parked_after_its_commit_holds_no_handover_back() {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 0, |_, _| {}).await.unwrap();
-    for n in &mut c.nodes {
-        n.set_env(chitin::failpoint::ENV, "append.after_commit=1:20000");
-        n.start().unwrap();
-    }
-    for n in &mut c.nodes {
-        n.wait_ready(Duration::from_secs(60)).await.unwrap();
-    }
+    let mut c = armed_cluster(8, "append.after_commit=1:20000").await;
     let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
     let p = c.busiest(&status);
     let holder = c.nodes[p].name.clone();
@@ -133,21 +133,14 @@ async fn a_write_parked_after_its_commit_holds_no_handover_back() {
 
 /// A drain whose handoffs meet the node's own rounds handing the same
 /// shards over (a leaving node's rounds hand over too, and a failpoint holds
-/// every handover open for 0.6 s, under the
-/// 1 s bound on an idle transaction, so the two overlap) keeps none of them: it
+/// every handover open for 0.6 s, under the 1 s bound on an idle
+/// transaction, so the two overlap) keeps none of them: it
 /// waits for the round's handover, counts a shard gone as handed over, and
 /// takes up and hands over a shard its table dropped on a late renewal.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_meeting_its_own_rounds_handovers_keeps_nothing() {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::new(Dialect::Postgres, 3, 16, 0, |_, _| {}).await.unwrap();
-    for n in &mut c.nodes {
-        n.set_env(chitin::failpoint::ENV, "handover.before_commit=1:600");
-        n.start().unwrap();
-    }
-    for n in &mut c.nodes {
-        n.wait_ready(Duration::from_secs(60)).await.unwrap();
-    }
+    let mut c = armed_cluster(16, "handover.before_commit=1:600").await;
     let status = c.wait_settled(Duration::from_secs(90)).await.unwrap();
     let d = c.busiest(&status);
     let name = c.nodes[d].name.clone();
