@@ -51,10 +51,10 @@ impl MetricsSnapshot {
     /// answered; counter names get `_total` from the encoder).
     pub fn register(&self, registry: &mut Registry) {
         let gauges = [
-            ("chitin_cluster_active_instances", "Registered instances whose key has not expired.", self.active_instances),
-            ("chitin_affinity_owned_targets", "Targets this instance owns.", self.owned_targets),
-            ("chitin_affinity_orphaned_targets", "Affinity claims whose owner's instance key is gone.", self.orphaned_targets),
-            ("chitin_deployments_active", "Deployments in the active set.", self.deployments_active),
+            ("chitin_cluster_active_instances", "Registered instances whose key has not expired", self.active_instances),
+            ("chitin_affinity_owned_targets", "Targets this instance owns", self.owned_targets),
+            ("chitin_affinity_orphaned_targets", "Affinity claims whose owner's instance key is gone", self.orphaned_targets),
+            ("chitin_deployments_active", "Deployments in the active set", self.deployments_active),
         ];
         for (name, help, value) in gauges {
             if let Some(v) = value {
@@ -63,12 +63,12 @@ impl MetricsSnapshot {
         }
         registry.register(
             "chitin_affinity_fail_open",
-            "Dispatches that proceeded without an affinity check because Redis was unreachable.",
+            "Dispatches that proceeded without an affinity check because Redis was unreachable",
             ConstCounter::new(self.fail_open_total),
         );
         registry.register(
             "chitin_deployments_orphaned",
-            "Deployments this node's health monitor marked failed because their owner died.",
+            "Deployments this node's health monitor marked failed because their owner died",
             ConstCounter::new(self.deployments_orphaned_total),
         );
     }

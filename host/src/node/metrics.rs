@@ -83,7 +83,7 @@ macro_rules! metrics {
                 $(registry.register($tname, $thelp, self.$tfield.0.clone());)*
                 registry.register(
                     "chitin_policy_call_duration_seconds",
-                    "Calls into policy components, by slot and outcome (ok, refused, timeout, out_of_memory, trap, invalid, load).",
+                    "Calls into policy components, by slot and outcome (ok, refused, timeout, out_of_memory, trap, invalid, load)",
                     POLICY_CALLS.clone(),
                 );
             }
@@ -96,33 +96,33 @@ const APPEND_OUTCOMES: [&str; 4] = ["applied", "not_applied", "unknown", "invali
 
 metrics! {
     counters {
-        leases_acquired => "chitin_leases_acquired", "Leases this node acquired or adopted.";
-        leases_lost => "chitin_lease_losses", "Leases this node stopped holding (handed over, expired or superseded).";
-        handoffs => "chitin_handoffs", "Leases this node handed to another node.";
-        fenced_commits => "chitin_fenced_commits", "Journal appends committed under the lease check.";
-        fenced_aborts => "chitin_fenced_aborts", "Journal appends aborted because the lease was lost.";
-        forwards => "chitin_forwards", "Appends forwarded to the shard's holder.";
-        outcome_unknown => "chitin_outcome_unknown", "Forwarded appends whose outcome was unknown.";
-        policy_calls => "chitin_policy_calls", "Calls into policy components.";
-        policy_errors => "chitin_policy_errors", "Policy calls that failed (refusal, trap, timeout, memory).";
+        leases_acquired => "chitin_leases_acquired", "Leases this node acquired or adopted";
+        leases_lost => "chitin_lease_losses", "Leases this node stopped holding (handed over, expired or superseded)";
+        handoffs => "chitin_handoffs", "Leases this node handed to another node";
+        fenced_commits => "chitin_fenced_commits", "Journal appends committed under the lease check";
+        fenced_aborts => "chitin_fenced_aborts", "Journal appends aborted because the lease was lost";
+        forwards => "chitin_forwards", "Appends forwarded to the shard's holder";
+        outcome_unknown => "chitin_outcome_unknown", "Forwarded appends whose outcome was unknown";
+        policy_calls => "chitin_policy_calls", "Calls into policy components";
+        policy_errors => "chitin_policy_errors", "Policy calls that failed (refusal, trap, timeout, memory)";
         session_takeovers => "chitin_session_takeovers",
-            "Peers this node found dead by their ended liveness session, marked down and freed the leases of.";
+            "Peers this node found dead by their ended liveness session, marked down and freed the leases of";
     }
     timings {
         append_seconds => "chitin_append_duration_seconds",
-            "Appends served by this node, from arrival to answer, by outcome (applied, not_applied, unknown, invalid).",
+            "Appends served by this node, from arrival to answer, by outcome (applied, not_applied, unknown, invalid)",
             APPEND_OUTCOMES;
         forward_seconds => "chitin_forward_duration_seconds",
-            "Appends forwarded to the shard's holder, by outcome (applied, not_applied, unknown, invalid).",
+            "Appends forwarded to the shard's holder, by outcome (applied, not_applied, unknown, invalid)",
             APPEND_OUTCOMES;
         round_seconds => "chitin_lease_round_duration_seconds",
-            "Lease rounds (heartbeat, renewals, read, rank, act), by outcome (ok, failed).",
+            "Lease rounds (heartbeat, renewals, read, rank, act), by outcome (ok, failed)",
             ["ok", "failed"];
         handoff_seconds => "chitin_handoff_duration_seconds",
-            "Handoffs from marking the shard draining to the new holder's lease, by outcome (ok, failed).",
+            "Handoffs from marking the shard draining to the new holder's lease, by outcome (ok, failed)",
             ["ok", "failed"];
         takeover_seconds => "chitin_takeover_duration_seconds",
-            "Attempts to take a free or expired lease, by outcome (granted, refused, failed).",
+            "Attempts to take a free or expired lease, by outcome (granted, refused, failed)",
             ["granted", "refused", "failed"];
     }
 }
@@ -156,7 +156,7 @@ fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
 pub async fn exposition(node: Option<&Node>) -> String {
     let mut registry = Registry::default();
     match node {
-        None => gauge(&mut registry, "chitin_node_ready", "1 while the node takes work (joining or active).", 0),
+        None => gauge(&mut registry, "chitin_node_ready", "1 while the node takes work (joining or active)", 0),
         Some(node) => register_node(&mut registry, node).await,
     }
     let mut out = String::new();
@@ -166,13 +166,13 @@ pub async fn exposition(node: Option<&Node>) -> String {
 
 async fn register_node(registry: &mut Registry, node: &Node) {
     node.metrics.register(registry);
-    gauge(registry, "chitin_leases_held", "Shard leases this node serves now.", node.leases.held().len() as i64);
-    gauge(registry, "chitin_node_ready", "1 while the node takes work (joining or active).", i64::from(node.is_ready()));
+    gauge(registry, "chitin_leases_held", "Shard leases this node serves now", node.leases.held().len() as i64);
+    gauge(registry, "chitin_node_ready", "1 while the node takes work (joining or active)", i64::from(node.is_ready()));
     let topology = node.topology();
-    gauge(registry, "chitin_config_version", "Version of the cluster config this node serves.", topology.config.version as i64);
+    gauge(registry, "chitin_config_version", "Version of the cluster config this node serves", topology.config.version as i64);
     registry.register(
         "chitin_lease_round_budget_seconds",
-        "How long a lease round may take: the renew interval, after which renewals are late.",
+        "How long a lease round may take: the renew interval, after which renewals are late",
         ConstGauge::new(node.settings.renew_interval().as_secs_f64()),
     );
     let policies = Family::<[(&'static str, String); 3], Gauge>::default();
@@ -183,7 +183,7 @@ async fn register_node(registry: &mut Registry, node: &Node) {
             .get_or_create(&[("slot", slot.interface().to_string()), ("plugin", plugin.name().to_string()), ("sha256", plugin.sha256().to_string())])
             .set(1);
     }
-    registry.register("chitin_policy_info", "The policy component in each slot (1 per slot), by file and SHA-256.", policies);
+    registry.register("chitin_policy_info", "The policy component in each slot (1 per slot), by file and SHA-256", policies);
     let mismatch = Family::<[(&'static str, String); 1], Gauge>::default();
     let differing = node.policy_mismatch();
     for slot in Slot::ALL {
@@ -192,7 +192,7 @@ async fn register_node(registry: &mut Registry, node: &Node) {
     }
     registry.register(
         "chitin_policy_mismatch",
-        "1 for a slot whose component differs from the cluster's record; the node then takes no leases.",
+        "1 for a slot whose component differs from the cluster's record; the node then takes no leases",
         mismatch,
     );
     let rates = Family::<[(&'static str, String); 1], Gauge<f64, std::sync::atomic::AtomicU64>>::default();
@@ -201,17 +201,17 @@ async fn register_node(registry: &mut Registry, node: &Node) {
     }
     registry.register(
         "chitin_shard_append_rate",
-        "Appends per second this node acknowledged per shard (decayed, 60 s half-life): the split policy's load.",
+        "Appends per second this node acknowledged per shard (decayed, 60 s half-life): the split policy's load",
         rates,
     );
     if let Ok(view) = node.cluster_view().await {
         let (unowned, draining) = shard_counts(node, &view);
-        gauge(registry, "chitin_shards_unowned", "Shards of the served config with no live lease holder.", unowned);
-        gauge(registry, "chitin_shards_draining", "Shards whose live holder is leaving (being drained).", draining);
+        gauge(registry, "chitin_shards_unowned", "Shards of the served config with no live lease holder", unowned);
+        gauge(registry, "chitin_shards_draining", "Shards whose live holder is leaving (being drained)", draining);
     }
     match &node.coord {
         Some(coord) => coord.metrics_snapshot().await.register(registry),
-        None => gauge(registry, "chitin_cluster_active_instances", "Live instances (standalone: this one).", 1),
+        None => gauge(registry, "chitin_cluster_active_instances", "Live instances (standalone: this one)", 1),
     }
 }
 

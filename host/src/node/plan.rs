@@ -17,6 +17,8 @@
 //!   at most `max_handoffs` per round;
 //! - nobody takes a live lease away: the epoch check makes a taker safe, but
 //!   a handoff drains first, which only the holder can do.
+//! - a round past its renew interval hands nothing more over once it has
+//!   handed one shard over ([`in_time`]).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -224,6 +226,16 @@ pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
     }
     actions.extend(handovers);
     actions
+}
+
+/// Whether a round still applies `action` when it has handed
+/// `handed_over` shards over and is `late` (past its renew interval). Slow
+/// handoffs must not hold back the next heartbeat, which renews every lease
+/// on liveness: a late round hands nothing more over, except its first, so
+/// that every round makes progress. Seeds and acquisitions serve shards
+/// nobody serves and are never cut short; [`plan_round`] puts them first.
+pub fn in_time(action: &Action, handed_over: usize, late: bool) -> bool {
+    !matches!(action, Action::Handover { .. }) || handed_over == 0 || !late
 }
 
 /// One handoff of a drain.
@@ -539,6 +551,21 @@ mod tests {
         // b holds s1, which a prefers; s2's preferred node c is dead.
         let w = world(&[("s1", &["a", "b"]), ("s2", &["c", "b"])], &["a", "b"]).held_by("s1", "b", true);
         assert_eq!(w.plan("b", false, 4), vec![acquire("s2"), handover("s1", "a")]);
+    }
+
+    #[test]
+    fn a_late_round_hands_one_shard_over_and_cuts_nothing_else_short() {
+        let seed = Action::Seed { parent: "p".into(), children: vec!["c".into()] };
+        for (action, handed_over, late, applied) in [
+            (handover("s1", "a"), 0, false, true),
+            (handover("s1", "a"), 0, true, true),
+            (handover("s1", "a"), 3, false, true),
+            (handover("s1", "a"), 1, true, false),
+            (acquire("s1"), 5, true, true),
+            (seed, 5, true, true),
+        ] {
+            assert_eq!(in_time(&action, handed_over, late), applied, "{action:?} after {handed_over}, late {late}");
+        }
     }
 
     #[test]

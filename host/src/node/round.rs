@@ -81,22 +81,15 @@ impl Node {
             .collect();
         let held = self.leases.held_ids();
         let input = RoundInput { leases: &leases, held: &held, ..input };
-        let mut handed_over = false;
+        let mut handed_over = 0;
         for action in plan::plan_round(&input) {
-            // Slow handoffs (a slow database, many of them) must not hold
-            // back the next heartbeat, which renews every lease on liveness:
-            // past its interval a round hands nothing more over (it has
-            // handed one over, so every round makes progress). Handovers
-            // come last; seeds and acquisitions, which serve shards nobody
-            // serves, are never cut short.
-            if let Action::Handover { .. } = action {
-                if handed_over && std::time::Instant::now() >= next_renewal {
-                    tracing::debug!(?action, "round out of time; the other handovers wait for the next round");
-                    break;
-                }
-                handed_over = true;
+            if !plan::in_time(&action, handed_over, std::time::Instant::now() >= next_renewal) {
+                tracing::debug!(?action, "round out of time; the other handovers wait for the next round");
+                break;
             }
-            if takes || matches!(action, Action::Handover { .. }) {
+            let handover = matches!(action, Action::Handover { .. });
+            handed_over += usize::from(handover);
+            if takes || handover {
                 self.apply(action).await;
             }
         }

@@ -43,6 +43,9 @@ impl Exposition {
             }
             if let Some(rest) = line.strip_prefix("# HELP ") {
                 let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+                if help.ends_with("..") {
+                    return Err(bad("help ends in two periods (the encoder adds one; the text must not)"));
+                }
                 e.helps.insert(name.to_string(), help.to_string());
                 continue;
             }
@@ -206,6 +209,7 @@ fn the_parser_reads_what_it_must_and_refuses_the_rest() {
     assert_eq!(check_histogram(&e, "h"), Ok(2.0));
     assert!(Exposition::parse("orphan 1\n").unwrap_err().contains("no declared family"));
     assert!(Exposition::parse("# TYPE x gauge\nx{a=\"b\" 1\n").is_err());
+    assert!(Exposition::parse("# HELP a_total A..\n").unwrap_err().contains("two periods"));
     let broken = text.replace("h_count{outcome=\"ok\"} 2", "h_count{outcome=\"ok\"} 3");
     assert!(check_histogram(&Exposition::parse(&broken).unwrap(), "h").unwrap_err().contains("_count"));
 }
