@@ -538,7 +538,7 @@ async fn shared_mariadb_facts() {
         assert!(facts.gtid_domain_id.is_some());
     }
     let refusals = checks::evaluate(&facts, true);
-    if facts.sync_binlog.as_deref() == Some("1") || facts.log_bin.as_deref() == Some("OFF") {
+    if facts.sync_binlog.as_deref() == Some("1") || facts.binlog_off() {
         assert!(refusals.is_empty(), "{refusals:?}");
     } else {
         assert_eq!(refusals.len(), 1, "{refusals:?}");

@@ -96,6 +96,12 @@ impl ServerFacts {
             gtid_domain_id: None,
         }
     }
+
+    /// MySQL/MariaDB: whether the server is known to write no binary log
+    /// (`log_bin` reads as off); an unreadable `log_bin` is not known off.
+    pub fn binlog_off(&self) -> bool {
+        self.log_bin.as_deref().and_then(flag) == Some(false)
+    }
 }
 
 /// Which check refused.
@@ -360,7 +366,7 @@ fn evaluate_mysql(f: &ServerFacts, out: &mut Vec<Refusal>) {
     );
     // Without a binary log a commit is InnoDB's redo alone; only a server
     // known to write none is spared the binlog's flush.
-    if f.log_bin.as_deref().and_then(flag) != Some(false) {
+    if !f.binlog_off() {
         durable("sync_binlog", &f.sync_binlog, out);
     }
     if mariadb {
