@@ -1,13 +1,18 @@
 //! Channels to the other nodes: one per peer address, connected once and
 //! reused by every forward and notice, dropped after a transport failure so
-//! the next call connects afresh. Every call on them carries the cluster's
-//! peer token (`[cluster] peer_token`), when set, and goes over TLS when
-//! `[tls]` is on: the node presents its certificate and verifies the peer's
-//! against the cluster CA (`[tls] peer_ca_file`).
+//! the next call connects afresh. A peer whose connects fail is dialled
+//! again only after a backoff that doubles with each failure in a row
+//! ([`Backoff`]): until then a call fails at once, as not sent, so that the
+//! requests of a dead or unreachable peer do not each open a connect of
+//! their own (each costing up to [`CONNECT_TIMEOUT`] when the peer's packets
+//! are dropped). Every call on them carries the cluster's peer token
+//! (`[cluster] peer_token`), when set, and goes over TLS when `[tls]` is on:
+//! the node presents its certificate and verifies the peer's against the
+//! cluster CA (`[tls] peer_ca_file`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -21,12 +26,50 @@ pub type PeerChannel = InterceptedService<Channel, BearerAuth>;
 /// How long a connect to a peer may take before the call gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The wait after a first failed connect, and the most any later one waits.
+/// Short, because a node that restarts on the same address is dialled again
+/// within a quarter second; long enough that a dead peer costs a few
+/// connects a second, not one per request.
+const RECONNECT_BACKOFF: (Duration, Duration) = (Duration::from_millis(25), Duration::from_millis(250));
+
+/// When a peer whose last connect failed may be dialled again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Backoff {
+    /// The wait that began at the last failure.
+    delay: Duration,
+    /// No connect before this.
+    until: Instant,
+}
+
+impl Backoff {
+    /// The backoff after a connect that failed at `now`, `previous` being
+    /// the one in force before it (none after a success): the first wait,
+    /// then twice the last one, never more than the cap.
+    fn after_failure(previous: Option<Backoff>, now: Instant, (first, cap): (Duration, Duration)) -> Backoff {
+        let delay = previous.map_or(first, |b| (b.delay * 2).min(cap));
+        Backoff { delay, until: now + delay }
+    }
+}
+
+/// What this node has of one peer address.
+enum Slot {
+    Connected(Channel),
+    Failing(Backoff),
+}
+
 /// The pooled channels of this node.
-#[derive(Default)]
 pub struct Peers {
-    channels: Mutex<HashMap<String, Channel>>,
+    slots: Mutex<HashMap<String, Slot>>,
     auth: BearerAuth,
     tls: Option<ClientTls>,
+    /// The first and the longest wait between failed connects.
+    backoff: (Duration, Duration),
+}
+
+impl Default for Peers {
+    fn default() -> Peers {
+        Peers { slots: Mutex::default(), auth: BearerAuth::default(), tls: None, backoff: RECONNECT_BACKOFF }
+    }
 }
 
 /// A peer that could not be reached: nothing was sent to it.
@@ -42,34 +85,63 @@ impl Peers {
     /// TLS (whose files are read now).
     pub fn new(settings: &crate::settings::Settings) -> Result<Peers, TlsError> {
         Ok(Peers {
-            channels: Mutex::default(),
             auth: BearerAuth::new(settings.cluster.peer_token.as_deref()),
             tls: ClientTls::for_peers(&settings.tls)?,
+            ..Peers::default()
         })
     }
 
-    /// The channel to `address`, connecting when there is none. A failed
-    /// connect sent nothing.
-    pub async fn channel(&self, address: &str) -> Result<PeerChannel, Unreachable> {
-        let signed = |c: Channel| InterceptedService::new(c, self.auth.clone());
-        if let Some(c) = self.channels.lock().unwrap_or_else(|p| p.into_inner()).get(address) {
-            return Ok(signed(c.clone()));
-        }
-        let unreachable = |reason: String| Unreachable { address: address.to_string(), reason };
-        let channel = tls::endpoint(address, self.tls.as_ref())
-            .map_err(unreachable)?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .connect()
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
-        self.channels.lock().unwrap_or_else(|p| p.into_inner()).insert(address.to_string(), channel.clone());
-        Ok(signed(channel))
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Forgets the channel to `address` (after a transport failure).
+    /// The channel to `address`, connecting when there is none and the
+    /// backoff of its last failed connect has passed. A failed connect, or
+    /// one not tried, sent nothing.
+    pub async fn channel(&self, address: &str) -> Result<PeerChannel, Unreachable> {
+        let signed = |c: Channel| InterceptedService::new(c, self.auth.clone());
+        let unreachable = |reason: String| Unreachable { address: address.to_string(), reason };
+        match self.slots().get(address) {
+            Some(Slot::Connected(c)) => return Ok(signed(c.clone())),
+            Some(Slot::Failing(b)) => {
+                let now = Instant::now();
+                if now < b.until {
+                    return Err(unreachable(format!(
+                        "its last connect failed; the next is tried in {} ms",
+                        (b.until - now).as_millis().max(1)
+                    )));
+                }
+            }
+            None => {}
+        }
+        let connected = match tls::endpoint(address, self.tls.as_ref()) {
+            Ok(endpoint) => endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect().await.map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        let mut slots = self.slots();
+        match connected {
+            Ok(channel) => {
+                slots.insert(address.to_string(), Slot::Connected(channel.clone()));
+                Ok(signed(channel))
+            }
+            Err(reason) => {
+                let previous = match slots.get(address) {
+                    Some(Slot::Failing(b)) => Some(*b),
+                    _ => None,
+                };
+                slots.insert(address.to_string(), Slot::Failing(Backoff::after_failure(previous, Instant::now(), self.backoff)));
+                Err(unreachable(reason))
+            }
+        }
+    }
+
+    /// Forgets the channel to `address` (after a transport failure), so that
+    /// the next call connects afresh; a backoff in force stays.
     pub fn forget(&self, address: &str) {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner()).remove(address);
+        let mut slots = self.slots();
+        if let Some(Slot::Connected(_)) = slots.get(address) {
+            slots.remove(address);
+        }
     }
 }
 
@@ -145,5 +217,48 @@ impl super::Node {
         }
         self.routes.forget(shard);
         self.leases.notify_change();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn each_failure_in_a_row_doubles_the_wait_up_to_the_cap() {
+        let now = Instant::now();
+        let policy = (25 * MS, 250 * MS);
+        let mut previous = None;
+        let mut delays = Vec::new();
+        for _ in 0..6 {
+            let b = Backoff::after_failure(previous, now, policy);
+            assert_eq!(b.until, now + b.delay);
+            delays.push(b.delay.as_millis());
+            previous = Some(b);
+        }
+        assert_eq!(delays, [25, 50, 100, 200, 250, 250]);
+        // After a success there is no previous backoff: the first wait again.
+        assert_eq!(Backoff::after_failure(None, now, policy).delay, 25 * MS);
+    }
+
+    #[tokio::test]
+    async fn a_peer_whose_connect_failed_is_not_dialled_again_before_its_backoff() {
+        let port = crate::testkit::free_port().unwrap();
+        let address = format!("127.0.0.1:{port}");
+        let peers = Peers { backoff: (Duration::from_secs(600), Duration::from_secs(600)), ..Peers::default() };
+
+        let refused = peers.channel(&address).await.err().expect("nothing listens there yet");
+        assert!(!refused.reason.contains("next is tried"), "the first call dials: {refused}");
+
+        // Something listens now, but the backoff is in force: no dial.
+        let _listener = std::net::TcpListener::bind(&address).unwrap();
+        let held_back = peers.channel(&address).await.err().expect("no connect during the backoff");
+        assert!(held_back.reason.contains("the next is tried in"), "{held_back}");
+
+        // A transport failure's forget leaves the backoff in force.
+        peers.forget(&address);
+        assert!(peers.channel(&address).await.is_err());
     }
 }
