@@ -24,6 +24,37 @@ fn owned_by(e: &AffinityError) -> &str {
     }
 }
 
+/// Whether this process's TCP socket bound to `local` has TCP_NODELAY.
+fn nodelay_of_own_socket(local: std::net::SocketAddr) -> Option<bool> {
+    use std::os::fd::FromRawFd;
+    let fds = std::fs::read_dir("/proc/self/fd").ok()?;
+    for fd in fds.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+        // SAFETY: the descriptor is only asked for two socket options and
+        // never closed (ManuallyDrop); a descriptor that is no socket fails
+        // the first question.
+        let socket = std::mem::ManuallyDrop::new(unsafe { std::net::TcpStream::from_raw_fd(fd) });
+        if socket.local_addr().ok() == Some(local) {
+            return socket.nodelay().ok();
+        }
+    }
+    None
+}
+
+#[tokio::test]
+async fn the_redis_connection_runs_without_nagles_algorithm() {
+    let t = TestNs::new();
+    let mut c = t.conn().get().await.unwrap();
+    // Redis names the connection's client end: this process's socket.
+    let info: String = redis::cmd("CLIENT").arg("INFO").query_async(&mut c).await.unwrap();
+    let local = info
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("addr="))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no client address in {info:?}"));
+    let nodelay = nodelay_of_own_socket(local).unwrap_or_else(|| panic!("no socket of this process is bound to {local}"));
+    assert!(nodelay, "chitin's Redis connection must set TCP_NODELAY");
+}
+
 #[tokio::test]
 async fn prefix_rule_n1_never_owns_n10() {
     let t = TestNs::new();

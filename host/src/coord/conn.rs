@@ -115,7 +115,11 @@ impl RedisConn {
                     .set_response_timeout(s.response_timeout)
                     .set_number_of_retries(s.reconnect_retries)
                     .set_factor(50)
-                    .set_max_delay(500);
+                    .set_max_delay(500)
+                    // The redis crate leaves Nagle's algorithm on: commands of
+                    // concurrent callers multiplexed on this one socket would
+                    // wait behind an unacknowledged write.
+                    .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
                 ConnectionManager::new_with_config(self.client.clone(), cfg).await
             })
             .await?;
