@@ -49,12 +49,19 @@ impl Backoff {
         let delay = previous.map_or(first, |b| (b.delay * 2).min(cap));
         Backoff { delay, until: now + delay }
     }
+
+    /// How long before the peer may be dialled again, at `now`; `None`
+    /// once the wait has passed.
+    fn wait_left(&self, now: Instant) -> Option<Duration> {
+        (now < self.until).then(|| self.until - now)
+    }
 }
 
 /// What this node has of one peer address.
 enum Slot {
     Connected(Channel),
-    Failing(Backoff),
+    /// The backoff in force, and why the last connect failed.
+    Failing(Backoff, String),
 }
 
 /// The pooled channels of this node.
@@ -103,12 +110,11 @@ impl Peers {
         let unreachable = |reason: String| Unreachable { address: address.to_string(), reason };
         match self.slots().get(address) {
             Some(Slot::Connected(c)) => return Ok(signed(c.clone())),
-            Some(Slot::Failing(b)) => {
-                let now = Instant::now();
-                if now < b.until {
+            Some(Slot::Failing(b, why)) => {
+                if let Some(left) = b.wait_left(Instant::now()) {
                     return Err(unreachable(format!(
-                        "its last connect failed; the next is tried in {} ms",
-                        (b.until - now).as_millis().max(1)
+                        "its last connect failed ({why}); the next is tried in {} ms",
+                        left.as_millis().max(1)
                     )));
                 }
             }
@@ -126,10 +132,11 @@ impl Peers {
             }
             Err(reason) => {
                 let previous = match slots.get(address) {
-                    Some(Slot::Failing(b)) => Some(*b),
+                    Some(Slot::Failing(b, _)) => Some(*b),
                     _ => None,
                 };
-                slots.insert(address.to_string(), Slot::Failing(Backoff::after_failure(previous, Instant::now(), self.backoff)));
+                let backoff = Backoff::after_failure(previous, Instant::now(), self.backoff);
+                slots.insert(address.to_string(), Slot::Failing(backoff, reason.clone()));
                 Err(unreachable(reason))
             }
         }
@@ -235,6 +242,8 @@ mod tests {
         for _ in 0..6 {
             let b = Backoff::after_failure(previous, now, policy);
             assert_eq!(b.until, now + b.delay);
+            assert_eq!(b.wait_left(now), Some(b.delay));
+            assert_eq!(b.wait_left(now + b.delay), None, "the wait has passed at its end");
             delays.push(b.delay.as_millis());
             previous = Some(b);
         }
