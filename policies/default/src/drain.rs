@@ -23,52 +23,27 @@ pub fn plan_drain(req: &DrainRequest) -> Result<Vec<Vec<Handoff>>, PolicyError> 
             "max_per_round is 0; draining node {leaving} needs at least one handoff per round"
         )));
     }
-    let takers: HashSet<&str> = req
-        .nodes
-        .iter()
-        .filter(|n| n.state.is_eligible() && n.id != leaving)
-        .map(|n| n.id.as_str())
-        .collect();
+    let takers: HashSet<&str> =
+        req.nodes.iter().filter(|n| n.state.is_eligible() && n.id != leaving).map(|n| n.id.as_str()).collect();
     let mut nodes_of: HashMap<&str, BTreeSet<&str>> = HashMap::new();
     for r in &req.replicas {
-        nodes_of
-            .entry(r.shard.as_str())
-            .or_default()
-            .insert(r.node.as_str());
+        nodes_of.entry(r.shard.as_str()).or_default().insert(r.node.as_str());
     }
-    let to_hand: BTreeSet<&str> = req
-        .holders
-        .iter()
-        .filter(|h| h.node == leaving)
-        .map(|h| h.shard.as_str())
-        .collect();
+    let to_hand: BTreeSet<&str> = req.holders.iter().filter(|h| h.node == leaving).map(|h| h.shard.as_str()).collect();
 
     let mut handoffs = Vec::with_capacity(to_hand.len());
     for shard in to_hand {
-        let candidates = nodes_of
-            .get(shard)
-            .map(|set| set.iter().copied())
-            .into_iter()
-            .flatten();
-        let target = rank(shard, candidates)
-            .into_iter()
-            .find(|n| takers.contains(n));
+        let candidates = nodes_of.get(shard).map(|set| set.iter().copied()).into_iter().flatten();
+        let target = rank(shard, candidates).into_iter().find(|n| takers.contains(n));
         let Some(target) = target else {
             return Err(PolicyError::InvalidInput(format!(
                 "shard {shard} has no other joining or active replica node; \
                  move a replica to an active node first"
             )));
         };
-        handoffs.push(Handoff {
-            shard: shard.to_owned(),
-            source: leaving.to_owned(),
-            target: target.to_owned(),
-        });
+        handoffs.push(Handoff { shard: shard.to_owned(), source: leaving.to_owned(), target: target.to_owned() });
     }
-    Ok(handoffs
-        .chunks(req.max_per_round as usize)
-        .map(<[Handoff]>::to_vec)
-        .collect())
+    Ok(handoffs.chunks(req.max_per_round as usize).map(<[Handoff]>::to_vec).collect())
 }
 
 #[cfg(test)]
@@ -77,26 +52,15 @@ mod tests {
     use chitin_policy_sdk::{Holder, Node, NodeState, Replica};
 
     fn node(id: &str, state: NodeState) -> Node {
-        Node {
-            id: id.into(),
-            state,
-            ..Node::default()
-        }
+        Node { id: id.into(), state, ..Node::default() }
     }
 
     fn replica(shard: &str, node: &str) -> Replica {
-        Replica {
-            id: format!("{shard}@{node}"),
-            shard: shard.into(),
-            node: node.into(),
-        }
+        Replica { id: format!("{shard}@{node}"), shard: shard.into(), node: node.into() }
     }
 
     fn holder(shard: &str, node: &str) -> Holder {
-        Holder {
-            shard: shard.into(),
-            node: node.into(),
-        }
+        Holder { shard: shard.into(), node: node.into() }
     }
 
     /// Node `x` leaves holding `shards` shards, each with replicas on x, a, b.
@@ -114,8 +78,7 @@ mod tests {
         };
         for i in (0..shards).rev() {
             let s = format!("s{i:02}");
-            req.replicas
-                .extend([replica(&s, "x"), replica(&s, "a"), replica(&s, "b")]);
+            req.replicas.extend([replica(&s, "x"), replica(&s, "a"), replica(&s, "b")]);
             req.holders.push(holder(&s, "x"));
         }
         req.holders.push(holder("other", "a"));
@@ -124,30 +87,17 @@ mod tests {
 
     #[test]
     fn rounds_hold_at_most_max() {
-        for (shards, max, sizes) in [
-            (10, 4, vec![4, 4, 2]),
-            (3, 1, vec![1, 1, 1]),
-            (8, 4, vec![4, 4]),
-            (0, 4, vec![]),
-            (2, 100, vec![2]),
-        ] {
+        for (shards, max, sizes) in
+            [(10, 4, vec![4, 4, 2]), (3, 1, vec![1, 1, 1]), (8, 4, vec![4, 4]), (0, 4, vec![]), (2, 100, vec![2])]
+        {
             let plan = plan_drain(&request(shards, max)).unwrap();
             assert_eq!(plan.iter().map(Vec::len).collect::<Vec<_>>(), sizes);
             let flat: Vec<&Handoff> = plan.iter().flatten().collect();
             let ids: Vec<String> = (0..shards).map(|i| format!("s{i:02}")).collect();
-            assert_eq!(
-                flat.iter().map(|h| h.shard.clone()).collect::<Vec<_>>(),
-                ids
-            );
+            assert_eq!(flat.iter().map(|h| h.shard.clone()).collect::<Vec<_>>(), ids);
             for h in flat {
                 assert_eq!(h.source, "x");
-                assert_eq!(
-                    h.target,
-                    rank(&h.shard, ["a", "b", "x"])
-                        .into_iter()
-                        .find(|n| *n != "x")
-                        .unwrap()
-                );
+                assert_eq!(h.target, rank(&h.shard, ["a", "b", "x"]).into_iter().find(|n| *n != "x").unwrap());
             }
         }
     }
@@ -156,23 +106,17 @@ mod tests {
     fn errors() {
         let mut req = request(2, 4);
         req.leaving = "nobody".into();
-        assert_eq!(
-            plan_drain(&req),
-            Err(PolicyError::UnknownNode("nobody".into()))
-        );
+        assert_eq!(plan_drain(&req), Err(PolicyError::UnknownNode("nobody".into())));
 
         let req = request(2, 0);
         assert_eq!(
             plan_drain(&req),
-            Err(PolicyError::InvalidInput(
-                "max_per_round is 0; draining node x needs at least one handoff per round".into()
-            ))
+            Err(PolicyError::InvalidInput("max_per_round is 0; draining node x needs at least one handoff per round".into()))
         );
 
         // s01's other replicas are on the down node only.
         let mut req = request(2, 4);
-        req.replicas
-            .retain(|r| !(r.shard == "s01" && r.node != "x"));
+        req.replicas.retain(|r| !(r.shard == "s01" && r.node != "x"));
         req.replicas.push(replica("s01", "d"));
         assert_eq!(
             plan_drain(&req),

@@ -35,10 +35,7 @@ mod tests {
 
     fn ctx(env: &[(&str, &str)], hostname: Option<&str>) -> InstanceContext {
         InstanceContext {
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             hostname: hostname.map(str::to_owned),
         }
     }
@@ -58,11 +55,7 @@ mod tests {
             (&[("chitin__cluster__instance_id", "lower")], None, "chitin"),
         ];
         for (env, host, want) in cases {
-            assert_eq!(
-                resolve(&ctx(env, *host)),
-                *want,
-                "env {env:?}, hostname {host:?}"
-            );
+            assert_eq!(resolve(&ctx(env, *host)), *want, "env {env:?}, hostname {host:?}");
         }
     }
 }

@@ -13,9 +13,8 @@
 //! [`instance_id`], [`placement`], [`split`], [`drain`].
 
 use chitin_policy_sdk::{
-    DrainPolicy, DrainRequest, Handoff, HolderRanking, InstanceContext, InstanceIdPolicy,
-    PlacementPolicy, PlacementRequest, PolicyError, RankingRequest, RebalanceRequest, ReplicaMove,
-    ShardPlacement, SplitPolicy, SplitRequest,
+    DrainPolicy, DrainRequest, Handoff, HolderRanking, InstanceContext, InstanceIdPolicy, PlacementPolicy, PlacementRequest,
+    PolicyError, RankingRequest, RebalanceRequest, ReplicaMove, ShardPlacement, SplitPolicy, SplitRequest,
 };
 
 pub mod drain;

@@ -3,25 +3,21 @@
 //!
 //! Only `joining` and `active` nodes are *eligible*: they alone receive new
 //! replicas, moved replicas and leases. Every tie is broken deterministically
-//! (rendezvous rank or node id), so the same request always gets the same
-//! answer, natively and in the component.
+//! (rendezvous rank, a hash of the shard id or node id), so the same request
+//! always gets the same answer, natively and in the component.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
-use chitin_policy_sdk::rank::{Weigher, rank};
+use chitin_policy_sdk::rank::{Weigher, fnv1a64, mix64, rank};
 use chitin_policy_sdk::{
-    HolderRanking, Node, NodeShortage, PlacementRequest, PolicyError, RankingRequest,
-    RebalanceRequest, ReplicaMove, Shard, ShardPlacement, ShardState,
+    HolderRanking, Node, NodeShortage, PlacementRequest, PolicyError, RankingRequest, RebalanceRequest, ReplicaMove, Shard,
+    ShardPlacement, ShardState,
 };
 
 /// Ids of the eligible (joining or active) nodes, sorted, without duplicates.
 pub fn eligible_nodes(nodes: &[Node]) -> Vec<&str> {
-    let mut ids: Vec<&str> = nodes
-        .iter()
-        .filter(|n| n.state.is_eligible())
-        .map(|n| n.id.as_str())
-        .collect();
+    let mut ids: Vec<&str> = nodes.iter().filter(|n| n.state.is_eligible()).map(|n| n.id.as_str()).collect();
     ids.sort_unstable();
     ids.dedup();
     ids
@@ -56,43 +52,28 @@ pub fn place_replicas(req: &PlacementRequest) -> Result<Vec<ShardPlacement>, Pol
     // Replicas per eligible node, updated as this call places them.
     let mut load = vec![0usize; eligible.len()];
     // The nodes of every shard that is the parent of an activating shard.
-    let parents: HashSet<&str> = req
-        .shards
-        .iter()
-        .filter(|s| s.state == ShardState::Activating)
-        .filter_map(|s| s.parent.as_deref())
-        .collect();
+    let parents: HashSet<&str> =
+        req.shards.iter().filter(|s| s.state == ShardState::Activating).filter_map(|s| s.parent.as_deref()).collect();
     let mut nodes_of: HashMap<&str, Vec<&str>> = HashMap::new();
     for r in &req.replicas {
         if let Some(&i) = index.get(r.node.as_str()) {
             load[i] += 1;
         }
         if parents.contains(r.shard.as_str()) {
-            nodes_of
-                .entry(r.shard.as_str())
-                .or_default()
-                .push(r.node.as_str());
+            nodes_of.entry(r.shard.as_str()).or_default().push(r.node.as_str());
         }
     }
 
     // (replicas, reversed rendezvous weight, node id, eligible index): the
     // first `rf` in this order are the least loaded nodes, ties broken by rank.
-    let mut candidates: Vec<(usize, Reverse<u64>, &str, usize)> =
-        Vec::with_capacity(eligible.len());
+    let mut candidates: Vec<(usize, Reverse<u64>, &str, usize)> = Vec::with_capacity(eligible.len());
     let mut out = Vec::with_capacity(req.new_shards.len());
     for id in &req.new_shards {
-        let shard = shards
-            .get(id.as_str())
-            .ok_or_else(|| PolicyError::UnknownShard(id.clone()))?;
+        let shard = shards.get(id.as_str()).ok_or_else(|| PolicyError::UnknownShard(id.clone()))?;
         if rf == 0 {
-            return Err(PolicyError::InvalidInput(format!(
-                "replication factor is 0; shard {id} needs at least one replica"
-            )));
+            return Err(PolicyError::InvalidInput(format!("replication factor is 0; shard {id} needs at least one replica")));
         }
-        let parent = shard
-            .parent
-            .as_deref()
-            .filter(|p| shard.state == ShardState::Activating && shards.contains_key(p));
+        let parent = shard.parent.as_deref().filter(|p| shard.state == ShardState::Activating && shards.contains_key(p));
         let chosen: Vec<&str> = if let Some(parent) = parent {
             let mut nodes = nodes_of.get(parent).cloned().unwrap_or_default();
             nodes.sort_unstable();
@@ -115,12 +96,7 @@ pub fn place_replicas(req: &PlacementRequest) -> Result<Vec<ShardPlacement>, Pol
             }
             let weigher = Weigher::new(id);
             candidates.clear();
-            candidates.extend(
-                eligible
-                    .iter()
-                    .enumerate()
-                    .map(|(i, n)| (load[i], Reverse(weigher.weight(n)), *n, i)),
-            );
+            candidates.extend(eligible.iter().enumerate().map(|(i, n)| (load[i], Reverse(weigher.weight(n)), *n, i)));
             if rf < candidates.len() {
                 candidates.select_nth_unstable(rf - 1);
                 candidates.truncate(rf);
@@ -132,15 +108,9 @@ pub fn place_replicas(req: &PlacementRequest) -> Result<Vec<ShardPlacement>, Pol
             candidates.iter().map(|c| c.2).collect()
         };
         if parents.contains(shard.id.as_str()) {
-            nodes_of
-                .entry(shard.id.as_str())
-                .or_default()
-                .extend(chosen.iter().copied());
+            nodes_of.entry(shard.id.as_str()).or_default().extend(chosen.iter().copied());
         }
-        out.push(ShardPlacement {
-            shard: id.clone(),
-            nodes: chosen.into_iter().map(str::to_owned).collect(),
-        });
+        out.push(ShardPlacement { shard: id.clone(), nodes: chosen.into_iter().map(str::to_owned).collect() });
     }
     Ok(out)
 }
@@ -170,9 +140,7 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
     let mut movable: Vec<BTreeSet<(&str, &str)>> = vec![BTreeSet::new(); eligible.len()];
     let mut must_move = Vec::new();
     for r in &req.replicas {
-        let shard = shards
-            .get(r.shard.as_str())
-            .ok_or_else(|| PolicyError::UnknownShard(r.shard.clone()))?;
+        let shard = shards.get(r.shard.as_str()).ok_or_else(|| PolicyError::UnknownShard(r.shard.clone()))?;
         let active = shard.state == ShardState::Active;
         if let Some(&i) = index.get(r.node.as_str()) {
             count[i] += 1;
@@ -187,11 +155,7 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
     must_move.sort_by(|a, b| (&a.node, &a.shard, &a.id).cmp(&(&b.node, &b.shard, &b.id)));
 
     if eligible.is_empty() {
-        return if must_move.is_empty() {
-            Ok(Vec::new())
-        } else {
-            Err(shortage(1, 0))
-        };
+        return if must_move.is_empty() { Ok(Vec::new()) } else { Err(shortage(1, 0)) };
     }
 
     let total: usize = count.iter().sum::<usize>() + must_move.len();
@@ -230,26 +194,19 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
     // 2. Even out: move from the node furthest over its target to the node
     //    furthest under, until no move is possible.
     loop {
-        let mut over: Vec<(Reverse<usize>, usize)> = (0..eligible.len())
-            .filter(|&i| count[i] > target[i])
-            .map(|i| (Reverse(count[i] - target[i]), i))
-            .collect();
-        let mut under: Vec<(Reverse<usize>, usize)> = (0..eligible.len())
-            .filter(|&i| count[i] < target[i])
-            .map(|i| (Reverse(target[i] - count[i]), i))
-            .collect();
+        let mut over: Vec<(Reverse<usize>, usize)> =
+            (0..eligible.len()).filter(|&i| count[i] > target[i]).map(|i| (Reverse(count[i] - target[i]), i)).collect();
+        let mut under: Vec<(Reverse<usize>, usize)> =
+            (0..eligible.len()).filter(|&i| count[i] < target[i]).map(|i| (Reverse(target[i] - count[i]), i)).collect();
         if over.is_empty() || under.is_empty() {
             break;
         }
         over.sort_unstable();
         under.sort_unstable();
         let found = over.iter().find_map(|&(_, s)| {
-            under.iter().find_map(|&(_, d)| {
-                movable[s]
-                    .iter()
-                    .find(|(shard, _)| !held.contains_key(&(d, *shard)))
-                    .map(|&r| (s, d, r))
-            })
+            under
+                .iter()
+                .find_map(|&(_, d)| movable[s].iter().find(|(shard, _)| !held.contains_key(&(d, *shard))).map(|&r| (s, d, r)))
         });
         let Some((source, dest, (shard, replica))) = found else {
             break;
@@ -257,9 +214,7 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
         movable[source].remove(&(shard, replica));
         count[source] -= 1;
         count[dest] += 1;
-        let left = held
-            .get_mut(&(source, shard))
-            .expect("source holds the shard");
+        let left = held.get_mut(&(source, shard)).expect("source holds the shard");
         *left -= 1;
         if *left == 0 {
             held.remove(&(source, shard));
@@ -280,87 +235,235 @@ fn record(moves: &mut Vec<ReplicaMove>, shard: &str, replica: &str, source: &str
 }
 
 /// `preferred-holders`: for every shard of the request, in request order, the
-/// eligible nodes hosting one of its replicas, best first by the rendezvous
-/// rank of (shard id, node id); empty when there are none. A shard's ranking
-/// depends only on its id and that node set, so it changes only when they do.
+/// eligible nodes hosting one of its replicas, the preferred lease holder
+/// first; empty when there are none.
+///
+/// The holder is the one [`balanced_holders`] picks, so that every eligible
+/// node leads its share of the shards rather than whichever shards the
+/// rendezvous hash happens to give it (16 shards on 3 nodes lead 6/5/5, where
+/// the hash alone can give 9/5/2). The other nodes follow in the rendezvous
+/// order of (shard id, node id): the failover order when the holder fails. An
+/// `inactive` shard carries no lease, so it takes no share: its ranking is the
+/// rendezvous order alone.
+///
+/// A ranking depends on the whole request (its shards, their replicas and the
+/// eligible nodes), not on one shard alone, but never on the order of the
+/// request's lists: the same request in any order gets the same ranking per
+/// shard. A node joining or leaving moves close to the fewest first places
+/// that restore the balance, and an eligible node without replicas changes
+/// nothing.
 pub fn preferred_holders(req: &RankingRequest) -> Vec<HolderRanking> {
-    let is_eligible: HashSet<&str> = eligible_nodes(&req.nodes).into_iter().collect();
-    let mut nodes_of: HashMap<&str, BTreeSet<&str>> = HashMap::new();
-    for r in &req.replicas {
-        if is_eligible.contains(r.node.as_str()) {
-            nodes_of
-                .entry(r.shard.as_str())
-                .or_default()
-                .insert(r.node.as_str());
-        }
-    }
+    let ranked = ranked_replica_nodes(req);
+    // Only shards that carry a lease and have a node to hold it share out
+    // first places.
+    let leased: BTreeSet<&str> = req.shards.iter().filter(|s| s.state != ShardState::Inactive).map(|s| s.id.as_str()).collect();
+    let contested: BTreeMap<&str, &[&str]> = ranked
+        .iter()
+        .filter(|(shard, nodes)| leased.contains(*shard) && !nodes.is_empty())
+        .map(|(shard, nodes)| (*shard, nodes.as_slice()))
+        .collect();
+    let holders = balanced_holders(&contested);
     req.shards
         .iter()
         .map(|s| HolderRanking {
             shard: s.id.clone(),
-            nodes: nodes_of
-                .get(s.id.as_str())
-                .map(|set| {
-                    rank(&s.id, set.iter().copied())
-                        .into_iter()
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default(),
+            nodes: holder_first(&ranked[s.id.as_str()], holders.get(s.id.as_str()).copied()),
         })
         .collect()
+}
+
+/// Every shard of the request (by id) with its eligible replica nodes in the
+/// rendezvous order of (shard id, node id); a shard without any has none.
+fn ranked_replica_nodes(req: &RankingRequest) -> BTreeMap<&str, Vec<&str>> {
+    let eligible: HashSet<&str> = eligible_nodes(&req.nodes).into_iter().collect();
+    let mut nodes_of: BTreeMap<&str, BTreeSet<&str>> = req.shards.iter().map(|s| (s.id.as_str(), BTreeSet::new())).collect();
+    for r in &req.replicas {
+        if let Some(nodes) = nodes_of.get_mut(r.shard.as_str())
+            && eligible.contains(r.node.as_str())
+        {
+            nodes.insert(r.node.as_str());
+        }
+    }
+    nodes_of.into_iter().map(|(shard, nodes)| (shard, rank(shard, nodes))).collect()
+}
+
+/// `ranking` with `holder` moved to the front, the others in their order.
+fn holder_first(ranking: &[&str], holder: Option<&str>) -> Vec<String> {
+    holder.into_iter().chain(ranking.iter().copied().filter(|n| Some(*n) != holder)).map(str::to_owned).collect()
+}
+
+/// The order in which shards pick their holder: ascending
+/// `mix64(fnv1a64(shard id))`, ties by id. A hash, not the id, so that the
+/// shards that find their first choices full are spread over the key space and
+/// the applications rather than being the last ones by name; it depends on the
+/// shard alone, so the answer does not depend on the request's order.
+fn pick_order(shard: &str) -> (u64, &str) {
+    (mix64(fnv1a64(shard.as_bytes())), shard)
+}
+
+/// The preferred lease holder of every shard of `rankings` (shard id -> its
+/// eligible replica nodes in rendezvous order, none empty): consistent
+/// hashing with bounded loads over the rendezvous rank.
+///
+/// With `n` shards and `k` nodes hosting their replicas (a node without any
+/// leads nothing, so it does not dilute the mean), every node may lead
+/// `floor(n / k)` shards and the first `n % k` nodes to go beyond lead one
+/// more. The shards, in [`pick_order`], each take the best-ranked of their
+/// nodes that is under its cap. When all of a shard's nodes are at their cap
+/// (possible only when its replicas sit on fewer than all `k` nodes), the
+/// shortest chain of shards that can each move to another of their nodes,
+/// ending at a node under its cap, makes room; and when no chain exists (the
+/// replicas leave the caps infeasible) the shard goes to the least loaded of
+/// its nodes, ties by rank. So when every node hosts every shard the counts
+/// are exactly `floor(n / k)` or `ceil(n / k)`, and a node joining or leaving
+/// moves first places mostly from the nodes over the new caps, a few more
+/// where a shard's first choice filled up earlier than before.
+fn balanced_holders<'a>(rankings: &BTreeMap<&'a str, &[&'a str]>) -> HashMap<&'a str, &'a str> {
+    let nodes: Vec<&str> = rankings.values().flat_map(|r| r.iter().copied()).collect::<BTreeSet<_>>().into_iter().collect();
+    let index: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+    let mut shards: Vec<&str> = rankings.keys().copied().collect();
+    shards.sort_unstable_by_key(|s| pick_order(s));
+    let by_position: Vec<Vec<usize>> = shards.iter().map(|s| rankings[s].iter().map(|n| index[n]).collect()).collect();
+    let mut board = Board::new(&by_position, nodes.len());
+    for s in 0..shards.len() {
+        board.seat(s);
+    }
+    shards.iter().zip(&board.holder).map(|(s, h)| (*s, nodes[h.expect("every shard is seated")])).collect()
+}
+
+/// The holders chosen so far: shards and nodes are indices (shards in pick
+/// order, so iterating a node's shards is deterministic).
+struct Board<'r> {
+    /// Each shard's nodes in rendezvous order.
+    rankings: &'r [Vec<usize>],
+    /// Each shard's holder, once seated.
+    holder: Vec<Option<usize>>,
+    /// The shards each node leads.
+    led: Vec<BTreeSet<usize>>,
+    /// `floor(n / k)`: every node may lead this many.
+    base: usize,
+    /// `n % k`: how many nodes may lead one more.
+    extra: usize,
+    /// Nodes leading more than `base`.
+    above_base: usize,
+}
+
+impl<'r> Board<'r> {
+    fn new(rankings: &'r [Vec<usize>], nodes: usize) -> Self {
+        let n = rankings.len();
+        Board {
+            rankings,
+            holder: vec![None; n],
+            led: vec![BTreeSet::new(); nodes],
+            base: n / nodes.max(1),
+            extra: n % nodes.max(1),
+            above_base: 0,
+        }
+    }
+
+    /// Whether `node` may lead one more shard: under `base`, or at `base`
+    /// while fewer than `extra` nodes went beyond it.
+    fn has_room(&self, node: usize) -> bool {
+        let led = self.led[node].len();
+        led < self.base || (led == self.base && self.above_base < self.extra)
+    }
+
+    /// Gives shard `s` its holder, moving others along a chain if need be.
+    fn seat(&mut self, s: usize) {
+        let chain = self.chain_to_room(s).unwrap_or_else(|| {
+            let least = self.rankings[s].iter().copied().min_by_key(|&n| self.led[n].len()).expect("every shard has a node");
+            vec![(s, least)]
+        });
+        for (shard, node) in chain {
+            self.lead(shard, node);
+        }
+    }
+
+    /// Makes `node` lead `shard`, taking it from its current holder.
+    fn lead(&mut self, shard: usize, node: usize) {
+        if let Some(old) = self.holder[shard] {
+            if self.led[old].len() == self.base + 1 {
+                self.above_base -= 1;
+            }
+            self.led[old].remove(&shard);
+        }
+        if self.led[node].len() == self.base {
+            self.above_base += 1;
+        }
+        self.led[node].insert(shard);
+        self.holder[shard] = Some(node);
+    }
+
+    /// The fewest (shard, new holder) moves that seat `s` without taking any
+    /// node over its cap: breadth first from `s`'s nodes in rank order, each
+    /// full node offering its shards (in pick order) to their other nodes (in
+    /// rank order). `None` when every node reachable so is full.
+    fn chain_to_room(&self, s: usize) -> Option<Vec<(usize, usize)>> {
+        // For each node reached: the shard that would move onto it and the
+        // node it would leave (`None` for `s`, which is not seated yet).
+        let mut reached: Vec<Option<(usize, Option<usize>)>> = vec![None; self.led.len()];
+        let mut queue = VecDeque::new();
+        let mut offers = vec![(s, None)];
+        loop {
+            for (shard, from) in offers {
+                for &node in &self.rankings[shard] {
+                    if reached[node].is_some() {
+                        continue;
+                    }
+                    reached[node] = Some((shard, from));
+                    if self.has_room(node) {
+                        return Some(Self::unwind(&reached, node));
+                    }
+                    queue.push_back(node);
+                }
+            }
+            let full = queue.pop_front()?;
+            offers = self.led[full].iter().map(|&t| (t, Some(full))).collect();
+        }
+    }
+
+    /// The moves of the chain that ends at `node`, walking `reached` back.
+    fn unwind(reached: &[Option<(usize, Option<usize>)>], mut node: usize) -> Vec<(usize, usize)> {
+        let mut chain = Vec::new();
+        loop {
+            let (shard, from) = reached[node].expect("every node on the chain was reached");
+            chain.push((shard, node));
+            match from {
+                Some(previous) => node = previous,
+                None => return chain,
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chitin_policy_sdk::rank::weight;
     use chitin_policy_sdk::{NodeState, Replica};
 
     fn node(id: &str, state: NodeState) -> Node {
-        Node {
-            id: id.into(),
-            address: format!("{id}:7000"),
-            state,
-            ..Node::default()
-        }
+        Node { id: id.into(), address: format!("{id}:7000"), state, ..Node::default() }
     }
 
     fn nodes(n: usize) -> Vec<Node> {
-        (1..=n)
-            .map(|i| node(&format!("n{i}"), NodeState::Active))
-            .collect()
+        (1..=n).map(|i| node(&format!("n{i}"), NodeState::Active)).collect()
     }
 
     fn shard(id: &str, state: ShardState, parent: Option<&str>) -> Shard {
-        Shard {
-            id: id.into(),
-            application: "app".into(),
-            lower: 0,
-            upper: u32::MAX,
-            state,
-            parent: parent.map(str::to_owned),
-        }
+        Shard { id: id.into(), application: "app".into(), lower: 0, upper: u32::MAX, state, parent: parent.map(str::to_owned) }
     }
 
     fn active(n: usize) -> Vec<Shard> {
-        (0..n)
-            .map(|i| shard(&format!("s{i:02}"), ShardState::Active, None))
-            .collect()
+        (0..n).map(|i| shard(&format!("s{i:02}"), ShardState::Active, None)).collect()
     }
 
     fn replica(shard: &str, node: &str) -> Replica {
-        Replica {
-            id: format!("{shard}@{node}"),
-            shard: shard.into(),
-            node: node.into(),
-        }
+        Replica { id: format!("{shard}@{node}"), shard: shard.into(), node: node.into() }
     }
 
     fn per_node(replicas: &[Replica], nodes: &[&str]) -> Vec<usize> {
-        nodes
-            .iter()
-            .map(|n| replicas.iter().filter(|r| r.node == *n).count())
-            .collect()
+        nodes.iter().map(|n| replicas.iter().filter(|r| r.node == *n).count()).collect()
     }
 
     /// Places `shards` one request at a time, as the control plane would.
@@ -383,14 +486,8 @@ mod tests {
 
     fn apply(replicas: &mut [Replica], moves: &[ReplicaMove]) {
         for m in moves {
-            let r = replicas
-                .iter_mut()
-                .find(|r| r.id == m.replica)
-                .expect("moved replica exists");
-            assert_eq!(
-                (r.shard.as_str(), r.node.as_str()),
-                (m.shard.as_str(), m.source.as_str())
-            );
+            let r = replicas.iter_mut().find(|r| r.id == m.replica).expect("moved replica exists");
+            assert_eq!((r.shard.as_str(), r.node.as_str()), (m.shard.as_str(), m.source.as_str()));
             r.node = m.target.clone();
         }
     }
@@ -398,12 +495,7 @@ mod tests {
     fn assert_no_duplicates(replicas: &[Replica]) {
         let mut seen = HashSet::new();
         for r in replicas {
-            assert!(
-                seen.insert((&r.shard, &r.node)),
-                "two replicas of {} on {}",
-                r.shard,
-                r.node
-            );
+            assert!(seen.insert((&r.shard, &r.node)), "two replicas of {} on {}", r.shard, r.node);
         }
     }
 
@@ -411,15 +503,7 @@ mod tests {
     fn place_errors() {
         let shards = active(2);
         let cases: &[(Vec<Node>, Vec<&str>, u32, PolicyError)] = &[
-            (
-                nodes(2),
-                vec!["s00"],
-                3,
-                PolicyError::InsufficientNodes(NodeShortage {
-                    needed: 3,
-                    eligible: 2,
-                }),
-            ),
+            (nodes(2), vec!["s00"], 3, PolicyError::InsufficientNodes(NodeShortage { needed: 3, eligible: 2 })),
             (
                 vec![
                     node("a", NodeState::Active),
@@ -429,24 +513,14 @@ mod tests {
                 ],
                 vec!["s00"],
                 3,
-                PolicyError::InsufficientNodes(NodeShortage {
-                    needed: 3,
-                    eligible: 2,
-                }),
+                PolicyError::InsufficientNodes(NodeShortage { needed: 3, eligible: 2 }),
             ),
-            (
-                nodes(3),
-                vec!["s00", "nope"],
-                1,
-                PolicyError::UnknownShard("nope".into()),
-            ),
+            (nodes(3), vec!["s00", "nope"], 1, PolicyError::UnknownShard("nope".into())),
             (
                 nodes(3),
                 vec!["s00"],
                 0,
-                PolicyError::InvalidInput(
-                    "replication factor is 0; shard s00 needs at least one replica".into(),
-                ),
+                PolicyError::InvalidInput("replication factor is 0; shard s00 needs at least one replica".into()),
             ),
         ];
         for (nodes, new, rf, want) in cases {
@@ -468,10 +542,7 @@ mod tests {
         ns[3].state = NodeState::Down;
         ns.push(node("n5", NodeState::Joining));
         let replicas = place_all(&ns, &active(30), 3);
-        assert_eq!(
-            per_node(&replicas, &["n1", "n2", "n3", "n4", "n5"]),
-            vec![30, 0, 30, 0, 30]
-        );
+        assert_eq!(per_node(&replicas, &["n1", "n2", "n3", "n4", "n5"]), vec![30, 0, 30, 0, 30]);
         assert_no_duplicates(&replicas);
     }
 
@@ -492,10 +563,7 @@ mod tests {
             };
             let batch: Vec<ShardPlacement> = place_replicas(&req).unwrap();
             assert_eq!(batch.len(), 97);
-            let batch: Vec<Replica> = batch
-                .iter()
-                .flat_map(|p| p.nodes.iter().map(|n| replica(&p.shard, n)))
-                .collect();
+            let batch: Vec<Replica> = batch.iter().flat_map(|p| p.nodes.iter().map(|n| replica(&p.shard, n))).collect();
             for replicas in [one_by_one, batch] {
                 assert_no_duplicates(&replicas);
                 let counts = per_node(&replicas, &ids);
@@ -545,17 +613,8 @@ mod tests {
         );
     }
 
-    fn rebalance_req(
-        ns: Vec<Node>,
-        shards: Vec<Shard>,
-        replicas: Vec<Replica>,
-    ) -> RebalanceRequest {
-        RebalanceRequest {
-            nodes: ns,
-            shards,
-            replicas,
-            ..RebalanceRequest::default()
-        }
+    fn rebalance_req(ns: Vec<Node>, shards: Vec<Shard>, replicas: Vec<Replica>) -> RebalanceRequest {
+        RebalanceRequest { nodes: ns, shards, replicas, ..RebalanceRequest::default() }
     }
 
     #[test]
@@ -573,10 +632,7 @@ mod tests {
             apply(&mut replicas, &moves);
             assert_no_duplicates(&replicas);
             // Balanced now: a second plan is empty.
-            assert_eq!(
-                rebalance(&rebalance_req(more, active(shards), replicas)).unwrap(),
-                vec![]
-            );
+            assert_eq!(rebalance(&rebalance_req(more, active(shards), replicas)).unwrap(), vec![]);
         }
     }
 
@@ -598,11 +654,7 @@ mod tests {
 
     #[test]
     fn only_active_shards_move() {
-        let ns = vec![
-            node("a", NodeState::Active),
-            node("b", NodeState::Active),
-            node("z", NodeState::Down),
-        ];
+        let ns = vec![node("a", NodeState::Active), node("b", NodeState::Active), node("z", NodeState::Down)];
         let shards = vec![
             shard("s1", ShardState::Active, None),
             shard("s2", ShardState::Splitting, None),
@@ -620,54 +672,28 @@ mod tests {
         ];
         // T = 5 on 2 nodes: a (5, holds most) targets 3, b targets 2; s1 and s4 move.
         let moves = rebalance(&rebalance_req(ns.clone(), shards.clone(), replicas)).unwrap();
-        let moved: Vec<(&str, &str, &str)> = moves
-            .iter()
-            .map(|m| (m.shard.as_str(), m.source.as_str(), m.target.as_str()))
-            .collect();
+        let moved: Vec<(&str, &str, &str)> =
+            moves.iter().map(|m| (m.shard.as_str(), m.source.as_str(), m.target.as_str())).collect();
         assert_eq!(moved, vec![("s1", "a", "b"), ("s4", "a", "b")]);
 
         // Nothing movable: the plan is empty even though a is over its target.
         let pinned = vec![replica("s2", "a"), replica("s3", "a"), replica("s5", "a")];
-        assert_eq!(
-            rebalance(&rebalance_req(ns, shards, pinned)).unwrap(),
-            vec![]
-        );
+        assert_eq!(rebalance(&rebalance_req(ns, shards, pinned)).unwrap(), vec![]);
     }
 
     #[test]
     fn rebalance_errors() {
         let shards = active(2);
         let down = vec![node("a", NodeState::Down), node("b", NodeState::Leaving)];
-        let err = rebalance(&rebalance_req(
-            down.clone(),
-            shards.clone(),
-            vec![replica("s00", "a")],
-        ));
-        assert_eq!(
-            err.unwrap_err(),
-            PolicyError::InsufficientNodes(NodeShortage {
-                needed: 1,
-                eligible: 0
-            })
-        );
-        assert_eq!(
-            rebalance(&rebalance_req(down, shards.clone(), vec![])).unwrap(),
-            vec![]
-        );
+        let err = rebalance(&rebalance_req(down.clone(), shards.clone(), vec![replica("s00", "a")]));
+        assert_eq!(err.unwrap_err(), PolicyError::InsufficientNodes(NodeShortage { needed: 1, eligible: 0 }));
+        assert_eq!(rebalance(&rebalance_req(down, shards.clone(), vec![])).unwrap(), vec![]);
 
-        let err = rebalance(&rebalance_req(
-            nodes(2),
-            shards.clone(),
-            vec![replica("zz", "n1")],
-        ));
+        let err = rebalance(&rebalance_req(nodes(2), shards.clone(), vec![replica("zz", "n1")]));
         assert_eq!(err.unwrap_err(), PolicyError::UnknownShard("zz".into()));
 
         // s00 is already on both eligible nodes: its replica on the gone node cannot move.
-        let replicas = vec![
-            replica("s00", "n1"),
-            replica("s00", "n2"),
-            replica("s00", "gone"),
-        ];
+        let replicas = vec![replica("s00", "n1"), replica("s00", "n2"), replica("s00", "gone")];
         let err = rebalance(&rebalance_req(nodes(2), shards, replicas)).unwrap_err();
         assert_eq!(
             err,
@@ -691,10 +717,7 @@ mod tests {
         replicas.push(replica("s05", "n3"));
         // Add two more shards on n1 only, to make n1 the heaviest.
         let mut shards = shards;
-        shards.extend([
-            shard("t1", ShardState::Active, None),
-            shard("t2", ShardState::Active, None),
-        ]);
+        shards.extend([shard("t1", ShardState::Active, None), shard("t2", ShardState::Active, None)]);
         replicas.push(replica("t1", "n1"));
         replicas.push(replica("t2", "n1"));
         let moves = rebalance(&rebalance_req(nodes(3), shards.clone(), replicas.clone())).unwrap();
@@ -709,68 +732,266 @@ mod tests {
         let mut ns = nodes(4);
         ns[3].state = NodeState::Leaving;
         let shards = active(3);
-        let replicas = vec![
-            replica("s00", "n1"),
-            replica("s00", "n2"),
-            replica("s00", "n4"),
-            replica("s01", "n4"),
-            replica("s01", "ghost"),
-        ];
-        let out = preferred_holders(&RankingRequest {
-            nodes: ns,
-            shards,
-            replicas,
-        });
+        let replicas =
+            vec![replica("s00", "n1"), replica("s00", "n2"), replica("s00", "n4"), replica("s01", "n4"), replica("s01", "ghost")];
+        let out = preferred_holders(&RankingRequest { nodes: ns, shards, replicas });
         assert_eq!(out.len(), 3);
         assert_eq!(out[0].shard, "s00");
         assert_eq!(out[0].nodes, rank("s00", ["n1", "n2"]));
-        assert_eq!(
-            out[1],
-            HolderRanking {
-                shard: "s01".into(),
-                nodes: vec![]
-            }
-        );
-        assert_eq!(
-            out[2],
-            HolderRanking {
-                shard: "s02".into(),
-                nodes: vec![]
-            }
-        );
+        assert_eq!(out[1], HolderRanking { shard: "s01".into(), nodes: vec![] });
+        assert_eq!(out[2], HolderRanking { shard: "s02".into(), nodes: vec![] });
+    }
+
+    fn ranking_req(nodes: &[Node], shards: &[Shard], replicas: &[Replica]) -> RankingRequest {
+        RankingRequest { nodes: nodes.to_vec(), shards: shards.to_vec(), replicas: replicas.to_vec() }
+    }
+
+    /// A replica of every shard on every node.
+    fn everywhere(shards: &[Shard], nodes: &[Node]) -> Vec<Replica> {
+        shards.iter().flat_map(|s| nodes.iter().map(|n| replica(&s.id, &n.id))).collect()
+    }
+
+    /// Each shard's first node, by shard id.
+    fn first_places(out: &[HolderRanking]) -> BTreeMap<&str, &str> {
+        out.iter().filter_map(|h| Some((h.shard.as_str(), h.nodes.first()?.as_str()))).collect()
+    }
+
+    /// How many shards each of `nodes` comes first for.
+    fn leads(out: &[HolderRanking], nodes: &[Node]) -> Vec<usize> {
+        let firsts = first_places(out);
+        nodes.iter().map(|n| firsts.values().filter(|f| **f == n.id).count()).collect()
+    }
+
+    /// Every ranking holds exactly the shard's eligible replica nodes, and
+    /// after the first they keep their rendezvous order (the failover order).
+    fn assert_failover_order(req: &RankingRequest, out: &[HolderRanking]) {
+        let eligible = eligible_nodes(&req.nodes);
+        for h in out {
+            let hosts: BTreeSet<&str> = req
+                .replicas
+                .iter()
+                .filter(|r| r.shard == h.shard && eligible.contains(&r.node.as_str()))
+                .map(|r| r.node.as_str())
+                .collect();
+            let got: BTreeSet<&str> = h.nodes.iter().map(String::as_str).collect();
+            assert_eq!((got.len(), &got), (h.nodes.len(), &hosts), "{}", h.shard);
+            let rest: Vec<&str> = rank(&h.shard, hosts).into_iter().filter(|n| h.nodes.first().is_some_and(|f| f != n)).collect();
+            assert_eq!(h.nodes.iter().skip(1).collect::<Vec<_>>(), rest, "{}", h.shard);
+        }
     }
 
     #[test]
-    fn holder_rankings_are_stable() {
+    fn holders_are_balanced_when_every_node_hosts_every_shard() {
+        for shards in [1, 2, 3, 7, 16, 17, 40, 97, 100, 256] {
+            for k in 1..=12 {
+                let (ns, shards) = (nodes(k), active(shards));
+                let req = ranking_req(&ns, &shards, &everywhere(&shards, &ns));
+                let out = preferred_holders(&req);
+                assert_failover_order(&req, &out);
+                let counts = leads(&out, &ns);
+                let (floor, ceil) = (shards.len() / k, shards.len().div_ceil(k));
+                assert!(counts.iter().all(|c| (floor..=ceil).contains(c)), "{} shards on {k} nodes: {counts:?}", shards.len());
+            }
+        }
+        // The issue's case: plain rendezvous gave 9/5/2.
+        let (ns, shards) = (nodes(3), active(16));
+        let out = preferred_holders(&ranking_req(&ns, &shards, &everywhere(&shards, &ns)));
+        let mut counts = leads(&out, &ns);
+        counts.sort_unstable();
+        assert_eq!(counts, [5, 5, 6]);
+    }
+
+    #[test]
+    fn holders_are_balanced_with_fewer_replicas_than_nodes() {
+        // Placed by `place_replicas`, whose replicas are balanced: the caps are
+        // feasible and the chains find them (without chains, 97 shards on 7
+        // nodes at factor 2 led 5 apart).
+        for (k, rf) in [(4, 2), (5, 3), (6, 2), (7, 2), (9, 3), (10, 3), (12, 3)] {
+            for shards in [16, 40, 97, 300] {
+                let (ns, shards) = (nodes(k), active(shards));
+                let req = ranking_req(&ns, &shards, &place_all(&ns, &shards, rf));
+                let out = preferred_holders(&req);
+                assert_failover_order(&req, &out);
+                let counts = leads(&out, &ns);
+                let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+                assert!(max - min <= 1, "{} shards, {k} nodes, rf {rf}: {counts:?}", shards.len());
+            }
+        }
+    }
+
+    #[test]
+    fn holders_do_not_depend_on_the_request_order() {
+        let ns = nodes(5);
+        let shards = active(97);
+        for replicas in [place_all(&ns, &shards, 3), everywhere(&shards, &ns)] {
+            let req = ranking_req(&ns, &shards, &replicas);
+            let out = preferred_holders(&req);
+            assert_eq!(preferred_holders(&req), out, "the same request, the same answer");
+            let by_shard: BTreeMap<&str, &HolderRanking> = out.iter().map(|h| (h.shard.as_str(), h)).collect();
+            // Every list reversed, then every list shuffled by a hash.
+            let mut reversed = req.clone();
+            reversed.nodes.reverse();
+            reversed.shards.reverse();
+            reversed.replicas.reverse();
+            let mut shuffled = req.clone();
+            shuffled.nodes.sort_by_key(|n| weight("shuffle", &n.id));
+            shuffled.shards.sort_by_key(|s| weight("shuffle", &s.id));
+            shuffled.replicas.sort_by_key(|r| weight("shuffle", &r.id));
+            for other in [reversed, shuffled] {
+                let got = preferred_holders(&other);
+                let order: Vec<&str> = got.iter().map(|h| h.shard.as_str()).collect();
+                let asked: Vec<&str> = other.shards.iter().map(|s| s.id.as_str()).collect();
+                assert_eq!(order, asked, "answers come in request order");
+                for h in &got {
+                    assert_eq!(by_shard[h.shard.as_str()], h);
+                }
+            }
+        }
+    }
+
+    /// How many shards change their first node from `before` to `after`, and
+    /// the fewest that must: the change in what `node` leads (the share a
+    /// joining node must take, or what a leaving one led), or the shards whose
+    /// first node no longer hosts them, whichever is more (a lower bound when
+    /// replicas move too).
+    fn first_place_moves(before: &RankingRequest, after: &RankingRequest, node: &str) -> (usize, usize) {
+        let (b, a) = (preferred_holders(before), preferred_holders(after));
+        let (fb, fa) = (first_places(&b), first_places(&a));
+        let moved = fb.iter().filter(|(s, n)| fa.get(*s) != Some(*n)).count();
+        let led = |f: &BTreeMap<&str, &str>| f.values().filter(|n| **n == node).count();
+        let lost = b.iter().zip(&a).filter(|(hb, ha)| hb.nodes.first().is_some_and(|f| !ha.nodes.contains(f))).count();
+        (moved, led(&fb).abs_diff(led(&fa)).max(lost))
+    }
+
+    #[test]
+    fn a_node_change_moves_close_to_the_fewest_first_places() {
+        // The fewest first places a change can move is what the changed node
+        // must take or gives up (see `first_place_moves`). Bounded loads move
+        // a few more: the joining node takes the shards it ranks first, which
+        // its peers did not lead evenly, and a shard whose first choice now
+        // fills up earlier slides to its next one. Measured (moved / fewest),
+        // in table order: 4/4, 4/4, 17/16, 17/16, 106/91, 106/91, 22/19, 36/16.
+        //
+        // When only the node set changes the bound is twice the fewest: these
+        // cases need at most 1.17 times, and twice still fails any scheme that
+        // reshuffles leaders wholesale. It is no law for every size: over
+        // 1..200 shards on 1..13 nodes (every node hosting every shard) the
+        // worst is 3 times with about 4 shards a node (49 shards, 11 -> 12
+        // nodes) and 5 times when the fewest is 1, as a cascade of a couple
+        // of shards weighs most when nodes lead few.
+        //
+        // When the rebalance also moves replicas to the joining node, the
+        // rankings of the shards whose replicas moved change too, so the bound
+        // is 2.5 times: 36 moves against at least 16 (11 shards lost the
+        // replica of their holder).
+        let everywhere_on = |shards: usize, k: usize| {
+            let (ns, shards) = (nodes(k), active(shards));
+            let replicas = everywhere(&shards, &ns);
+            ranking_req(&ns, &shards, &replicas)
+        };
+        // (before, after, the node that changed)
+        let join = |shards: usize, k: usize| {
+            let after = everywhere_on(shards, k + 1);
+            (everywhere_on(shards, k), after, format!("n{}", k + 1))
+        };
+        let leave = |shards: usize, k: usize| {
+            let before = everywhere_on(shards, k + 1);
+            let mut after = before.clone();
+            after.nodes[k].state = NodeState::Leaving;
+            (before, after, format!("n{}", k + 1))
+        };
+        // Factor 3 on 5 nodes; then n5 goes down, or n6 joins and the
+        // rebalance plan moves replicas to it.
+        let placed = {
+            let (ns, shards) = (nodes(5), active(97));
+            let replicas = place_all(&ns, &shards, 3);
+            ranking_req(&ns, &shards, &replicas)
+        };
+        let down = {
+            let mut after = placed.clone();
+            after.nodes[4].state = NodeState::Down;
+            (placed.clone(), after, "n5".to_string())
+        };
+        let rebalanced = {
+            let mut after = placed.clone();
+            after.nodes.push(node("n6", NodeState::Joining));
+            let (ns, shards) = (after.nodes.clone(), after.shards.clone());
+            let moves = rebalance(&rebalance_req(ns, shards, after.replicas.clone())).unwrap();
+            apply(&mut after.replicas, &moves);
+            (placed, after, "n6".to_string())
+        };
+        // (case, change, bound in percent of the fewest)
+        let cases = [
+            ("16 shards, 3 -> 4 nodes", join(16, 3), 200),
+            ("16 shards, 4 -> 3 nodes", leave(16, 3), 200),
+            ("100 shards, 5 -> 6 nodes", join(100, 5), 200),
+            ("100 shards, 6 -> 5 nodes", leave(100, 5), 200),
+            ("1000 shards, 10 -> 11 nodes", join(1000, 10), 200),
+            ("1000 shards, 11 -> 10 nodes", leave(1000, 10), 200),
+            ("97 shards at rf 3, n5 down", down, 200),
+            ("97 shards at rf 3, n6 joins, rebalanced", rebalanced, 250),
+        ];
+        for (name, (before, after, node), percent) in cases {
+            let (moved, fewest) = first_place_moves(&before, &after, &node);
+            assert!(
+                fewest <= moved && moved * 100 <= fewest * percent,
+                "{name}: {moved} first places moved, the fewest is {fewest}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_node_without_replicas_changes_no_ranking() {
         let ns = nodes(5);
         let shards = active(40);
         let replicas = place_all(&ns, &shards, 3);
-        let before = preferred_holders(&RankingRequest {
-            nodes: ns.clone(),
-            shards: shards.clone(),
-            replicas: replicas.clone(),
-        });
-        // A new node without replicas changes nothing.
+        let before = preferred_holders(&ranking_req(&ns, &shards, &replicas));
         let mut more = ns.clone();
         more.push(node("n6", NodeState::Joining));
-        let same = preferred_holders(&RankingRequest {
-            nodes: more,
-            shards: shards.clone(),
-            replicas: replicas.clone(),
-        });
-        assert_eq!(before, same);
-        // n5 going down changes only the shards with a replica on n5, and for
-        // them only by dropping n5.
-        let mut fewer = ns.clone();
-        fewer[4].state = NodeState::Down;
-        let after = preferred_holders(&RankingRequest {
-            nodes: fewer,
-            shards,
-            replicas,
-        });
-        for (b, a) in before.iter().zip(&after) {
-            let kept: Vec<String> = b.nodes.iter().filter(|n| *n != "n5").cloned().collect();
-            assert_eq!(a.nodes, kept, "{}", b.shard);
+        assert_eq!(preferred_holders(&ranking_req(&more, &shards, &replicas)), before);
+    }
+
+    #[test]
+    fn inactive_shards_take_no_share() {
+        let ns = nodes(3);
+        let mut shards = active(6);
+        shards.extend(["old1", "old2", "old3"].map(|id| shard(id, ShardState::Inactive, None)));
+        let req = ranking_req(&ns, &shards, &everywhere(&shards, &ns));
+        let out = preferred_holders(&req);
+        assert_eq!(leads(&out[..6], &ns), [2, 2, 2]);
+        for h in &out[6..] {
+            assert_eq!(h.nodes, rank(&h.shard, ["n1", "n2", "n3"]), "{}", h.shard);
         }
+    }
+
+    #[test]
+    fn full_nodes_make_room_along_a_chain() {
+        // The only balanced answer: p on n1, q on n2, r on n3, whichever
+        // shard picks first and whatever it ranks first.
+        let ns = nodes(3);
+        let shards =
+            [shard("p", ShardState::Active, None), shard("q", ShardState::Active, None), shard("r", ShardState::Active, None)];
+        let replicas = [replica("p", "n1"), replica("q", "n1"), replica("q", "n2"), replica("r", "n2"), replica("r", "n3")];
+        let out = preferred_holders(&ranking_req(&ns, &shards, &replicas));
+        let firsts = first_places(&out);
+        assert_eq!(firsts, BTreeMap::from([("p", "n1"), ("q", "n2"), ("r", "n3")]));
+    }
+
+    #[test]
+    fn a_shard_whose_nodes_are_all_full_goes_to_the_least_loaded() {
+        // Five shards only n1 and n2 host, one only n3 hosts: the caps (2 each
+        // of 6 over 3 nodes) cannot hold, so one of the five goes over.
+        let ns = nodes(3);
+        let mut shards = active(5);
+        shards.push(shard("solo", ShardState::Active, None));
+        let mut replicas: Vec<Replica> = shards[..5].iter().flat_map(|s| [replica(&s.id, "n1"), replica(&s.id, "n2")]).collect();
+        replicas.push(replica("solo", "n3"));
+        let req = ranking_req(&ns, &shards, &replicas);
+        let out = preferred_holders(&req);
+        assert_failover_order(&req, &out);
+        let mut counts = leads(&out, &ns);
+        assert_eq!(counts[2], 1);
+        counts.sort_unstable();
+        assert_eq!(counts, [1, 2, 3]);
     }
 }

@@ -36,28 +36,17 @@ pub fn split_points(req: &SplitRequest) -> Result<Vec<u32>, PolicyError> {
         )));
     }
     if shard.state != ShardState::Active {
-        return invalid(format!(
-            "shard {id} is {}; only an active shard splits",
-            state_name(shard.state)
-        ));
+        return invalid(format!("shard {id} is {}; only an active shard splits", state_name(shard.state)));
     }
     if req.children < 2 {
-        return invalid(format!(
-            "shard {id}: a split needs at least 2 children, {} asked",
-            req.children
-        ));
+        return invalid(format!("shard {id}: a split needs at least 2 children, {} asked", req.children));
     }
     if lower == upper {
-        return invalid(format!(
-            "shard {id} covers the single key {lower:08x}; a one-key range cannot split"
-        ));
+        return invalid(format!("shard {id} covers the single key {lower:08x}; a one-key range cannot split"));
     }
     if let Some(point) = req.at {
         if req.children != 2 {
-            return invalid(format!(
-                "shard {id}: an explicit split point makes 2 children, {} asked",
-                req.children
-            ));
+            return invalid(format!("shard {id}: an explicit split point makes 2 children, {} asked", req.children));
         }
         if !range::is_split_point(lower, upper, point) {
             return invalid(format!(
@@ -87,21 +76,9 @@ mod tests {
     use super::*;
     use chitin_policy_sdk::Shard;
 
-    fn req(
-        lower: u32,
-        upper: u32,
-        state: ShardState,
-        children: u32,
-        at: Option<u32>,
-    ) -> SplitRequest {
+    fn req(lower: u32, upper: u32, state: ShardState, children: u32, at: Option<u32>) -> SplitRequest {
         SplitRequest {
-            shard: Shard {
-                id: "s".into(),
-                lower,
-                upper,
-                state,
-                ..Shard::default()
-            },
+            shard: Shard { id: "s".into(), lower, upper, state, ..Shard::default() },
             children,
             at,
             ..SplitRequest::default()
@@ -113,13 +90,7 @@ mod tests {
         use ShardState::*;
         let ok: &[(u32, u32, u32, Option<u32>, &[u32])] = &[
             (0, u32::MAX, 2, None, &[0x8000_0000]),
-            (
-                0,
-                u32::MAX,
-                4,
-                None,
-                &[0x4000_0000, 0x8000_0000, 0xc000_0000],
-            ),
+            (0, u32::MAX, 4, None, &[0x4000_0000, 0x8000_0000, 0xc000_0000]),
             (0x1000, 0x1fff, 2, None, &[0x1800]),
             (0x1000, 0x1fff, 2, Some(0x1001), &[0x1001]),
             (0x1000, 0x1fff, 2, Some(0x1fff), &[0x1fff]),
@@ -135,70 +106,14 @@ mod tests {
             );
         }
         let err: &[(u32, u32, ShardState, u32, Option<u32>, &str)] = &[
-            (
-                0,
-                9,
-                Splitting,
-                2,
-                None,
-                "shard s is splitting; only an active shard splits",
-            ),
-            (
-                0,
-                9,
-                Inactive,
-                2,
-                None,
-                "shard s is inactive; only an active shard splits",
-            ),
-            (
-                0,
-                9,
-                Activating,
-                2,
-                None,
-                "shard s is activating; only an active shard splits",
-            ),
-            (
-                0,
-                9,
-                Active,
-                1,
-                None,
-                "shard s: a split needs at least 2 children, 1 asked",
-            ),
-            (
-                0,
-                9,
-                Active,
-                0,
-                None,
-                "shard s: a split needs at least 2 children, 0 asked",
-            ),
-            (
-                5,
-                5,
-                Active,
-                2,
-                None,
-                "shard s covers the single key 00000005; a one-key range cannot split",
-            ),
-            (
-                5,
-                5,
-                Active,
-                2,
-                Some(5),
-                "shard s covers the single key 00000005; a one-key range cannot split",
-            ),
-            (
-                0,
-                9,
-                Active,
-                3,
-                Some(5),
-                "shard s: an explicit split point makes 2 children, 3 asked",
-            ),
+            (0, 9, Splitting, 2, None, "shard s is splitting; only an active shard splits"),
+            (0, 9, Inactive, 2, None, "shard s is inactive; only an active shard splits"),
+            (0, 9, Activating, 2, None, "shard s is activating; only an active shard splits"),
+            (0, 9, Active, 1, None, "shard s: a split needs at least 2 children, 1 asked"),
+            (0, 9, Active, 0, None, "shard s: a split needs at least 2 children, 0 asked"),
+            (5, 5, Active, 2, None, "shard s covers the single key 00000005; a one-key range cannot split"),
+            (5, 5, Active, 2, Some(5), "shard s covers the single key 00000005; a one-key range cannot split"),
+            (0, 9, Active, 3, Some(5), "shard s: an explicit split point makes 2 children, 3 asked"),
             (
                 0x1000,
                 0x1fff,
@@ -217,14 +132,7 @@ mod tests {
                 "split point 00002000 is outside shard s's range [00001000, 00001fff]; \
                  it must satisfy lower < point <= upper",
             ),
-            (
-                7,
-                9,
-                Active,
-                4,
-                None,
-                "shard s covers 3 keys [00000007, 00000009], fewer than the 4 children asked",
-            ),
+            (7, 9, Active, 4, None, "shard s covers 3 keys [00000007, 00000009], fewer than the 4 children asked"),
         ];
         for (lower, upper, state, children, at, want) in err {
             assert_eq!(
@@ -234,9 +142,7 @@ mod tests {
         }
         assert_eq!(
             split_points(&req(9, 8, Active, 2, None)),
-            Err(PolicyError::InvalidInput(
-                "shard s has lower bound 00000009 above its upper bound 00000008".into()
-            ))
+            Err(PolicyError::InvalidInput("shard s has lower bound 00000009 above its upper bound 00000008".into()))
         );
     }
 }

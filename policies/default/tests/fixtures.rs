@@ -16,12 +16,7 @@ fn dir() -> PathBuf {
 }
 
 fn input<T: DeserializeOwned>(path: &Path, v: &Value) -> T {
-    serde_json::from_value(v.clone()).unwrap_or_else(|e| {
-        panic!(
-            "{}: input does not fit the request record: {e}",
-            path.display()
-        )
-    })
+    serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{}: input does not fit the request record: {e}", path.display()))
 }
 
 fn out<T: Serialize>(r: Result<T, PolicyError>) -> Result<Value, PolicyError> {
@@ -55,31 +50,19 @@ fn check(path: &Path) -> Result<(), String> {
     if description.trim().is_empty() {
         return Err("empty description".into());
     }
-    let stem = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or_default();
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
     if !stem.starts_with(&format!("{slot}-")) {
-        return Err(format!(
-            "the file name does not start with the slot `{slot}-`"
-        ));
+        return Err(format!("the file name does not start with the slot `{slot}-`"));
     }
-    let expect = obj["expect"]
-        .as_object()
-        .filter(|e| e.len() == 1)
-        .ok_or("`expect` needs exactly one key")?;
+    let expect = obj["expect"].as_object().filter(|e| e.len() == 1).ok_or("`expect` needs exactly one key")?;
     let got = run(path, slot, call, &obj["input"]);
     let (kind, want) = expect.iter().next().unwrap();
     match ((kind.as_str(), want), got) {
         (("ok", want), Ok(got)) if *want == got => Ok(()),
         (("error", want), Err(got)) => {
-            let want: PolicyError = serde_json::from_value(want.clone())
-                .map_err(|e| format!("`expect.error` is no PolicyError: {e}"))?;
-            if want == got {
-                Ok(())
-            } else {
-                Err(format!("expected error {want:?}, got {got:?}"))
-            }
+            let want: PolicyError =
+                serde_json::from_value(want.clone()).map_err(|e| format!("`expect.error` is no PolicyError: {e}"))?;
+            if want == got { Ok(()) } else { Err(format!("expected error {want:?}, got {got:?}")) }
         }
         (("refused", text), Ok(Value::String(name))) if slot == "instance-id" => {
             let text = text.as_str().ok_or("`expect.refused` is not a string")?;
@@ -90,16 +73,12 @@ fn check(path: &Path) -> Result<(), String> {
             } else if name.contains(':') {
                 "contains `:`"
             } else {
-                return Err(format!(
-                    "the name {name:?} is valid; the host would not refuse it"
-                ));
+                return Err(format!("the name {name:?} is valid; the host would not refuse it"));
             };
             if reason.contains(text) || text.contains(reason) {
                 Ok(())
             } else {
-                Err(format!(
-                    "the host refuses {name:?} because it {reason}, not {text:?}"
-                ))
+                Err(format!("the host refuses {name:?} because it {reason}, not {text:?}"))
             }
         }
         ((kind, want), got) => Err(format!("expected {kind} {want}, got {got:?}")),
@@ -117,38 +96,18 @@ fn every_fixture_holds_for_the_native_defaults() {
     assert!(paths.len() >= 48, "only {} fixtures", paths.len());
     let failures: Vec<String> = paths
         .iter()
-        .filter_map(|p| {
-            check(p)
-                .err()
-                .map(|e| format!("{}: {e}", p.file_name().unwrap().to_string_lossy()))
-        })
+        .filter_map(|p| check(p).err().map(|e| format!("{}: {e}", p.file_name().unwrap().to_string_lossy())))
         .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {} fixtures fail:\n{}",
-        failures.len(),
-        paths.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} fixtures fail:\n{}", failures.len(), paths.len(), failures.join("\n"));
 }
 
 #[test]
 fn every_slot_and_call_has_fixtures() {
-    let names: Vec<String> = std::fs::read_dir(dir())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    for prefix in [
-        "instance-id-",
-        "placement-place-replicas-",
-        "placement-rebalance-",
-        "placement-preferred-holders-",
-        "split-",
-        "drain-",
-    ] {
-        assert!(
-            names.iter().filter(|n| n.starts_with(prefix)).count() >= 3,
-            "few fixtures for {prefix}"
-        );
+    let names: Vec<String> =
+        std::fs::read_dir(dir()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    for prefix in
+        ["instance-id-", "placement-place-replicas-", "placement-rebalance-", "placement-preferred-holders-", "split-", "drain-"]
+    {
+        assert!(names.iter().filter(|n| n.starts_with(prefix)).count() >= 3, "few fixtures for {prefix}");
     }
 }

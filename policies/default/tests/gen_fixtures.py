@@ -6,8 +6,10 @@ default policies (see policies/default/src/*.rs), except where it depends on
 the rendezvous ranking: those use `rank`, an independent implementation of the
 documented definition (plugins/sdk/src/rank.rs: FNV-1a 64 of
 `key ++ 0x00 ++ node`, then the splitmix64 finaliser; descending weight, ties
-by node id). `tests/fixtures.rs` then proves every expectation against the
-Rust implementation, and `chitin policy test` against the component.
+by node id), and the preferred holders, which use `preferred`, an independent
+model of the balanced choice documented in docs/plugins.md. `tests/fixtures.rs`
+then proves every expectation against the Rust implementation, and
+`chitin policy test` against the component.
 
 Run from the repository root: python3 policies/default/tests/gen_fixtures.py
 """
@@ -330,23 +332,110 @@ def rank_req(ns, shards, reps):
     return {"nodes": ns, "shards": shards, "replicas": reps}
 
 
+def pick_order(s):
+    return (mix64(fnv1a64(s.encode())), s)
+
+
+def balanced_holders(rankings):
+    """Independent model of the default's choice of holders: consistent hashing
+    with bounded loads over the rendezvous rank. `rankings` maps each shard to
+    its eligible replica nodes in rendezvous order (none empty); returns the
+    holder of each. With n shards on the k nodes of the rankings, a node may
+    lead n // k, and the first n % k nodes to go beyond lead one more. Shards
+    in pick order take their best-ranked node with room, else the shortest
+    chain of moves (breadth first) that ends at a node with room, else their
+    least loaded node (ties by rank)."""
+    order = sorted(rankings, key=pick_order)
+    nodes = sorted({n for r in rankings.values() for n in r})
+    base, extra = divmod(len(order), len(nodes)) if nodes else (0, 0)
+    led = {n: [] for n in nodes}
+    holder = {}
+
+    def room(n):
+        above = sum(1 for m in nodes if len(led[m]) > base)
+        return len(led[n]) < base or (len(led[n]) == base and above < extra)
+
+    def chain(s):
+        reached, queue, offers = {}, [], [(s, None)]
+        while True:
+            for t, source in offers:
+                for n in rankings[t]:
+                    if n in reached:
+                        continue
+                    reached[n] = (t, source)
+                    if room(n):
+                        moves = []
+                        while n is not None:
+                            t, prev = reached[n]
+                            moves.append((t, n))
+                            n = prev
+                        return moves
+                    queue.append(n)
+            if not queue:
+                return None
+            full = queue.pop(0)
+            offers = [(t, full) for t in sorted(led[full], key=order.index)]
+
+    for s in order:
+        least = min(rankings[s], key=lambda n: (len(led[n]), rankings[s].index(n)))
+        for t, n in chain(s) or [(s, least)]:
+            if t in holder:
+                led[holder[t]].remove(t)
+            led[n].append(t)
+            holder[t] = n
+    return holder
+
+
+def preferred(req):
+    """The default's answer to a preferred-holders request: each shard's holder,
+    then its other eligible replica nodes in rendezvous order; inactive shards
+    take no share."""
+    eligible = {n["id"] for n in req["nodes"] if n["state"] in ("joining", "active")}
+    ranked = {s["id"]: rank(s["id"], {r["node"] for r in req["replicas"] if r["shard"] == s["id"] and r["node"] in eligible})
+              for s in req["shards"]}
+    holders = balanced_holders({s["id"]: ranked[s["id"]] for s in req["shards"]
+                                if s["state"] != "inactive" and ranked[s["id"]]})
+    out = []
+    for s in req["shards"]:
+        h = holders.get(s["id"])
+        out.append({"shard": s["id"], "nodes": [n for n in [h] if n] + [n for n in ranked[s["id"]] if n != h]})
+    return out
+
+
+def first_places(answer):
+    return {h["shard"]: h["nodes"][0] for h in answer if h["nodes"]}
+
+
+def leads(answer, ns):
+    firsts = list(first_places(answer).values())
+    return [firsts.count(n) for n in ns]
+
+
 four = ["n1", "n2", "n3", "n4"]
 layout = {"s1": ["n1", "n2", "n3"], "s2": ["n2", "n3", "n4"], "s3": ["n3", "n4", "n1"], "s4": ["n4", "n1", "n2"],
           "s5": ["n1", "n2", "n3"], "s6": ["n2", "n3", "n4"]}
-basic = [{"shard": s, "nodes": rank(s, ns)} for s, ns in layout.items()]
-# The ranking must actually differ between shards for the fixture to mean something.
-assert len({tuple(h["nodes"]) for h in basic}) > 1
-fixture("placement-preferred-holders-basic", "each shard's replica nodes, in rendezvous order for that shard",
-        "placement", "preferred-holders", rank_req(nodes(*four), [shard(s) for s in layout], replicas(layout)), ok(basic))
+basic_req = rank_req(nodes(*four), [shard(s) for s in layout], replicas(layout))
+basic = preferred(basic_req)
+# Plain rendezvous would give n3 three shards and n1 none; balanced, every node leads 1 or 2.
+assert [rank(s, ns)[0] for s, ns in layout.items()].count("n3") == 3
+assert sorted(leads(basic, four)) == [1, 1, 2, 2], leads(basic, four)
+fixture("placement-preferred-holders-basic",
+        "each shard's replica nodes: a balanced preferred holder first (6 shards over 4 nodes lead 2/2/1/1, where "
+        "rendezvous alone gives n3 three and n1 none), then the others in rendezvous order for that shard",
+        "placement", "preferred-holders", basic_req, ok(basic))
 fixture("placement-preferred-holders-stable-on-node-add",
         "a new node without replicas changes no ranking (same answer as preferred-holders-basic)",
         "placement", "preferred-holders",
         rank_req(nodes(*four, "n5:joining"), [shard(s) for s in layout], replicas(layout)), ok(basic))
-dropped = [{"shard": h["shard"], "nodes": [n for n in h["nodes"] if n != "n4"]} for h in basic]
+down_req = rank_req(nodes("n1", "n2", "n3", "n4:down"), [shard(s) for s in layout], replicas(layout))
+down = preferred(down_req)
+moved = {s for s, n in first_places(basic).items() if first_places(down)[s] != n}
+assert moved == {s for s, n in first_places(basic).items() if n == "n4"}, moved
+assert sorted(leads(down, four[:3])) == [2, 2, 2]
 fixture("placement-preferred-holders-stable-on-node-down",
-        "n4 down: shards without a replica on n4 keep their ranking; the others only lose n4",
-        "placement", "preferred-holders",
-        rank_req(nodes("n1", "n2", "n3", "n4:down"), [shard(s) for s in layout], replicas(layout)), ok(dropped))
+        "n4 down: only the shards n4 led change their first node, the three others now lead 2 each, and every "
+        "ranking loses n4",
+        "placement", "preferred-holders", down_req, ok(down))
 fixture("placement-preferred-holders-ineligible-and-missing",
         "leaving, down and unknown nodes are never ranked; a shard without eligible replica nodes gets an empty list",
         "placement", "preferred-holders",
@@ -354,10 +443,38 @@ fixture("placement-preferred-holders-ineligible-and-missing",
                  [shard("x"), shard("y"), shard("z")],
                  replicas({"x": ["n1", "n2", "n4", "ghost"], "y": ["n2", "n3"]})),
         ok([{"shard": "x", "nodes": rank("x", ["n1", "n4"])}, {"shard": "y", "nodes": []}, {"shard": "z", "nodes": []}]))
-fixture("placement-preferred-holders-request-order", "rankings come back in the order of the request's shards",
-        "placement", "preferred-holders",
-        rank_req(nodes("n1", "n2"), [shard("b"), shard("a")], replicas({"a": ["n1", "n2"], "b": ["n2", "n1"]})),
-        ok([{"shard": "b", "nodes": rank("b", ["n1", "n2"])}, {"shard": "a", "nodes": rank("a", ["n1", "n2"])}]))
+order_req = rank_req(nodes("n1", "n2"), [shard("b"), shard("a")], replicas({"a": ["n1", "n2"], "b": ["n2", "n1"]}))
+assert sorted(leads(preferred(order_req), ["n1", "n2"])) == [1, 1]
+fixture("placement-preferred-holders-request-order",
+        "rankings come back in the order of the request's shards; two shards on two nodes lead one each",
+        "placement", "preferred-holders", order_req, ok(preferred(order_req)))
+sixteen = {f"s{i:02d}": ["n1", "n2", "n3"] for i in range(16)}
+balanced_req = rank_req(nodes("n1", "n2", "n3"), [shard(s) for s in sixteen], replicas(sixteen))
+balanced = preferred(balanced_req)
+assert sorted(leads([{"shard": s, "nodes": rank(s, ns)} for s, ns in sixteen.items()], ["n1", "n2", "n3"])) == [3, 5, 8]
+assert sorted(leads(balanced, ["n1", "n2", "n3"])) == [5, 5, 6], leads(balanced, ["n1", "n2", "n3"])
+fixture("placement-preferred-holders-balanced",
+        "16 shards on 3 nodes, every node hosting every shard: the nodes lead 6/5/5 (rendezvous alone gives 8/5/3)",
+        "placement", "preferred-holders", balanced_req, ok(balanced))
+joined_layout = {s: ["n1", "n2", "n3", "n4"] for s in sixteen}
+joined_req = rank_req(nodes("n1", "n2", "n3", "n4:joining"), [shard(s) for s in joined_layout], replicas(joined_layout))
+joined = preferred(joined_req)
+moved = {s for s, n in first_places(balanced).items() if first_places(joined)[s] != n}
+assert moved == {s for s, n in first_places(joined).items() if n == "n4"} and len(moved) == 4, moved
+fixture("placement-preferred-holders-node-joins-takes-its-share",
+        "n4 joins hosting all 16 shards of preferred-holders-balanced: it leads its share, 4, every node now leads "
+        "4, and only the shards n4 takes change their first node",
+        "placement", "preferred-holders", joined_req, ok(joined))
+retired = {**{f"s{i}": ["n1", "n2", "n3"] for i in range(1, 7)}, "old1": ["n1", "n2", "n3"], "old2": ["n1", "n2", "n3"]}
+retired_req = rank_req(nodes("n1", "n2", "n3"),
+                       [shard(s, "inactive" if s.startswith("old") else "active") for s in retired], replicas(retired))
+retired_answer = preferred(retired_req)
+assert leads(retired_answer[:6], ["n1", "n2", "n3"]) == [2, 2, 2]
+assert all(h["nodes"] == rank(h["shard"], ["n1", "n2", "n3"]) for h in retired_answer[6:])
+fixture("placement-preferred-holders-inactive-takes-no-share",
+        "an inactive shard carries no lease: it is ranked in rendezvous order but takes no share, so the 6 active "
+        "shards lead 2/2/2",
+        "placement", "preferred-holders", retired_req, ok(retired_answer))
 
 # ---------------------------------------------------------------- split
 
