@@ -9,7 +9,10 @@
 //! waiting for that lock on a connection of its own ([`Watch`]) gets it at
 //! that moment; finding the recorded server lifetime equal to the one its
 //! own session is in, it knows the holder's session ended, not the server's
-//! ([`Store::declare_dead`]), and frees the dead node's leases for takeover.
+//! ([`Store::session_ended`]). A session also ends under a live process (a
+//! reset connection, a proxy restart, `pg_terminate_backend`), so the peer
+//! confirms the death with a second signal (`node::liveness`) before it
+//! marks the node down and frees its leases ([`Store::declare_dead`]).
 //!
 //! Safety never rests on the lock: every write still passes the epoch fence,
 //! and freeing a lease takes the row lock that waits for fenced writers. A
@@ -124,9 +127,7 @@ impl Conn {
             Conn::My(c) => {
                 let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Uptime'").fetch_one(&mut *c).await?;
                 let uptime: String = row.try_get(1)?;
-                let uptime: i64 = uptime
-                    .parse()
-                    .map_err(|_| LeaseError::Corrupt(format!("MySQL reported Uptime `{uptime}`")))?;
+                let uptime: i64 = uptime.parse().map_err(|_| LeaseError::Corrupt(format!("MySQL reported Uptime `{uptime}`")))?;
                 let now: i64 = sqlx::query_scalar("SELECT CAST(UNIX_TIMESTAMP() AS SIGNED)").fetch_one(c).await?;
                 ServerId(format!("mysql:{}", now - uptime))
             }
@@ -159,11 +160,8 @@ impl Conn {
                 }
             }
             Conn::My(c) => {
-                let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
-                    .bind(my_name(node))
-                    .bind(wait.as_secs_f64())
-                    .fetch_one(c)
-                    .await?;
+                let got: Option<i64> =
+                    sqlx::query_scalar("SELECT GET_LOCK(?, ?)").bind(my_name(node)).bind(wait.as_secs_f64()).fetch_one(c).await?;
                 Ok(got == Some(1))
             }
         }
@@ -257,9 +255,7 @@ impl Conn {
             // its TTL: four TTLs, at least a minute.
             Conn::My(c) => {
                 let idle = secs(ttl * 4).max(60);
-                sqlx::query(sqlx::AssertSqlSafe(format!("SET SESSION wait_timeout = {idle}")))
-                    .execute(c)
-                    .await?;
+                sqlx::query(sqlx::AssertSqlSafe(format!("SET SESSION wait_timeout = {idle}"))).execute(c).await?;
             }
         }
         Ok(())
@@ -297,33 +293,38 @@ impl Store {
         Ok(Watch { conn, holding: None })
     }
 
-    /// Judges `node` with its lock held by `watch` ([`Watch::wait`] returned
-    /// true): when the node recorded holding its lock in the server lifetime
-    /// the watch is in, its session ended, so the node is marked down and
-    /// its leases freed for takeover (their rows' locks wait for any fenced
-    /// writer still in flight); [`Verdict::Dead`] with how many. Otherwise
-    /// (no record, or one from before a server restart) nothing changes.
-    pub async fn declare_dead(&self, watch: &mut Watch, node: Uuid) -> Result<Verdict, LeaseError> {
-        if watch.holding != Some(node) {
-            return Err(LeaseError::InvalidArgument(format!("the watch does not hold the liveness lock of {node}")));
-        }
+    /// Reads what `node`'s free lock, held by `watch` ([`Watch::wait`]
+    /// returned true), says: [`Verdict::Ended`] when the node recorded
+    /// holding it in the server lifetime the watch is in (its session ended,
+    /// not the server's). That alone does not make the node dead: a reset
+    /// connection, a proxy restart or an operator's `pg_terminate_backend`
+    /// end the session of a live process too, so the caller confirms the
+    /// death by a second signal before [`Store::declare_dead`].
+    pub async fn session_ended(&self, watch: &mut Watch, node: Uuid) -> Result<Verdict, LeaseError> {
+        watch.holds(node)?;
         let now = watch.conn.server().await?;
-        match watch.conn.recorded(node).await? {
-            Some(recorded) if recorded.same_lifetime(&now) => {
-                let freed = self.leases_of(node).await?.len();
-                self.deregister(node).await?;
-                Ok(Verdict::Dead { freed })
-            }
-            recorded => Ok(Verdict::NoEvidence { recorded, now }),
-        }
+        Ok(match watch.conn.recorded(node).await? {
+            Some(recorded) if recorded.same_lifetime(&now) => Verdict::Ended,
+            recorded => Verdict::NoEvidence { recorded, now },
+        })
+    }
+
+    /// Marks `node` down, its lock held by `watch`, and frees its leases for
+    /// takeover (their rows' locks wait for any fenced writer still in
+    /// flight); returns how many it held.
+    pub async fn declare_dead(&self, watch: &mut Watch, node: Uuid) -> Result<usize, LeaseError> {
+        watch.holds(node)?;
+        let freed = self.leases_of(node).await?.len();
+        self.deregister(node).await?;
+        Ok(freed)
     }
 }
 
-/// What [`Store::declare_dead`] concluded.
+/// What [`Store::session_ended`] read of a free lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// The node's session ended: it is down and `freed` live leases are free.
-    Dead { freed: usize },
+    /// The node's session ended in this server lifetime.
+    Ended,
     /// The free lock proves nothing: the node recorded no session in this
     /// server lifetime (it has not yet, or the server restarted since).
     NoEvidence { recorded: Option<ServerId>, now: ServerId },
@@ -363,7 +364,7 @@ pub struct Watch {
 
 impl Watch {
     /// Waits up to `wait` for `node`'s lock: true when taken (its session
-    /// ended, or it never recorded one; [`Store::declare_dead`] tells which),
+    /// ended, or it never recorded one; [`Store::session_ended`] tells which),
     /// false when the node still holds it. Release it with [`Watch::release`].
     pub async fn wait(&mut self, node: Uuid, wait: Duration) -> Result<bool, LeaseError> {
         let got = self.conn.lock(node, wait).await?;
@@ -371,6 +372,13 @@ impl Watch {
             self.holding = Some(node);
         }
         Ok(got)
+    }
+
+    fn holds(&self, node: Uuid) -> Result<(), LeaseError> {
+        if self.holding != Some(node) {
+            return Err(LeaseError::InvalidArgument(format!("the watch does not hold the liveness lock of {node}")));
+        }
+        Ok(())
     }
 
     /// Releases the lock taken by [`Watch::wait`].

@@ -9,6 +9,14 @@
 //! and watches the next registration from its next read of the registry on.
 //! A node whose watcher died with it is judged by the one after, or by the
 //! TTL, as before.
+//!
+//! A free lock is a suspicion, not a death: the session of a live process
+//! ends too when its connection is reset, a proxy or pooler restarts, or an
+//! operator ends it. So the watcher confirms with a second signal before it
+//! marks anyone down ([`confirm`]): a direct connect to the node's address
+//! (a crashed process's port refuses at once, so a crash is still taken over
+//! in milliseconds) and the node's heartbeat in the registry. A node whose
+//! own session drops keeps serving and takes its lock again at once.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -29,6 +37,60 @@ const WAIT: Duration = Duration::from_secs(1);
 /// a peer holds it only for the moment it takes to judge it.
 pub const OWN_LOCK_WAIT: Duration = Duration::from_secs(2);
 
+/// How long the watcher's connect to a suspect's address may take before
+/// the suspect counts as silent. A live process's kernel answers a connect
+/// on loopback or a LAN in well under a millisecond, even while the process
+/// is stopped; a refusal comes as fast.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// What a direct connect to a suspect's address found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// Nothing listens there: the process is gone.
+    Refused,
+    /// Something accepted the connection: a process holds the port.
+    Accepted,
+    /// No answer within [`PROBE_TIMEOUT`], or an error that proves nothing
+    /// (a route gone, a host unreachable): the node may be cut off.
+    Silent,
+}
+
+/// What the watcher concludes of a node whose session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Confirmation {
+    /// Dead: mark it down and free its leases; the reason for the log.
+    Dead(&'static str),
+    /// Alive: its session dropped under a live process, which takes its
+    /// lock again. Nothing moves.
+    Alive,
+    /// Cannot tell yet: look again; its leases lapse at their TTL anyway.
+    Unsure,
+}
+
+/// The second signal's rule. `heartbeat_current`: the node's registration
+/// is not down and was seen within the liveness timeout (by the database's
+/// clock). A refused connect is a death whatever the heartbeat (a crash);
+/// a port still held by a process that keeps its heartbeat is a live node;
+/// anything silent or stale waits for the heartbeat to lapse.
+pub fn confirm(probe: Probe, heartbeat_current: bool) -> Confirmation {
+    match (probe, heartbeat_current) {
+        (Probe::Refused, _) => Confirmation::Dead("its address refuses connections"),
+        (Probe::Accepted, true) => Confirmation::Alive,
+        (Probe::Accepted, false) => Confirmation::Dead("its heartbeat is older than the liveness timeout"),
+        (Probe::Silent, false) => Confirmation::Dead("it is silent and its heartbeat is older than the liveness timeout"),
+        (Probe::Silent, true) => Confirmation::Unsure,
+    }
+}
+
+/// Connects to `address` once, with [`PROBE_TIMEOUT`], and closes.
+async fn probe(address: &str) -> Probe {
+    match tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(address)).await {
+        Ok(Ok(_)) => Probe::Accepted,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Probe::Refused,
+        Ok(Err(_)) | Err(_) => Probe::Silent,
+    }
+}
+
 /// The registration `me` watches: the next live one after it by (name, id),
 /// wrapping around; `None` when no other is live.
 pub fn watch_target(registry: &[NodeRecord], me: Uuid) -> Option<&NodeRecord> {
@@ -39,16 +101,16 @@ pub fn watch_target(registry: &[NodeRecord], me: Uuid) -> Option<&NodeRecord> {
     (next.id != me).then_some(next)
 }
 
-/// How often the node checks its own session: a lost session stops this
-/// node serving within one check.
+/// How often the node checks its own session: a dropped session is taken
+/// again within one check.
 fn check_interval(renew: Duration) -> Duration {
     (renew / 4).clamp(Duration::from_millis(20), Duration::from_millis(250))
 }
 
 impl Node {
     /// Whether this node's liveness session is up (always, when the node
-    /// runs without one). While it is down the node serves nothing and takes
-    /// no lease.
+    /// runs without one). While it is down the node serves the leases it
+    /// holds but takes no new one: a peer may be judging it this very moment.
     pub fn session_up(&self) -> bool {
         self.session_up.load(Ordering::Acquire)
     }
@@ -78,13 +140,19 @@ impl Node {
                     return;
                 }
                 Err(e) => {
-                    self.session_lost(&e);
+                    // Safety rests on the fence and the heartbeat, not on
+                    // this connection: serve on, take no new lease until the
+                    // lock is back, and take it back at once. A peer that
+                    // finds it free meanwhile probes this node and finds it
+                    // alive.
+                    tracing::warn!(error = %e, "liveness session dropped; serving on and taking its lock again");
+                    self.session_up.store(false, Ordering::Release);
                     match self.reopen_session(&mut shutdown).await {
                         Some(fresh) => session = fresh,
                         None => break,
                     }
                     self.session_up.store(true, Ordering::Release);
-                    tracing::info!("liveness session back; serving again from the next round");
+                    tracing::info!("liveness session back");
                     self.kick.notify_one();
                 }
             }
@@ -92,22 +160,11 @@ impl Node {
         session.close().await;
     }
 
-    /// The session ended while this process lives (the connection broke, the
-    /// server restarted, or someone ended it): stop serving at once. A peer
-    /// may already be taking this node's shards; the fence refuses any write
-    /// of ours from then on, and what we no longer serve we cannot ack.
-    fn session_lost(&self, e: &SessionLost) {
-        tracing::warn!(error = %e, "liveness session lost; serving nothing until it is back");
-        self.session_up.store(false, Ordering::Release);
-        self.leases.forget_all();
-        self.leases.notify_change();
-    }
-
-    /// Opens the session again, retrying with backoff; `None` on shutdown.
-    /// If a peer marked this registration down meanwhile, the next round's
-    /// heartbeat finds it and the node stops.
+    /// Opens the session again at once, then retrying with backoff; `None`
+    /// on shutdown. If a peer marked this registration down meanwhile, the
+    /// next round's heartbeat finds it and the node stops.
     async fn reopen_session(&self, shutdown: &mut watch::Receiver<bool>) -> Option<LiveSession> {
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = Duration::ZERO;
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return None,
@@ -117,7 +174,7 @@ impl Node {
                 Ok(session) => return Some(session),
                 Err(e) => tracing::debug!(error = %e, "liveness session not back yet"),
             }
-            backoff = (backoff * 2).min(Duration::from_secs(1));
+            backoff = (backoff * 2).clamp(Duration::from_millis(50), Duration::from_secs(1));
         }
     }
 
@@ -158,22 +215,39 @@ impl Node {
         if !watch.wait(target.id, WAIT).await? {
             return Ok(true);
         }
-        let verdict = self.store.declare_dead(watch, target.id).await;
+        let judged = self.judge(watch, &target).await;
         watch.release().await?;
-        match verdict? {
-            Verdict::Dead { freed } => {
+        judged
+    }
+
+    /// Judges `target`, whose lock `watch` holds: marks it down only when its
+    /// session ended in this server lifetime and [`confirm`] says it is dead.
+    async fn judge(&self, watch: &mut Watch, target: &NodeRecord) -> Result<bool, crate::lease::LeaseError> {
+        if let Verdict::NoEvidence { recorded, now } = self.store.session_ended(watch, target.id).await? {
+            tracing::debug!(node = %target.name, ?recorded, ?now, "peer's free liveness lock proves nothing yet");
+            return Ok(false);
+        }
+        let probed = probe(&target.address).await;
+        let heartbeat_current = self.refresh_registry().await?.iter().any(|r| r.id == target.id && r.live);
+        match confirm(probed, heartbeat_current) {
+            Confirmation::Dead(why) => {
+                let freed = self.store.declare_dead(watch, target.id).await?;
                 tracing::warn!(
                     node = %target.name, uuid = %target.id, freed,
-                    "peer's liveness session ended: marked it down and freed its leases"
+                    "peer's liveness session ended and {why}: marked it down and freed its leases"
                 );
                 self.metrics.session_takeovers.inc();
                 self.refresh_registry().await?;
-                self.announce_down(&target);
+                self.announce_down(target);
                 self.kick.notify_one();
                 Ok(true)
             }
-            Verdict::NoEvidence { recorded, now } => {
-                tracing::debug!(node = %target.name, ?recorded, ?now, "peer's free liveness lock proves nothing yet");
+            Confirmation::Alive => {
+                tracing::info!(node = %target.name, "peer's liveness session ended but it answers and its heartbeat is current: left alone");
+                Ok(false)
+            }
+            Confirmation::Unsure => {
+                tracing::debug!(node = %target.name, "peer's liveness session ended and it is silent; its heartbeat decides");
                 Ok(false)
             }
         }
@@ -212,6 +286,34 @@ mod tests {
         let me = record("a", true);
         assert_eq!(watch_target(&[me.clone(), record("b", false)], me.id), None);
         assert_eq!(watch_target(&[], me.id), None, "not in the registry yet");
+    }
+
+    #[test]
+    fn a_free_lock_is_a_death_only_with_a_second_signal() {
+        use Confirmation::*;
+        for (probe, heartbeat_current, expected) in [
+            // A crash: the port refuses at once, whatever the heartbeat says.
+            (Probe::Refused, true, Dead("its address refuses connections")),
+            (Probe::Refused, false, Dead("its address refuses connections")),
+            // A reset connection, a proxy restart, pg_terminate_backend.
+            (Probe::Accepted, true, Alive),
+            // A process holds the port but stopped beating (a long pause).
+            (Probe::Accepted, false, Dead("its heartbeat is older than the liveness timeout")),
+            // Cut off: the heartbeat decides.
+            (Probe::Silent, true, Unsure),
+            (Probe::Silent, false, Dead("it is silent and its heartbeat is older than the liveness timeout")),
+        ] {
+            assert_eq!(confirm(probe, heartbeat_current), expected, "{probe:?}, heartbeat current: {heartbeat_current}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_probe_tells_a_refused_port_from_a_listening_one() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let open = listener.local_addr().unwrap().to_string();
+        assert_eq!(probe(&open).await, Probe::Accepted);
+        drop(listener);
+        assert_eq!(probe(&open).await, Probe::Refused);
     }
 
     #[test]

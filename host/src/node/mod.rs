@@ -87,9 +87,10 @@ pub enum NodeError {
     #[error("cannot create the data dir {path}: {source}")]
     DataDir { path: String, source: std::io::Error },
     #[error(
-        "this node's registration {uuid} was marked down by the cluster (the process was paused or cut off for \
-         longer than the liveness timeout); it stopped serving and exits so that its supervisor restarts it with \
-         a fresh registration"
+        "this node's registration {uuid} was marked down by the cluster: either its heartbeat was older than the \
+         liveness timeout (the process was paused, starved or cut off from the database that long), or a peer \
+         found its liveness session ended and could not reach this node's address; it stopped serving and exits \
+         so that its supervisor restarts it with a fresh registration"
     )]
     RegistrationLost { uuid: Uuid },
     #[error(transparent)]
@@ -104,11 +105,7 @@ pub enum NodeError {
     )]
     StoreTls { store: &'static str, key: &'static str, reason: String },
     #[error("cannot listen on {addr} ({what}): {source}")]
-    Listen {
-        addr: String,
-        what: &'static str,
-        source: std::io::Error,
-    },
+    Listen { addr: String, what: &'static str, source: std::io::Error },
 }
 
 /// Why a new cluster config was refused.
@@ -174,7 +171,8 @@ pub struct Node {
     started: std::time::Instant,
     /// The liveness session opened at start, until its task takes it.
     session: Mutex<Option<lease::session::LiveSession>>,
-    /// False while the liveness session is lost: the node serves nothing.
+    /// False while the liveness session is being taken again: the node
+    /// serves what it holds and takes nothing new.
     session_up: std::sync::atomic::AtomicBool,
     /// The slots whose component differs from the cluster's, as last read.
     policy_mismatch: Mutex<Vec<policy_hashes::Mismatch>>,
@@ -195,20 +193,15 @@ impl Node {
     pub async fn start(settings: Settings, provisioned: Option<stored::Provisioned>) -> Result<Arc<Node>, NodeError> {
         let standalone = !settings.cluster.enabled;
         let data_dir = settings.node.data_dir.clone();
-        std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::DataDir {
-            path: data_dir.display().to_string(),
-            source,
-        })?;
+        std::fs::create_dir_all(&data_dir)
+            .map_err(|source| NodeError::DataDir { path: data_dir.display().to_string(), source })?;
         let policies = Arc::new(Policies::load(&settings.policies, Some(data_dir.join("policy-cache")))?);
         let given = provisioned.as_ref().and_then(|p| p.node_id.clone());
         let name = match given.or_else(|| settings.cluster.instance_id.clone()) {
             Some(name) => name,
             None => {
                 let p = policies.clone();
-                let ctx = sdk::InstanceContext {
-                    env: crate::policy::instance_env(&settings.policies),
-                    hostname: hostname(),
-                };
+                let ctx = sdk::InstanceContext { env: crate::policy::instance_env(&settings.policies), hostname: hostname() };
                 tokio::task::spawn_blocking(move || p.instance_id(ctx)).await.expect("policy task")?
             }
         };
@@ -254,9 +247,7 @@ impl Node {
         // parent and leave it unchanged, so a node restarted after a split
         // still agrees with the cluster.
         let shard_count = config.shards().filter(|(_, s)| s.parent_id.is_none()).count();
-        store
-            .check_cluster_meta(shard_count as u64, settings.lease_ttl(), settings.renew_interval())
-            .await?;
+        store.check_cluster_meta(shard_count as u64, settings.lease_ttl(), settings.renew_interval()).await?;
         let uuid = store.register_node(&name, &address).await?;
         // Recorded before anything else, so that peers see this node's
         // components as soon as they can see the node (a peer hands no
@@ -279,7 +270,11 @@ impl Node {
         if let Some(c) = &coord {
             // Redis is connected lazily and may be down at start; a
             // certificate it refuses is no outage but a settings mistake.
-            c.conn.check_tls().await.map_err(|reason| NodeError::StoreTls { store: "Redis", key: "cluster.redis_ca_file", reason })?;
+            c.conn.check_tls().await.map_err(|reason| NodeError::StoreTls {
+                store: "Redis",
+                key: "cluster.redis_ca_file",
+                reason,
+            })?;
         }
         let metrics = Arc::new(Metrics::default());
         let ttl = settings.lease_ttl();
@@ -408,10 +403,8 @@ impl Node {
     pub fn reload_policies(&self) -> Result<Vec<String>, NodeError> {
         let fresh = Policies::load(&self.settings.policies, Some(self.settings.node.data_dir.join("policy-cache")))?;
         self.ask_instance_id(&fresh)?;
-        let loaded = crate::policy::Slot::ALL
-            .iter()
-            .map(|slot| format!("{slot}: {}", fresh.slot(*slot).plugin().name()))
-            .collect();
+        let loaded =
+            crate::policy::Slot::ALL.iter().map(|slot| format!("{slot}: {}", fresh.slot(*slot).plugin().name())).collect();
         *self.policies.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
         tracing::info!(?loaded, "policies reloaded");
         Ok(loaded)
@@ -504,11 +497,6 @@ impl Node {
         let nodes = self.store.nodes().await?;
         *self.registry.lock().unwrap_or_else(|p| p.into_inner()) = nodes.clone();
         Ok(nodes)
-    }
-
-    /// The live registration of node `name` (the newest one).
-    pub fn live_node(&self, name: &str) -> Option<NodeRecord> {
-        self.registry().into_iter().find(|n| n.name == name && n.live)
     }
 
     /// The live registration with id `uuid`.

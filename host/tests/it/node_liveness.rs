@@ -1,19 +1,17 @@
 //! Session-bound liveness through real node processes: a killed holder's
 //! shards are writable elsewhere within a second at the default 15 s TTL
 //! (PostgreSQL and MariaDB); a paused holder keeps its session and its
-//! shards until their TTL; a database restart marks no live node down; a
-//! node whose session is ended while it lives stops serving, and nothing
-//! commits under its epochs after the takeover.
-
-mod cluster_common;
+//! shards until their TTL; a database restart or crash-restart marks no live
+//! node down; a live node whose liveness session is ended from outside (one,
+//! or every node's at once) is confirmed alive by its watcher and keeps its
+//! shards.
 
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::*;
 use anyhow::{Result, ensure};
-use chitin::api::proto;
 use chitin::lease::{NodeState, Store};
 use chitin::testkit::PrivatePostgres;
-use cluster_common::*;
 
 /// One cluster at a time: three processes each, on two cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -129,7 +127,7 @@ async fn a_database_restart_marks_no_live_node_down() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let mut pg = PrivatePostgres::start(dir.path(), None, "").unwrap();
-    let db = cluster_common::TestDb::create_on(Dialect::Postgres, &pg.url("127.0.0.1")).await.unwrap();
+    let db = crate::support::cluster::TestDb::create_on(Dialect::Postgres, &pg.url("127.0.0.1")).await.unwrap();
     let mut c = Cluster::on(db, 3, 8, 3, default_timing).await.unwrap();
     let before = c.wait_settled(Duration::from_secs(90)).await.unwrap();
 
@@ -154,77 +152,170 @@ async fn a_database_restart_marks_no_live_node_down() {
     c.teardown().await.unwrap();
 }
 
-/// The liveness session of a live node is ended by the server (an operator's
-/// `pg_terminate_backend`): its watcher takes the lock, marks it down and
-/// frees its shards; the node stops serving and exits with the reason, and
-/// no append commits under its epochs after the takeover.
+/// Who holds each shard, at which epoch.
+async fn holders(store: &Store) -> Result<Vec<(String, Option<uuid::Uuid>, i64)>> {
+    let mut rows: Vec<_> = store.holders().await?.into_iter().map(|l| (l.shard, l.holder, l.epoch)).collect();
+    rows.sort();
+    Ok(rows)
+}
+
+/// Ends the liveness sessions of `victims` from outside, as an idle-session
+/// killer, a proxy restart or an operator would: `pg_terminate_backend` on
+/// PostgreSQL, `KILL` of the connection holding the lock on MariaDB.
+async fn end_sessions(dialect: Dialect, url: &str, victims: &[uuid::Uuid]) -> Result<()> {
+    use sqlx::Connection;
+    match dialect {
+        Dialect::Postgres => {
+            let mut admin = sqlx::PgConnection::connect(url).await?;
+            for v in victims {
+                let ended: Vec<bool> =
+                    sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1")
+                        .bind(chitin::lease::session::session_label(*v))
+                        .fetch_all(&mut admin)
+                        .await?;
+                ensure!(ended == vec![true], "the liveness session of {v}: {ended:?}");
+            }
+        }
+        _ => {
+            let mut admin = sqlx::MySqlConnection::connect(url).await?;
+            for v in victims {
+                let holder: Option<i64> = sqlx::query_scalar("SELECT CAST(IS_USED_LOCK(?) AS SIGNED)")
+                    .bind(format!("chitin.live.{v}"))
+                    .fetch_one(&mut admin)
+                    .await?;
+                let holder = holder.ok_or_else(|| anyhow::anyhow!("nobody holds the liveness lock of {v}"))?;
+                sqlx::query(sqlx::AssertSqlSafe(format!("KILL {holder}"))).execute(&mut admin).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Waits until every node's log says its liveness session is back.
+async fn wait_sessions_back(c: &Cluster, which: &[usize]) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for &i in which {
+        while !c.nodes[i].log_text().contains("liveness session back") {
+            ensure!(Instant::now() < deadline, "{}'s liveness session not back:\n{}", c.nodes[i].name, c.nodes[i].log_tail(30));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Asserts that the cluster is as it was: every node running and not marked
+/// down, every shard with the holder and epoch it had, and writable through
+/// every node.
+async fn assert_nothing_moved(c: &mut Cluster, store: &Store, before: &[(String, Option<uuid::Uuid>, i64)]) -> Result<()> {
+    // A round at the default timing is 5 s: give a wrong takeover the time
+    // to show.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for i in 0..c.nodes.len() {
+        let name = c.nodes[i].name.clone();
+        ensure!(c.nodes[i].is_running(), "{name} stopped:\n{}", c.nodes[i].log_tail(30));
+        ensure!(registration(store, &name).await?.state != NodeState::Down, "{name} marked down:\n{}", c.logs());
+    }
+    let after = holders(store).await?;
+    ensure!(after == before, "leases moved although every node lived:\nbefore {before:?}\nafter {after:?}\n{}", c.logs());
+    let map = c.shard_map();
+    for (i, (shard, _, _)) in before.iter().enumerate() {
+        let api = c.nodes[i % c.nodes.len()].api.clone();
+        append_until_acked(vec![api], stream_on(&map, shard, "s"), format!("after-{i}"), Duration::from_secs(10)).await?;
+    }
+    Ok(())
+}
+
+/// One node's liveness session is ended from outside while the node lives.
+/// Its watcher finds the lock free, probes the node, finds it alive and
+/// leaves it alone; the node takes its lock again and nothing moves. (Before
+/// the second signal the watcher marked it down and the node exited.)
+async fn one_session_ended_moves_nothing(dialect: Dialect) -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(dialect, 3, 8, 3, default_timing).await?;
+    let status = c.wait_settled(Duration::from_secs(90)).await?;
+    let v = c.busiest(&status);
+    let store = c.store().await;
+    let victim = registration(&store, &c.nodes[v].name).await?.id;
+    let before = holders(&store).await?;
+
+    end_sessions(dialect, &c.db.as_ref().unwrap().url, &[victim]).await?;
+    wait_sessions_back(&c, &[v]).await?;
+    let judged = c.nodes.iter().any(|n| n.log_text().contains("answers and its heartbeat is current: left alone"));
+    ensure!(judged, "no watcher judged the victim's free lock:\n{}", c.logs());
+    assert_nothing_moved(&mut c, &store, &before).await?;
+    store.close().await;
+    c.teardown().await
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn a_node_whose_session_ends_stops_and_commits_nothing_after_the_takeover() {
+async fn a_live_node_whose_liveness_session_is_ended_keeps_its_shards_postgres() {
+    one_session_ended_moves_nothing(Dialect::Postgres).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_node_whose_liveness_session_is_ended_keeps_its_shards_mariadb() {
+    one_session_ended_moves_nothing(Dialect::MySql).await.unwrap();
+}
+
+/// Every node's liveness session ended at once (a pooler or proxy restart):
+/// every watcher finds a free lock at once, nobody is marked down, nothing
+/// moves.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_liveness_session_ended_at_once_moves_nothing() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, default_timing).await.unwrap();
-    let status = c.wait_settled(Duration::from_secs(90)).await.unwrap();
-    let v = c.busiest(&status);
-    let victim = c.nodes[v].name.clone();
-    let shard = status.leases.iter().find(|l| l.holder == victim).unwrap().shard.clone();
-    let stream = stream_on(&c.shard_map(), &shard, "e");
+    c.wait_settled(Duration::from_secs(90)).await.unwrap();
     let store = c.store().await;
-    let uuid = registration(&store, &victim).await.unwrap().id;
-
-    // A client writing through the victim the whole time.
-    let writer = {
-        let node = c.nodes[v].api.clone();
-        let stream = stream.clone();
-        tokio::spawn(async move {
-            let mut acked = 0;
-            for i in 0..10_000 {
-                let Ok(mut j) = proto::journal_client::JournalClient::connect(format!("http://{node}")).await else { break };
-                let request = proto::AppendRequest { stream: stream.clone(), request_id: format!("w-{i}"), payload: vec![1], forwarded: false };
-                if j.append(request).await.is_ok() {
-                    acked += 1;
-                }
-            }
-            acked
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-
-    let admin = sqlx::PgPool::connect(&c.db.as_ref().unwrap().url).await.unwrap();
-    let ended: Vec<bool> = sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1")
-        .bind(chitin::lease::session::session_label(uuid))
-        .fetch_all(&admin)
-        .await
-        .unwrap();
-    assert_eq!(ended, vec![true], "the victim's liveness session");
-    let ended_at = Instant::now();
-
-    // Its watcher marks it down and frees its shards, which others take.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let row = store.lease(&shard).await.unwrap().unwrap();
-        if row.live && row.holder != Some(uuid) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{shard} not taken over after the session ended: {row:?}\n{}", c.logs());
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let before = holders(&store).await.unwrap();
+    let mut victims = Vec::new();
+    for n in &c.nodes {
+        victims.push(registration(&store, &n.name).await.unwrap().id);
     }
-    let taken = ended_at.elapsed();
-    let down = store.nodes().await.unwrap().into_iter().find(|n| n.id == uuid).unwrap();
-    assert_eq!(down.state, NodeState::Down, "{down:?}");
-    // The node finds its registration down at its next heartbeat and exits.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while c.nodes[v].is_running() {
-        assert!(Instant::now() < deadline, "{victim} still running after its registration was marked down:\n{}", c.nodes[v].log_tail(40));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(c.nodes[v].log_text().contains("registration marked down"), "{}", c.nodes[v].log_tail(20));
-    let acked = writer.await.unwrap();
-    assert!(acked > 0, "the writer never got an append through before the session ended");
-    // Whatever the victim acknowledged or attempted: every entry committed
-    // under an epoch current at its commit.
-    let n = assert_epochs_current(&store, &stream).await.unwrap();
-    assert!(n >= acked, "{n} entries stored, {acked} acknowledged");
-    println!("taken over {taken:?} after the session ended; {acked} appends acknowledged through the victim");
-    admin.close().await;
+    end_sessions(Dialect::Postgres, &c.db.as_ref().unwrap().url, &victims).await.unwrap();
+    wait_sessions_back(&c, &[0, 1, 2]).await.unwrap();
+    assert_nothing_moved(&mut c, &store, &before).await.unwrap();
     store.close().await;
     c.teardown().await.unwrap();
+}
+
+/// A backend of the database killed with SIGKILL: PostgreSQL then restarts
+/// every session (crash recovery), so every liveness lock is free at once
+/// and the records name the server's previous lifetime. Nobody is marked
+/// down and every shard is writable again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_crash_restart_marks_no_live_node_down() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pg = PrivatePostgres::start(dir.path(), None, "").unwrap();
+    let db = crate::support::cluster::TestDb::create_on(Dialect::Postgres, &pg.url("127.0.0.1")).await.unwrap();
+    let url = db.url.clone();
+    let mut c = Cluster::on(db, 3, 8, 3, default_timing).await.unwrap();
+    let before = c.wait_settled(Duration::from_secs(90)).await.unwrap();
+
+    let pid: i32 = {
+        use sqlx::Connection;
+        let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+        sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'chitin-liveness-%' LIMIT 1")
+            .fetch_one(&mut admin)
+            .await
+            .unwrap()
+    };
+    let killed = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    assert!(killed.success(), "kill -9 {pid}");
+
+    let map = c.shard_map();
+    for (i, lease) in before.leases.iter().enumerate() {
+        let api = c.nodes[i % c.nodes.len()].api.clone();
+        append_until_acked(vec![api], stream_on(&map, &lease.shard, "r"), "after-crash".into(), Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+    }
+    let store = c.store().await;
+    for n in &mut c.nodes {
+        assert!(n.is_running(), "{} stopped:\n{}", n.name, n.log_tail(30));
+        assert_ne!(registration(&store, &n.name).await.unwrap().state, NodeState::Down, "{} marked down", n.name);
+    }
+    store.close().await;
+    c.teardown().await.unwrap();
+    drop(pg);
 }
