@@ -20,13 +20,8 @@ fn main() {
     // Shared by every profile of the host so a test and a bench build reuse it.
     let guest_target_dir = root.join("target").join("guests");
 
-    let defaults = build_guests(
-        &root.join("policies/default/Cargo.toml"),
-        &guest_target_dir,
-        &["chitin_default_policies"],
-    );
-    std::fs::copy(&defaults[0], out_dir.join("chitin_default_policies.wasm"))
-        .expect("copy the default policies component");
+    let defaults = build_guests(&root.join("policies/default/Cargo.toml"), &guest_target_dir, &["chitin_default_policies"]);
+    std::fs::copy(&defaults[0], out_dir.join("chitin_default_policies.wasm")).expect("copy the default policies component");
 
     let test_guests = [
         "bad_trap",

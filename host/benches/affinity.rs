@@ -224,7 +224,8 @@ async fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` passes nothing useful: run quickly then.
     let quick = !std::env::args().any(|a| a == "--bench");
     let url = std::env::var("CHITIN_BENCH_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let n: usize = std::env::var("CHITIN_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(if quick { 2000 } else { 100_000 });
+    let n: usize =
+        std::env::var("CHITIN_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(if quick { 2000 } else { 100_000 });
     let ns = format!("chitin-bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     // Generous timeouts: a loaded machine must slow the figures, not fail the run.
     let mut settings = RedisSettings::new(&url);
@@ -307,13 +308,24 @@ async fn main() {
     println!("| measurement | figure | per operation | vs `SET NX` |");
     println!("|---|---:|---:|---:|");
     println!("| server time of `SET k v NX` (commandstats) | — | {set_us:.2} µs | 1.00× |");
-    println!("| server time of the claim script, fresh target (commandstats) | — | {script_us:.2} µs | {:.2}× |", script_us / set_us);
-    println!("| server time of the claim script, already ours (commandstats) | — | {owned_us:.2} µs | {:.2}× |", owned_us / set_us);
+    println!(
+        "| server time of the claim script, fresh target (commandstats) | — | {script_us:.2} µs | {:.2}× |",
+        script_us / set_us
+    );
+    println!(
+        "| server time of the claim script, already ours (commandstats) | — | {owned_us:.2} µs | {:.2}× |",
+        owned_us / set_us
+    );
     println!("| `redis-benchmark SET NX` | {} ops/s | {} | 1.00× |", fmt(rb), us(rb));
     println!("| bare `SET NX` on a plain tokio socket (no multiplexer) | {} ops/s | {} | {:.2}× |", fmt(raw), us(raw), raw / rb);
     println!("| bare `SET NX` through chitin's connection | {} ops/s | {} | {:.2}× |", fmt(cset), us(cset), cset / rb);
     println!("| claim script via `redis-benchmark` (EVALSHA) | {} claims/s | {} | {:.2}× |", fmt(rbs), us(rbs), rbs / rb);
-    println!("| bound: `SET NX` round trip + the script's extra server time | {} claims/s | {} | {:.2}× |", fmt(bound), us(bound), bound / rb);
+    println!(
+        "| bound: `SET NX` round trip + the script's extra server time | {} claims/s | {} | {:.2}× |",
+        fmt(bound),
+        us(bound),
+        bound / rb
+    );
     println!("| chitin claim, fresh target | {} claims/s | {} | {:.2}× |", fmt(fresh), us(fresh), fresh / rb);
     println!("| chitin claim, already ours | {} claims/s | {} | {:.2}× |", fmt(owned), us(owned), owned / rb);
     clean(&conn, &ns).await;

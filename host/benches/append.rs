@@ -16,15 +16,17 @@
 //! PostgreSQL and Redis; `pgbench` for its row, skipped with the reason
 //! when it is missing).
 
-#[path = "../tests/cluster_common/mod.rs"]
-mod cluster_common;
+// The integration tests' kit; a bench uses only part of it.
+#[allow(dead_code)]
+#[path = "../tests/it/support/mod.rs"]
+mod support;
 
 use std::time::{Duration, Instant};
 
 use chitin::lease::{Store, StoreOptions};
 use chitin::proto::{self, journal_client::JournalClient};
-use cluster_common::*;
 use sqlx::Connection;
+use support::cluster::*;
 
 /// Appends (or inserts) per measurement.
 const N: usize = 3_000;
@@ -72,7 +74,8 @@ const BARE: &str = "CREATE TABLE bench_bare (id bigserial PRIMARY KEY, stream te
 fn pgbench(url: &str, n: usize) -> Result<Dist, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let script = dir.path().join("insert.sql");
-    std::fs::write(&script, "INSERT INTO bench_bare (stream, payload) VALUES ('pgbench', '\\x78');\n").map_err(|e| e.to_string())?;
+    std::fs::write(&script, "INSERT INTO bench_bare (stream, payload) VALUES ('pgbench', '\\x78');\n")
+        .map_err(|e| e.to_string())?;
     let prefix = dir.path().join("log");
     let out = std::process::Command::new("pgbench")
         .args(["-n", "-c", "1", "-t", &n.to_string(), "-M", "prepared", "-l", "--log-prefix"])
@@ -113,7 +116,12 @@ async fn bare_sqlx(url: &str, n: usize) -> Dist {
     let started = Instant::now();
     for _ in 0..n {
         let t = Instant::now();
-        sqlx::query("INSERT INTO bench_bare (stream, payload) VALUES ($1, $2)").bind("sqlx").bind(&b"x"[..]).execute(&mut c).await.unwrap();
+        sqlx::query("INSERT INTO bench_bare (stream, payload) VALUES ($1, $2)")
+            .bind("sqlx")
+            .bind(&b"x"[..])
+            .execute(&mut c)
+            .await
+            .unwrap();
         took.push(t.elapsed());
     }
     Dist::of(took, started.elapsed())
@@ -121,7 +129,16 @@ async fn bare_sqlx(url: &str, n: usize) -> Dist {
 
 /// `Store::append_fenced` (or unfenced) on one stream, one writer.
 async fn library(url: &str, fenced: bool, round: usize) -> Dist {
-    let store = Store::connect_with(url, StoreOptions { lease_ttl: Duration::from_secs(600), liveness_timeout: Duration::from_secs(600), ..StoreOptions::default() }).await.unwrap();
+    let store = Store::connect_with(
+        url,
+        StoreOptions {
+            lease_ttl: Duration::from_secs(600),
+            liveness_timeout: Duration::from_secs(600),
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
     store.set_leases_on_liveness(true);
     let me = store.register_node(&format!("bench-lib-{fenced}-{round}"), "127.0.0.1:1").await.unwrap();
     store.heartbeat(me, 1).await.unwrap();
@@ -150,7 +167,12 @@ async fn through(api: String, streams: Vec<String>, tag: String, n: usize) -> Ve
     let mut j = JournalClient::connect(format!("http://{api}")).await.unwrap();
     let mut took = Vec::with_capacity(n);
     for i in 0..n {
-        let request = proto::AppendRequest { stream: streams[i % streams.len()].clone(), request_id: format!("{tag}-{i}"), payload: b"x".to_vec(), forwarded: false };
+        let request = proto::AppendRequest {
+            stream: streams[i % streams.len()].clone(),
+            request_id: format!("{tag}-{i}"),
+            payload: b"x".to_vec(),
+            forwarded: false,
+        };
         let t = Instant::now();
         j.append(request).await.unwrap();
         took.push(t.elapsed());
@@ -174,7 +196,8 @@ async fn no_work(api: String, n: usize) -> Dist {
 
 async fn clients(count: usize, api: &str, streams: &[String], tag: &str, n: usize) -> Dist {
     let started = Instant::now();
-    let tasks: Vec<_> = (0..count).map(|k| tokio::spawn(through(api.to_string(), streams.to_vec(), format!("{tag}{k}"), n / count))).collect();
+    let tasks: Vec<_> =
+        (0..count).map(|k| tokio::spawn(through(api.to_string(), streams.to_vec(), format!("{tag}{k}"), n / count))).collect();
     let mut took = Vec::new();
     for t in tasks {
         took.extend(t.await.unwrap());
@@ -193,12 +216,8 @@ async fn run() {
     let holder = c.busiest(&status);
     let other = (holder + 1) % c.nodes.len();
     let map = c.shard_map();
-    let streams: Vec<String> = status
-        .leases
-        .iter()
-        .filter(|l| l.holder == c.nodes[holder].name)
-        .map(|l| stream_on(&map, &l.shard, "bench"))
-        .collect();
+    let streams: Vec<String> =
+        status.leases.iter().filter(|l| l.holder == c.nodes[holder].name).map(|l| stream_on(&map, &l.shard, "bench")).collect();
     let (api, far) = (c.nodes[holder].api.clone(), c.nodes[other].api.clone());
 
     // Warm every path once, then measure them in interleaved rounds, so
@@ -270,7 +289,11 @@ async fn run() {
         ms_of(one.p50) - ms_of(fenced.p50) - ms_of(rpc.p50)
     );
     println!("fenced / unfenced appends per second, library: {:.2}×", fenced.per_sec / unfenced.per_sec);
-    println!("forwarded p50 / holder p50: {:.2}×; forwarded p99 / its p50: {:.2}×", forwarded.p50.as_secs_f64() / one.p50.as_secs_f64(), forwarded.p99.as_secs_f64() / forwarded.p50.as_secs_f64());
+    println!(
+        "forwarded p50 / holder p50: {:.2}×; forwarded p99 / its p50: {:.2}×",
+        forwarded.p50.as_secs_f64() / one.p50.as_secs_f64(),
+        forwarded.p99.as_secs_f64() / forwarded.p50.as_secs_f64()
+    );
     c.teardown().await.unwrap();
 }
 

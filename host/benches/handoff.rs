@@ -13,15 +13,17 @@
 //!
 //! `cargo bench -p chitin --bench handoff` (needs the local PostgreSQL and Redis).
 
-#[path = "../tests/cluster_common/mod.rs"]
-mod cluster_common;
+// The integration tests' kit; a bench uses only part of it.
+#[allow(dead_code)]
+#[path = "../tests/it/support/mod.rs"]
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chitin::proto::{self, journal_client::JournalClient};
-use cluster_common::*;
+use support::cluster::*;
 use tonic::transport::Channel;
 
 /// One append as a client saw it.
@@ -55,7 +57,12 @@ async fn client(apis: Vec<String>, streams: Vec<String>, first: usize, stop: Arc
                 }
                 continue;
             };
-            let request = proto::AppendRequest { stream: stream.clone(), request_id: request_id.clone(), payload: b"x".to_vec(), forwarded: false };
+            let request = proto::AppendRequest {
+                stream: stream.clone(),
+                request_id: request_id.clone(),
+                payload: b"x".to_vec(),
+                forwarded: false,
+            };
             match j.append(request).await {
                 Ok(_) => break true,
                 // A broken transport (a stopping node): the next node, same id.
@@ -85,7 +92,13 @@ fn figures(samples: &[Sample], from: Instant, to: Instant) -> Figures {
     let mut took: Vec<Duration> = window.iter().filter(|s| s.ok).map(|s| s.took).collect();
     took.sort();
     let at = |q: f64| took.get(((took.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or_default();
-    Figures { count: window.len(), failed: window.iter().filter(|s| !s.ok).count(), p50: at(0.5), p99: at(0.99), max: took.last().copied().unwrap_or_default() }
+    Figures {
+        count: window.len(),
+        failed: window.iter().filter(|s| !s.ok).count(),
+        p50: at(0.5),
+        p99: at(0.99),
+        max: took.last().copied().unwrap_or_default(),
+    }
 }
 
 async fn run() {
@@ -144,7 +157,12 @@ async fn run() {
     let shard = status.leases.iter().find(|l| l.holder == c.nodes[v].name).unwrap().shard.clone();
     let stream = stream_on(&map, &shard, "p");
     let mut j = JournalClient::connect(format!("http://{}", c.nodes[(v + 1) % 3].api)).await.unwrap();
-    let append = |id: &str| proto::AppendRequest { stream: stream.clone(), request_id: id.into(), payload: b"x".to_vec(), forwarded: false };
+    let append = |id: &str| proto::AppendRequest {
+        stream: stream.clone(),
+        request_id: id.into(),
+        payload: b"x".to_vec(),
+        forwarded: false,
+    };
     j.append(append("before")).await.unwrap();
     c.nodes[v].pause().unwrap();
     let started = Instant::now();
@@ -157,7 +175,12 @@ async fn run() {
 
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let steady = figures(&samples, phases[0].1, phases[0].2);
-    println!("drain of the busiest node: {} handed over in {} rounds, {} kept", drained.handed_over, drained.rounds, drained.kept.len());
+    println!(
+        "drain of the busiest node: {} handed over in {} rounds, {} kept",
+        drained.handed_over,
+        drained.rounds,
+        drained.kept.len()
+    );
     println!("| phase | appends | failed | p50 | p99 | max | p99 − steady p99 | max − steady p99 |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for (name, from, to) in &phases {

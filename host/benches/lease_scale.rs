@@ -124,9 +124,14 @@ impl Db {
             }
             Db::My { url, .. } => {
                 let mut c = sqlx::MySqlConnection::connect(url).await.unwrap();
-                let rows = sqlx::query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Handler_update')").fetch_all(&mut c).await.unwrap();
+                let rows = sqlx::query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Handler_update')")
+                    .fetch_all(&mut c)
+                    .await
+                    .unwrap();
                 let get = |name: &str| {
-                    rows.iter().find(|r| r.get::<String, _>(0) == name).map_or(0.0, |r| r.get::<String, _>(1).parse().unwrap_or(0.0))
+                    rows.iter()
+                        .find(|r| r.get::<String, _>(0) == name)
+                        .map_or(0.0, |r| r.get::<String, _>(1).parse().unwrap_or(0.0))
                 };
                 Counters { statements: get("Questions"), updated: get("Handler_update") }
             }
@@ -143,7 +148,9 @@ impl Db {
                 let (id, name) = &nodes[i % nodes.len()];
                 let epoch = if on_liveness { "1" } else { "NULL" };
                 values.push(match self {
-                    Db::Pg { .. } => format!("('s{i}', '{id}'::uuid, '{name}', 1, clock_timestamp() + interval '1 hour', {epoch})"),
+                    Db::Pg { .. } => {
+                        format!("('s{i}', '{id}'::uuid, '{name}', 1, clock_timestamp() + interval '1 hour', {epoch})")
+                    }
                     Db::My { .. } => format!("('s{i}', '{id}', '{name}', 1, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, {epoch})"),
                 });
             }
@@ -153,10 +160,16 @@ impl Db {
             );
             match self {
                 Db::Pg { url, .. } => {
-                    sqlx::query(sqlx::AssertSqlSafe(sql.clone())).execute(&mut sqlx::PgConnection::connect(url).await.unwrap()).await.unwrap();
+                    sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                        .execute(&mut sqlx::PgConnection::connect(url).await.unwrap())
+                        .await
+                        .unwrap();
                 }
                 Db::My { url, .. } => {
-                    sqlx::query(sqlx::AssertSqlSafe(sql.clone())).execute(&mut sqlx::MySqlConnection::connect(url).await.unwrap()).await.unwrap();
+                    sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                        .execute(&mut sqlx::MySqlConnection::connect(url).await.unwrap())
+                        .await
+                        .unwrap();
                 }
             }
         }
@@ -165,8 +178,12 @@ impl Db {
     async fn truncate(&self) {
         let sql = "DELETE FROM chitin_shard_leases";
         match self {
-            Db::Pg { url, .. } => drop(sqlx::query(sql).execute(&mut sqlx::PgConnection::connect(url).await.unwrap()).await.unwrap()),
-            Db::My { url, .. } => drop(sqlx::query(sql).execute(&mut sqlx::MySqlConnection::connect(url).await.unwrap()).await.unwrap()),
+            Db::Pg { url, .. } => {
+                drop(sqlx::query(sql).execute(&mut sqlx::PgConnection::connect(url).await.unwrap()).await.unwrap())
+            }
+            Db::My { url, .. } => {
+                drop(sqlx::query(sql).execute(&mut sqlx::MySqlConnection::connect(url).await.unwrap()).await.unwrap())
+            }
         }
     }
 }
@@ -193,7 +210,14 @@ async fn measure<F: Future<Output = ()>>(db: &Db, round: F) -> Round {
 
 fn lease(shard: usize, nodes: &[(Uuid, String)]) -> Lease {
     let (holder, name) = nodes[shard % nodes.len()].clone();
-    Lease { shard: format!("s{shard}"), holder, holder_name: name, epoch: 1, liveness_epoch: None, expires_at: Default::default() }
+    Lease {
+        shard: format!("s{shard}"),
+        holder,
+        holder_name: name,
+        epoch: 1,
+        liveness_epoch: None,
+        expires_at: Default::default(),
+    }
 }
 
 async fn bench(db: &Db) {
@@ -268,7 +292,11 @@ async fn bench(db: &Db) {
             on_liveness.wall.as_secs_f64() / per_lease.wall.as_secs_f64(),
             on_liveness.cpu / per_lease.cpu.max(0.01)
         );
-        println!("| {} | {shards} | a round's read of the whole lease table (`holders`, before) | 1 | 0 | {:.1} ms | | |", db.name(), read.as_secs_f64() * 1e3);
+        println!(
+            "| {} | {shards} | a round's read of the whole lease table (`holders`, before) | 1 | 0 | {:.1} ms | | |",
+            db.name(),
+            read.as_secs_f64() * 1e3
+        );
         store.close().await;
         // What a round reads now (`round_leases`): the node's own rows, and
         // the rows it could act on — none when steady, a dead peer's
@@ -300,16 +328,23 @@ async fn connect(db: &Db) -> Store {
 }
 
 fn mariadb_pids() -> Vec<u32> {
-    let out = std::process::Command::new("pidof").args(["mariadbd", "mysqld"]).output().map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+    let out = std::process::Command::new("pidof")
+        .args(["mariadbd", "mysqld"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        .unwrap_or_default();
     out.split_whitespace().filter_map(|p| p.parse().ok()).collect()
 }
 
 async fn run() {
-    println!("| database | shards | upkeep of one round | statements | rows updated | wall time | database CPU | CPU s per s at a 5 s renew interval |");
+    println!(
+        "| database | shards | upkeep of one round | statements | rows updated | wall time | database CPU | CPU s per s at a 5 s renew interval |"
+    );
     println!("|---|---:|---|---:|---:|---:|---:|---:|");
     let dir = tempfile::tempdir().unwrap();
     let pg = PrivatePostgres::start(dir.path(), None, "").unwrap();
-    let postmaster: u32 = std::fs::read_to_string(pg.data_dir().join("postmaster.pid")).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    let postmaster: u32 =
+        std::fs::read_to_string(pg.data_dir().join("postmaster.pid")).unwrap().lines().next().unwrap().trim().parse().unwrap();
     let admin = pg.url("127.0.0.1");
     chitin::testkit::create_database(&admin, "scale").await.unwrap();
     bench(&Db::Pg { url: chitin::testkit::with_database(&admin, "scale"), pids: vec![postmaster] }).await;

@@ -26,9 +26,12 @@ mod common;
 use common::{admin_url, drop_db_on, fresh_db_on, mysql_admin_url};
 
 async fn store(url: &str, ttl: Duration) -> Store {
-    let s = Store::connect_with(url, StoreOptions { lease_ttl: ttl, liveness_timeout: ttl, max_connections: 32, ..StoreOptions::default() })
-        .await
-        .unwrap();
+    let s = Store::connect_with(
+        url,
+        StoreOptions { lease_ttl: ttl, liveness_timeout: ttl, max_connections: 32, ..StoreOptions::default() },
+    )
+    .await
+    .unwrap();
     s.migrate().await.unwrap();
     s
 }
@@ -61,13 +64,19 @@ impl Bare {
         // No ping before each use (the driver's default): the baseline is
         // one round trip per insert, as the store's append is.
         let bare = if url.starts_with("postgres") {
-            Bare::Pg(sqlx::postgres::PgPoolOptions::new().max_connections(32).test_before_acquire(false).connect(url).await.unwrap())
+            Bare::Pg(
+                sqlx::postgres::PgPoolOptions::new().max_connections(32).test_before_acquire(false).connect(url).await.unwrap(),
+            )
         } else {
-            Bare::My(sqlx::mysql::MySqlPoolOptions::new().max_connections(32).test_before_acquire(false).connect(url).await.unwrap())
+            Bare::My(
+                sqlx::mysql::MySqlPoolOptions::new().max_connections(32).test_before_acquire(false).connect(url).await.unwrap(),
+            )
         };
         let table = match &bare {
             Bare::Pg(_) => "CREATE TABLE bench_bare (id bigserial PRIMARY KEY, stream text NOT NULL, payload bytea NOT NULL)",
-            Bare::My(_) => "CREATE TABLE bench_bare (id BIGINT AUTO_INCREMENT PRIMARY KEY, stream VARCHAR(255) NOT NULL, payload LONGBLOB NOT NULL) ENGINE = InnoDB",
+            Bare::My(_) => {
+                "CREATE TABLE bench_bare (id BIGINT AUTO_INCREMENT PRIMARY KEY, stream VARCHAR(255) NOT NULL, payload LONGBLOB NOT NULL) ENGINE = InnoDB"
+            }
         };
         bare.run(table, None).await;
         bare
@@ -82,12 +91,18 @@ impl Bare {
             Bare::Pg(pool) => {
                 let sql = sql.replacen('?', "$1", 1).replacen('?', "$2", 1);
                 let q = sqlx::query(sqlx::AssertSqlSafe(sql));
-                let q = match stream { Some(s) => q.bind(s).bind(&b"payload"[..]), None => q };
+                let q = match stream {
+                    Some(s) => q.bind(s).bind(&b"payload"[..]),
+                    None => q,
+                };
                 q.execute(pool).await.unwrap();
             }
             Bare::My(pool) => {
                 let q = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()));
-                let q = match stream { Some(s) => q.bind(s).bind(&b"payload"[..]), None => q };
+                let q = match stream {
+                    Some(s) => q.bind(s).bind(&b"payload"[..]),
+                    None => q,
+                };
                 q.execute(pool).await.unwrap();
             }
         }
@@ -102,7 +117,15 @@ impl Bare {
 }
 
 /// Commits per second of `writers` tasks doing `per_writer` appends each.
-async fn rate(store: &Store, bare: &Bare, writers: usize, per_writer: usize, path: Path, token: &chitin::lease::LeaseToken, tag: &str) -> f64 {
+async fn rate(
+    store: &Store,
+    bare: &Bare,
+    writers: usize,
+    per_writer: usize,
+    path: Path,
+    token: &chitin::lease::LeaseToken,
+    tag: &str,
+) -> f64 {
     let group = Arc::new(GroupCommit::default());
     let started = Instant::now();
     let tasks: Vec<_> = (0..writers)
@@ -191,7 +214,10 @@ async fn appends(server: &str, admin: &str) {
         let avg: Vec<f64> = sums.iter().map(|x| x / 3.0).collect();
         let (bare_rate, unfenced, fenced, group) = (avg[0], avg[1], avg[2], avg[3]);
         let row = |what: &str, figure: f64, baseline: &str, base: f64| {
-            println!("| {what}, {writers} writer(s) on one shard, {server} | {figure:.0} | {baseline} | {base:.0} | {:.2}x |", figure / base);
+            println!(
+                "| {what}, {writers} writer(s) on one shard, {server} | {figure:.0} | {baseline} | {base:.0} | {:.2}x |",
+                figure / base
+            );
         };
         row("fenced appends/s", fenced, "bare single-statement INSERT", bare_rate);
         row("fenced appends/s", fenced, "the same statement without the fence", unfenced);
@@ -231,7 +257,10 @@ async fn wal_rows(server: &str, pool: &sqlx::PgPool, s: &Store, bare: &Bare, tok
     }
     let [bare_bytes, unfenced, fenced] = per_append[..] else { unreachable!("three paths") };
     let row = |baseline: &str, base: f64| {
-        println!("| WAL bytes per fenced append, 1 writer, {server} | {fenced:.0} | {baseline} | {base:.0} | {:.2}x |", fenced / base);
+        println!(
+            "| WAL bytes per fenced append, 1 writer, {server} | {fenced:.0} | {baseline} | {base:.0} | {:.2}x |",
+            fenced / base
+        );
     };
     row("bare single-statement INSERT", bare_bytes);
     row("the same statement without the fence", unfenced);

@@ -71,7 +71,11 @@ fn config(nodes: &[&str]) -> ClusterConfig {
         nodes: nodes
             .iter()
             .enumerate()
-            .map(|(k, n)| topology::Node { id: n.to_string(), grpc_address: format!("127.0.0.1:{}", 1 + k), metadata: Vec::new() })
+            .map(|(k, n)| topology::Node {
+                id: n.to_string(),
+                grpc_address: format!("127.0.0.1:{}", 1 + k),
+                metadata: Vec::new(),
+            })
             .collect(),
         version: 1,
         metadata: Vec::new(),
@@ -150,8 +154,8 @@ async fn drain_bench() -> DrainFigures {
         &url,
         StoreOptions { lease_ttl: Duration::from_secs(120), max_handoffs_per_round: u32::MAX, ..StoreOptions::default() },
     )
-        .await
-        .unwrap();
+    .await
+    .unwrap();
     let x = store.register_node("base-x", "127.0.0.1:9").await.unwrap();
     let y = store.register_node("base-y", "127.0.0.1:10").await.unwrap();
     let mut leases = Vec::new();

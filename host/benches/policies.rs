@@ -73,7 +73,13 @@ fn ranking_request() -> RankingRequest {
     let placed = <Defaults as PlacementPolicy>::place_replicas(req.clone()).unwrap();
     let replicas = placed
         .iter()
-        .flat_map(|p| p.nodes.iter().enumerate().map(|(i, n)| Replica { id: format!("{}_{i}", p.shard), shard: p.shard.clone(), node: n.clone() }))
+        .flat_map(|p| {
+            p.nodes.iter().enumerate().map(|(i, n)| Replica {
+                id: format!("{}_{i}", p.shard),
+                shard: p.shard.clone(),
+                node: n.clone(),
+            })
+        })
         .collect();
     RankingRequest { nodes: req.nodes, shards: req.shards, replicas }
 }
@@ -88,29 +94,45 @@ struct Row {
 fn main() {
     let policies = Policies::embedded_defaults().unwrap();
     let mut rows = Vec::new();
-    let mut row = |what: &str, figure, baseline_name, baseline| {
-        rows.push(Row { what: what.into(), figure, baseline_name, baseline })
-    };
+    let mut row =
+        |what: &str, figure, baseline_name, baseline| rows.push(Row { what: what.into(), figure, baseline_name, baseline });
 
     // Small calls on a warm instance against native.
-    let ctx = InstanceContext { env: vec![("CHITIN__CLUSTER__INSTANCE_ID".into(), "node-01".into())], hostname: Some("h".into()) };
-    let native = measure(31, 2000, || { black_box(<Defaults as InstanceIdPolicy>::resolve(black_box(ctx.clone())).unwrap()); });
-    let wasm = measure(31, 2000, || { black_box(policies.instance_id(black_box(ctx.clone())).unwrap()); });
+    let ctx =
+        InstanceContext { env: vec![("CHITIN__CLUSTER__INSTANCE_ID".into(), "node-01".into())], hostname: Some("h".into()) };
+    let native = measure(31, 2000, || {
+        black_box(<Defaults as InstanceIdPolicy>::resolve(black_box(ctx.clone())).unwrap());
+    });
+    let wasm = measure(31, 2000, || {
+        black_box(policies.instance_id(black_box(ctx.clone())).unwrap());
+    });
     row("instance-id resolve, warm instance", wasm, "native", native);
 
     let split = SplitRequest { shard: shards(1).remove(0), children: 2, ..SplitRequest::default() };
-    let native = measure(31, 2000, || { black_box(<Defaults as SplitPolicy>::split_points(black_box(split.clone())).unwrap()); });
-    let wasm = measure(31, 2000, || { black_box(policies.split_points(black_box(split.clone())).unwrap()); });
+    let native = measure(31, 2000, || {
+        black_box(<Defaults as SplitPolicy>::split_points(black_box(split.clone())).unwrap());
+    });
+    let wasm = measure(31, 2000, || {
+        black_box(policies.split_points(black_box(split.clone())).unwrap());
+    });
     row("split-points, warm instance", wasm, "native", native);
 
     let small = placement_request(1, 5);
-    let native = measure(31, 1000, || { black_box(<Defaults as PlacementPolicy>::place_replicas(black_box(small.clone())).unwrap()); });
-    let wasm = measure(31, 1000, || { black_box(policies.place_replicas(black_box(small.clone())).unwrap()); });
+    let native = measure(31, 1000, || {
+        black_box(<Defaults as PlacementPolicy>::place_replicas(black_box(small.clone())).unwrap());
+    });
+    let wasm = measure(31, 1000, || {
+        black_box(policies.place_replicas(black_box(small.clone())).unwrap());
+    });
     row("place-replicas 1 shard / 5 nodes, warm", wasm, "native", native);
 
     let ranking = ranking_request();
-    let native = measure(31, 500, || { black_box(<Defaults as PlacementPolicy>::preferred_holders(black_box(ranking.clone())).unwrap()); });
-    let wasm = measure(31, 500, || { black_box(policies.preferred_holders(black_box(ranking.clone())).unwrap()); });
+    let native = measure(31, 500, || {
+        black_box(<Defaults as PlacementPolicy>::preferred_holders(black_box(ranking.clone())).unwrap());
+    });
+    let wasm = measure(31, 500, || {
+        black_box(policies.preferred_holders(black_box(ranking.clone())).unwrap());
+    });
     row("preferred-holders 16 shards, warm", wasm, "native", native);
 
     let holders: Vec<Holder> = ranking.shards.iter().map(|s| Holder { shard: s.id.clone(), node: "node-000".into() }).collect();
@@ -123,28 +145,45 @@ fn main() {
         load: Vec::new(),
         max_per_round: 4,
     };
-    let native = measure(31, 500, || { black_box(<Defaults as DrainPolicy>::plan_drain(black_box(drain.clone())).unwrap()); });
-    let wasm = measure(31, 500, || { black_box(policies.plan_drain(black_box(drain.clone())).unwrap()); });
+    let native = measure(31, 500, || {
+        black_box(<Defaults as DrainPolicy>::plan_drain(black_box(drain.clone())).unwrap());
+    });
+    let wasm = measure(31, 500, || {
+        black_box(policies.plan_drain(black_box(drain.clone())).unwrap());
+    });
     row("plan-drain 16 shards, warm", wasm, "native", native);
 
     // A call that needs a fresh instance (after a failure, or the first call).
-    let warm = measure(31, 500, || { black_box(policies.split_points(black_box(split.clone())).unwrap()); });
+    let warm = measure(31, 500, || {
+        black_box(policies.split_points(black_box(split.clone())).unwrap());
+    });
     let runner = policies.slot(Slot::Split);
-    let fresh = measure(31, 100, || { runner.reset(); black_box(policies.split_points(black_box(split.clone())).unwrap()); });
+    let fresh = measure(31, 100, || {
+        runner.reset();
+        black_box(policies.split_points(black_box(split.clone())).unwrap());
+    });
     row("split-points on a fresh instance", fresh, "warm instance", warm);
 
     // Loading: compile from bytes against a cached artifact.
     let dir = tempfile::tempdir().unwrap();
     let cache = Cache::new(dir.path());
     Plugin::load(&PluginSource::Default, Some(&cache)).unwrap();
-    let cold = measure(5, 1, || { black_box(Plugin::load(&PluginSource::Default, None).unwrap()); });
-    let cached = measure(11, 5, || { black_box(cache.get(engine(), EMBEDDED_DEFAULTS).unwrap()); });
+    let cold = measure(5, 1, || {
+        black_box(Plugin::load(&PluginSource::Default, None).unwrap());
+    });
+    let cached = measure(11, 5, || {
+        black_box(cache.get(engine(), EMBEDDED_DEFAULTS).unwrap());
+    });
     row("load the default component from the cache", cached, "compile (cold)", cold);
 
     // The large placement.
     let big = placement_request(10_000, 100);
-    let native = measure(5, 1, || { black_box(<Defaults as PlacementPolicy>::place_replicas(black_box(big.clone())).unwrap()); });
-    let wasm = measure(5, 1, || { black_box(policies.place_replicas(black_box(big.clone())).unwrap()); });
+    let native = measure(5, 1, || {
+        black_box(<Defaults as PlacementPolicy>::place_replicas(black_box(big.clone())).unwrap());
+    });
+    let wasm = measure(5, 1, || {
+        black_box(policies.place_replicas(black_box(big.clone())).unwrap());
+    });
     row("place-replicas 10,000 shards x RF 3 on 100 nodes", wasm, "native", native);
 
     println!("| measurement | time | baseline | baseline time | ratio |");

@@ -13,15 +13,17 @@
 //! `cargo bench -p chitin --bench takeover` (needs the local PostgreSQL,
 //! MariaDB and Redis, and their command-line clients).
 
-#[path = "../tests/cluster_common/mod.rs"]
-mod cluster_common;
+// The integration tests' kit; a bench uses only part of it.
+#[allow(dead_code)]
+#[path = "../tests/it/support/mod.rs"]
+mod support;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cluster_common::*;
 use sqlx::Connection;
+use support::cluster::*;
 
 const KILLS: usize = 5;
 

@@ -102,12 +102,8 @@ fn bench(c: &mut Criterion) {
     g.bench_function("validate_old_then_new", |b| {
         b.iter(|| (black_box(validate(black_box(&old))), black_box(validate(black_box(&new)))))
     });
-    g.bench_function("validate_transition", |b| {
-        b.iter(|| black_box(validate_transition(black_box(&old), black_box(&new))))
-    });
-    g.bench_function("transition_rules_alone", |b| {
-        b.iter(|| black_box(transition_rules(black_box(&old), black_box(&new))))
-    });
+    g.bench_function("validate_transition", |b| b.iter(|| black_box(validate_transition(black_box(&old), black_box(&new)))));
+    g.bench_function("transition_rules_alone", |b| b.iter(|| black_box(transition_rules(black_box(&old), black_box(&new)))));
     g.bench_function("parse_json", |b| b.iter(|| black_box(ClusterConfig::from_json(black_box(&json)).unwrap())));
     g.bench_function("router_build", |b| b.iter(|| black_box(Router::new(black_box(&new)))));
     g.finish();

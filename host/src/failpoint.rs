@@ -35,8 +35,7 @@ pub struct Armed {
 pub fn parse(spec: &str) -> Result<BTreeMap<String, Armed>, String> {
     let mut armed = BTreeMap::new();
     for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let (name, action) =
-            entry.split_once('=').ok_or_else(|| format!("`{entry}`: expected name=probability:millis"))?;
+        let (name, action) = entry.split_once('=').ok_or_else(|| format!("`{entry}`: expected name=probability:millis"))?;
         if !POINTS.iter().any(|(p, _)| *p == name) {
             let known: Vec<&str> = POINTS.iter().map(|(p, _)| *p).collect();
             return Err(format!("`{name}` is not a failpoint; known: {}", known.join(", ")));
@@ -128,7 +127,8 @@ mod tests {
         assert_eq!(ok["append.before_commit"], Armed { probability: 0.5, pause: Duration::from_secs(3) });
         assert_eq!(ok.len(), 2);
         assert!(parse("").unwrap().is_empty());
-        let expected = expected_append_pause("append.before_fence=0.05:2000,append.before_commit=0.5:10,split.before_commit=1:9000");
+        let expected =
+            expected_append_pause("append.before_fence=0.05:2000,append.before_commit=0.5:10,split.before_commit=1:9000");
         assert_eq!(expected, Duration::from_millis(105));
         for (spec, says) in [
             ("nope=1:1", "not a failpoint"),

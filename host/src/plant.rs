@@ -73,7 +73,9 @@ impl Plant {
             Plant::EpochBump => "the epoch bump of a grant: a new holder gets its predecessor's epoch",
             Plant::SplitRetirement => "the retirement of a split parent's lease: its token stays valid beside its children's",
             Plant::ForwardOnce => "the forward's at-most-once rule: a forward whose answer was lost is taken as never sent",
-            Plant::Liveness => "the lapse of a lease on liveness: it is taken as live while its holder's row has an expiry, passed or not",
+            Plant::Liveness => {
+                "the lapse of a lease on liveness: it is taken as live while its holder's row has an expiry, passed or not"
+            }
             Plant::AffinityClaim => "the ownership check of an affinity claim: a claim overwrites another instance's",
         }
     }

@@ -32,11 +32,7 @@ pub struct Running {
 }
 
 async fn bind(addr: &str, what: &'static str) -> Result<TcpListener, NodeError> {
-    TcpListener::bind(addr).await.map_err(|source| NodeError::Listen {
-        addr: addr.to_string(),
-        what,
-        source,
-    })
+    TcpListener::bind(addr).await.map_err(|source| NodeError::Listen { addr: addr.to_string(), what, source })
 }
 
 /// The config a cluster-mode node starts with: its stored copy, else the
@@ -51,10 +47,7 @@ fn provisioned(settings: &Settings) -> Result<Option<Provisioned>, NodeError> {
     let Some(seed) = &settings.cluster.config_file else {
         return Ok(None);
     };
-    let bad = |reason: String| NodeError::ClusterConfig {
-        path: seed.display().to_string(),
-        reason,
-    };
+    let bad = |reason: String| NodeError::ClusterConfig { path: seed.display().to_string(), reason };
     let config = topology::file::load(seed).map_err(|e| bad(e.to_string()))?;
     let violations = topology::validate(&config);
     if !violations.is_empty() {
@@ -130,7 +123,9 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
     let grpc = api::grpc::router(control.clone(), tls.as_ref().and_then(|t| t.peer_ca()));
     let http = api::http::router(control.clone());
     let grpc_task = match &tls {
-        Some(t) => serve_grpc(grpc, TlsListener::new(api_listener, t.grpc()).map_err(listen_error(api_addr))?.into_stream(), &control),
+        Some(t) => {
+            serve_grpc(grpc, TlsListener::new(api_listener, t.grpc()).map_err(listen_error(api_addr))?.into_stream(), &control)
+        }
         None => serve_grpc(grpc, nodelay_incoming(api_listener), &control),
     };
     let http_task = match &tls {
@@ -147,11 +142,7 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
     };
     control.keep(grpc_task);
     control.keep(http_task);
-    Ok(Running {
-        control,
-        api_addr,
-        metrics_addr,
-    })
+    Ok(Running { control, api_addr, metrics_addr })
 }
 
 fn listen_error(addr: SocketAddr) -> impl FnOnce(std::io::Error) -> NodeError {
@@ -221,9 +212,7 @@ impl Running {
 /// tonic applies its own `tcp_nodelay` only to sockets it binds itself; an
 /// accepted socket left with Nagle's algorithm holds a small response back
 /// until the client's delayed ACK, about 40 ms, on every other call.
-pub fn nodelay_incoming(
-    listener: TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+pub fn nodelay_incoming(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
     use tokio_stream::StreamExt;
     tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
         let stream = accepted?;

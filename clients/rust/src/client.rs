@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::interceptor::InterceptedService;
 use tonic::body::Body;
 use tonic::codegen::{StdError, http};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Endpoint;
 use tonic::{Code, Request, Status};
 use tower::util::BoxCloneSyncService;
@@ -141,10 +141,18 @@ pub enum AppendOutcome {
     Applied(Applied),
     /// Certainly not committed by any attempt: safe to give the id up, or to
     /// send again (same id) to `go_to`, the shard's holder when known.
-    NotApplied { request_id: String, reason: String, go_to: Option<Holder> },
+    NotApplied {
+        request_id: String,
+        reason: String,
+        go_to: Option<Holder>,
+    },
     /// Some attempt may have committed and none confirmed it: retry later
     /// with the same request id, which applies at most once.
-    Unknown { request_id: String, reason: String, attempts: u32 },
+    Unknown {
+        request_id: String,
+        reason: String,
+        attempts: u32,
+    },
 }
 
 impl AppendOutcome {
@@ -474,7 +482,11 @@ impl Client {
                     Ok(t) => return Ok(t),
                     Err(s) => match classify(&s) {
                         Attempt::Refused { code, message } => return Err(Error::Refused { code, message }),
-                        _ if !matches!(s.code(), Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled) => {
+                        _ if !matches!(
+                            s.code(),
+                            Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled
+                        ) =>
+                        {
                             return Err(Error::Status(s));
                         }
                         _ => {

@@ -90,19 +90,14 @@ impl LeaseToken {
 
 /// Runs the fence as the next statement of the open transaction `conn`.
 pub async fn check_postgres(conn: &mut PgConnection, token: &LeaseToken) -> Result<(), FenceError> {
-    let row =
-        sqlx::query(POSTGRES).bind(&token.shard).bind(token.holder).bind(token.epoch()?).fetch_optional(conn).await?;
+    let row = sqlx::query(POSTGRES).bind(&token.shard).bind(token.holder).bind(token.epoch()?).fetch_optional(conn).await?;
     row.map(|_| ()).ok_or_else(|| token.lost())
 }
 
 /// Runs the fence as the next statement of the open transaction `conn`.
 pub async fn check_mysql(conn: &mut MySqlConnection, token: &LeaseToken) -> Result<(), FenceError> {
-    let row = sqlx::query(MYSQL)
-        .bind(&token.shard)
-        .bind(token.holder.to_string())
-        .bind(token.epoch()?)
-        .fetch_optional(conn)
-        .await?;
+    let row =
+        sqlx::query(MYSQL).bind(&token.shard).bind(token.holder.to_string()).bind(token.epoch()?).fetch_optional(conn).await?;
     row.map(|_| ()).ok_or_else(|| token.lost())
 }
 

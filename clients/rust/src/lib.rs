@@ -23,7 +23,7 @@ pub mod outcome;
 pub mod proto;
 pub mod watch;
 
-pub use client::{Applied, AppendOutcome, BoxChannel, Client, ClientBuilder, Dial, Error, Options, boxed};
+pub use client::{AppendOutcome, Applied, BoxChannel, Client, ClientBuilder, Dial, Error, Options, boxed};
 pub use key::{fnv1a, stream_key};
 pub use nodes::{Nodes, NodesError, Unreachable};
 pub use outcome::{Attempt, Holder, classify, never_sent};

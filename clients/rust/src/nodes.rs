@@ -117,7 +117,9 @@ pub fn check_address(address: &str) -> Result<(), NodesError> {
     let authority = rest.split('/').next().unwrap_or_default();
     match authority.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => Ok(()),
-        Some((_, port)) if !port.is_empty() && !port.parse::<u16>().is_ok_and(|p| p > 0) => bad("the port is not a number 1..=65535"),
+        Some((_, port)) if !port.is_empty() && !port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            bad("the port is not a number 1..=65535")
+        }
         _ if address.contains("://") => Ok(()),
         _ => bad("it has no port"),
     }

@@ -18,15 +18,30 @@ use crate::proto::{self, ownership_client::OwnershipClient, ownership_event::Kin
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchEvent {
     /// (Re)subscribed to `node`: `held` is everything it holds now.
-    Subscribed { node: String, held: Vec<proto::ShardLease> },
-    Acquired { shard: String, epoch: u64 },
+    Subscribed {
+        node: String,
+        held: Vec<proto::ShardLease>,
+    },
+    Acquired {
+        shard: String,
+        epoch: u64,
+    },
     /// Stop taking new work for the shard (the lease is being handed over).
-    Draining { shard: String, epoch: u64 },
+    Draining {
+        shard: String,
+        epoch: u64,
+    },
     /// Stop writing for the shard: the lease is gone.
-    Lost { shard: String, epoch: u64 },
+    Lost {
+        shard: String,
+        epoch: u64,
+    },
     /// The stream from `node` ended: events may have been missed. A
     /// `Subscribed` follows once a node answers.
-    Gap { node: String, reason: String },
+    Gap {
+        node: String,
+        reason: String,
+    },
 }
 
 /// Longest pause between subscription attempts.

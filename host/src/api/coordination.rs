@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use crate::proto::{self, coordination_server};
-use crate::coord::{self, Coordinator, Declined, Dispatch, DeploymentState, DeploymentUpdate, ListFilter, NewDeployment, Progress};
+use crate::coord::{
+    self, Coordinator, Declined, DeploymentState, DeploymentUpdate, Dispatch, ListFilter, NewDeployment, Progress,
+};
 use crate::node::control::Control;
+use crate::proto::{self, coordination_server};
 
 #[derive(Clone)]
 pub struct Coordination(pub Arc<Control>);
@@ -98,9 +100,10 @@ impl coordination_server::Coordination for Coordination {
             }));
         };
         let (outcome, window) = coord.dispatcher.dispatch_with_window(&r.target_id).await.map_err(|d| match d {
-            Declined::TargetOwnedByOther { owner, .. } => {
-                Status::failed_precondition(format!("TargetOwnedByOther{{owner={owner}}}: target {} is owned by another live instance", r.target_id))
-            }
+            Declined::TargetOwnedByOther { owner, .. } => Status::failed_precondition(format!(
+                "TargetOwnedByOther{{owner={owner}}}: target {} is owned by another live instance",
+                r.target_id
+            )),
             Declined::InvalidTarget { .. } => Status::invalid_argument(d.to_string()),
         })?;
         Ok(Response::new(proto::DispatchResponse {
@@ -120,12 +123,8 @@ impl coordination_server::Coordination for Coordination {
     async fn affinity_list(&self, req: Request<proto::InstanceRequest>) -> Result<Response<proto::TargetsResponse>, Status> {
         let coord = self.coord()?;
         let id = req.into_inner().instance_id;
-        let targets = if id.is_empty() {
-            coord.affinity.my_targets().await
-        } else {
-            coord.affinity.list(&id).await
-        }
-        .map_err(affinity_error)?;
+        let targets = if id.is_empty() { coord.affinity.my_targets().await } else { coord.affinity.list(&id).await }
+            .map_err(affinity_error)?;
         Ok(Response::new(proto::TargetsResponse { targets }))
     }
 
@@ -170,10 +169,7 @@ impl coordination_server::Coordination for Coordination {
             )));
         }
         if r.completed > r.total {
-            return Err(Status::invalid_argument(format!(
-                "completed = {} must not exceed total = {}",
-                r.completed, r.total
-            )));
+            return Err(Status::invalid_argument(format!("completed = {} must not exceed total = {}", r.completed, r.total)));
         }
         let update = DeploymentUpdate {
             state: state(&r.state)?,
@@ -194,10 +190,7 @@ impl coordination_server::Coordination for Coordination {
         json(&self.coord()?.deployments.finish(&r.deployment_id, to, message).await.map_err(deployment_error)?)
     }
 
-    async fn deployment_show(
-        &self,
-        req: Request<proto::DeploymentShowRequest>,
-    ) -> Result<Response<proto::JsonResponse>, Status> {
+    async fn deployment_show(&self, req: Request<proto::DeploymentShowRequest>) -> Result<Response<proto::JsonResponse>, Status> {
         let id = req.into_inner().deployment_id;
         match self.coord()?.deployments.show(&id).await.map_err(deployment_error)? {
             Some(d) => json(&d),
@@ -205,15 +198,9 @@ impl coordination_server::Coordination for Coordination {
         }
     }
 
-    async fn deployment_list(
-        &self,
-        req: Request<proto::DeploymentListRequest>,
-    ) -> Result<Response<proto::JsonResponse>, Status> {
+    async fn deployment_list(&self, req: Request<proto::DeploymentListRequest>) -> Result<Response<proto::JsonResponse>, Status> {
         let r = req.into_inner();
-        let filter = ListFilter {
-            active_only: r.active_only,
-            instance: Some(r.instance_id).filter(|i| !i.is_empty()),
-        };
+        let filter = ListFilter { active_only: r.active_only, instance: Some(r.instance_id).filter(|i| !i.is_empty()) };
         json(&self.coord()?.deployments.list(&filter).await.map_err(deployment_error)?)
     }
 }

@@ -188,7 +188,11 @@ fn lease_message(node: &Node, row: &LeaseRow, now: chrono::DateTime<chrono::Utc>
     proto::ShardLease {
         shard: row.shard.clone(),
         application,
-        holder: registration.as_ref().map(|r| r.name.clone()).or(row.holder_name.clone().filter(|_| row.live)).unwrap_or_default(),
+        holder: registration
+            .as_ref()
+            .map(|r| r.name.clone())
+            .or(row.holder_name.clone().filter(|_| row.live))
+            .unwrap_or_default(),
         holder_uuid: holder.map(|h| h.to_string()).unwrap_or_default(),
         holder_address: registration.map(|r| r.address).unwrap_or_default(),
         epoch: row.epoch as u64,
@@ -256,11 +260,7 @@ impl ownership_server::Ownership for Api {
                     OwnershipEvent::Draining { shard, epoch } => (Kind::Draining, shard, epoch),
                     OwnershipEvent::Lost { shard, epoch } => (Kind::Lost, shard, epoch),
                 };
-                Ok(proto::OwnershipEvent {
-                    kind: kind as i32,
-                    shard,
-                    epoch: epoch as u64,
-                })
+                Ok(proto::OwnershipEvent { kind: kind as i32, shard, epoch: epoch as u64 })
             }
             Err(_) => Err(Status::data_loss("the watcher fell behind; events were dropped: call Held and watch again")),
         });
@@ -369,10 +369,7 @@ impl admin_server::Admin for Api {
             BootstrapError::Invalid(_) | BootstrapError::NotInConfig(_) => Status::invalid_argument(e.to_string()),
             _ => Status::failed_precondition(e.to_string()),
         })?;
-        Ok(Response::new(proto::BootstrapResponse {
-            state: READY.into(),
-            config_version: node.topology().config.version,
-        }))
+        Ok(Response::new(proto::BootstrapResponse { state: READY.into(), config_version: node.topology().config.version }))
     }
 
     async fn update_config(
@@ -409,10 +406,7 @@ impl admin_server::Admin for Api {
                     state: node.lifecycle().as_str().into(),
                 }
             }
-            None => proto::GetConfigResponse {
-                state: UNPROVISIONED.into(),
-                ..Default::default()
-            },
+            None => proto::GetConfigResponse { state: UNPROVISIONED.into(), ..Default::default() },
         }))
     }
 }

@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
-use crate::node::metrics;
 use crate::node::control::Control;
+use crate::node::metrics;
 
 use super::grpc::UNPROVISIONED;
 use super::status_page;
@@ -157,11 +157,7 @@ async fn status_page(State(control): State<Arc<Control>>, headers: HeaderMap) ->
         Some(node) => status_page::render(&status_page::view(&node).await),
         None => status_page::render_unprovisioned(),
     };
-    (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")],
-        html,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], html).into_response()
 }
 
 async fn readyz(State(control): State<Arc<Control>>) -> Response {

@@ -97,8 +97,7 @@ pub async fn view(node: &Node) -> PageView {
         })
         .collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    let leaving: Vec<uuid::Uuid> =
-        cv.registry.iter().filter(|r| r.live && r.state == NodeState::Leaving).map(|r| r.id).collect();
+    let leaving: Vec<uuid::Uuid> = cv.registry.iter().filter(|r| r.live && r.state == NodeState::Leaving).map(|r| r.id).collect();
     let shards = topology
         .map
         .shards()
@@ -259,9 +258,18 @@ pub fn render(v: &PageView) -> String {
             s.expires_in_ms.map_or_else(String::new, |ms| format!("{ms} ms")),
         );
     }
-    m.push_str("</table><h2>Policies of this node</h2><table id=\"policies\"><tr><th>slot</th><th>component</th><th>SHA-256</th></tr>");
+    m.push_str(
+        "</table><h2>Policies of this node</h2><table id=\"policies\"><tr><th>slot</th><th>component</th><th>SHA-256</th></tr>",
+    );
     for (slot, plugin, sha) in &v.policies {
-        let _ = write!(m, "<tr data-slot=\"{}\"><td>{}</td><td>{}</td><td><code>{}</code></td></tr>", esc(slot), esc(slot), esc(plugin), esc(sha));
+        let _ = write!(
+            m,
+            "<tr data-slot=\"{}\"><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            esc(slot),
+            esc(slot),
+            esc(plugin),
+            esc(sha)
+        );
     }
     m.push_str("</table></main>");
     page(&v.node, &m)

@@ -118,7 +118,12 @@ pub async fn upgrade_status(node: &Node) -> Result<proto::UpgradeStatusResponse,
             .collect(),
         gates: gates::GATES
             .iter()
-            .map(|g| proto::GateState { name: g.name.into(), since: g.since.to_string(), what: g.what.into(), active: g.active(cluster) })
+            .map(|g| proto::GateState {
+                name: g.name.into(),
+                since: g.since.to_string(),
+                what: g.what.into(),
+                active: g.active(cluster),
+            })
             .collect(),
         finalize_to: if cluster < binary { binary.to_string() } else { String::new() },
         blockers: if cluster < binary { blockers } else { Vec::new() },

@@ -28,8 +28,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::claims::TargetOwner;
-use super::clock::{Step, unstep_us};
 use super::clients::{Abandoned, Ack};
+use super::clock::{Step, unstep_us};
 
 /// A stored journal entry. Times are microseconds since the Unix epoch by
 /// the database clock.
@@ -123,34 +123,102 @@ impl Bounds {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Violation {
-    Lost { stream: String, request_id: String, sequence: i64, epoch: i64 },
-    AckMismatch { stream: String, request_id: String, acked: (i64, i64), stored: (i64, i64) },
-    Duplicate { request_id: String, copies: Vec<(String, i64)> },
-    StaleEpoch { stream: String, seq: i64, request_id: String, shard: String, epoch: i64, current: Option<i64>, committed_us: i64 },
-    SlowTakeover { fault: usize, node: String, shard: String, died_us: i64, granted_us: Option<i64>, bound_ms: u64 },
+    Lost {
+        stream: String,
+        request_id: String,
+        sequence: i64,
+        epoch: i64,
+    },
+    AckMismatch {
+        stream: String,
+        request_id: String,
+        acked: (i64, i64),
+        stored: (i64, i64),
+    },
+    Duplicate {
+        request_id: String,
+        copies: Vec<(String, i64)>,
+    },
+    StaleEpoch {
+        stream: String,
+        seq: i64,
+        request_id: String,
+        shard: String,
+        epoch: i64,
+        current: Option<i64>,
+        committed_us: i64,
+    },
+    SlowTakeover {
+        fault: usize,
+        node: String,
+        shard: String,
+        died_us: i64,
+        granted_us: Option<i64>,
+        bound_ms: u64,
+    },
     /// A stalled node's shard granted elsewhere before its lease could have
     /// expired: something judged it dead that should not have.
-    EarlyTakeover { fault: usize, node: String, shard: String, died_us: i64, granted_us: i64, floor_ms: u64 },
+    EarlyTakeover {
+        fault: usize,
+        node: String,
+        shard: String,
+        died_us: i64,
+        granted_us: i64,
+        floor_ms: u64,
+    },
     /// A request answered "not applied" (and given up) was stored after all.
-    NotAppliedStored { stream: String, request_id: String, seq: i64 },
+    NotAppliedStored {
+        stream: String,
+        request_id: String,
+        seq: i64,
+    },
     /// Two leases whose key ranges overlap were live at the same time (from
     /// `from_us` until `until_us`; `None`: the end of the run): two tokens
     /// could pass the fence for the same keys.
-    OverlappingOwners { first: Owner, second: Owner, from_us: i64, until_us: Option<i64> },
+    OverlappingOwners {
+        first: Owner,
+        second: Owner,
+        from_us: i64,
+        until_us: Option<i64>,
+    },
     /// A row of a split parent committed after the parent's retirement did.
-    RetiredShardWrite { stream: String, seq: i64, request_id: String, shard: String, epoch: i64, retired_us: i64, committed_us: i64 },
+    RetiredShardWrite {
+        stream: String,
+        seq: i64,
+        request_id: String,
+        shard: String,
+        epoch: i64,
+        retired_us: i64,
+        committed_us: i64,
+    },
     /// One (shard, epoch) held by more than one holder, by the history or by
     /// the holders that acknowledged first-attempt commits under it: a grant
     /// kept the epoch it replaced.
-    EpochReused { shard: String, epoch: i64, holders: Vec<String> },
+    EpochReused {
+        shard: String,
+        epoch: i64,
+        holders: Vec<String>,
+    },
     /// Two instances certainly owned one dispatch target at once, from
     /// `from_ms` until `until_ms` (milliseconds since the run's start),
     /// outside any fail-open window (see [`super::claims`]).
-    DoubleOwner { target: String, first: TargetOwner, second: TargetOwner, from_ms: u64, until_ms: u64 },
+    DoubleOwner {
+        target: String,
+        first: TargetOwner,
+        second: TargetOwner,
+        from_ms: u64,
+        until_ms: u64,
+    },
     /// A dispatch answered "failed open" with no fail-open window of its
     /// node covering it: the node acted without a claim and without saying
     /// when it was failing open.
-    UnloggedFailOpen { target: String, node: String, instance: String, sent_ms: u64, answered_ms: u64 },
+    UnloggedFailOpen {
+        target: String,
+        node: String,
+        instance: String,
+        sent_ms: u64,
+        answered_ms: u64,
+    },
 }
 
 /// A measured takeover.
@@ -237,7 +305,11 @@ fn check_abandoned(abandoned: &[Abandoned], rows: &[Row], v: &mut Verdict) {
     for a in abandoned {
         if let Some(r) = stored.get(&(a.stream.as_str(), a.request_id.as_str())) {
             v.not_applied_stored += 1;
-            v.violations.push(Violation::NotAppliedStored { stream: a.stream.clone(), request_id: a.request_id.clone(), seq: r.seq });
+            v.violations.push(Violation::NotAppliedStored {
+                stream: a.stream.clone(),
+                request_id: a.request_id.clone(),
+                seq: r.seq,
+            });
         }
     }
 }
@@ -401,7 +473,12 @@ fn check_overlaps(grants: &[Grant], retirements: &[Retired], ranges: &Ranges, v:
                     };
                     if until.is_none_or(|u| from < u) {
                         v.overlapping_owners += 1;
-                        v.violations.push(Violation::OverlappingOwners { first: owner(ga), second: owner(gb), from_us: from, until_us: until });
+                        v.violations.push(Violation::OverlappingOwners {
+                            first: owner(ga),
+                            second: owner(gb),
+                            from_us: from,
+                            until_us: until,
+                        });
                     }
                 }
             }
@@ -438,7 +515,11 @@ fn check_epoch_reuse(acks: &[Ack], grants: &[Grant], v: &mut Verdict) {
     for ((shard, epoch), names) in holders {
         if names.len() > 1 {
             v.epoch_reused += 1;
-            v.violations.push(Violation::EpochReused { shard: shard.to_string(), epoch, holders: names.into_iter().map(str::to_string).collect() });
+            v.violations.push(Violation::EpochReused {
+                shard: shard.to_string(),
+                epoch,
+                holders: names.into_iter().map(str::to_string).collect(),
+            });
         }
     }
 }
@@ -620,8 +701,10 @@ mod tests {
 
     fn ownership(acks: &[Ack], rows: &[Row], grants: &[Grant], retirements: &[Retired]) -> Verdict {
         // p covers 0..=99, split into c0 (0..=49) and c1 (50..=99); q is beside them.
-        let ranges: Ranges =
-            [("p", (0, 99)), ("c0", (0, 49)), ("c1", (50, 99)), ("q", (100, 199))].into_iter().map(|(s, r)| (s.to_string(), r)).collect();
+        let ranges: Ranges = [("p", (0, 99)), ("c0", (0, 49)), ("c1", (50, 99)), ("q", (100, 199))]
+            .into_iter()
+            .map(|(s, r)| (s.to_string(), r))
+            .collect();
         let mut v = Verdict::default();
         check_ownership(acks, rows, grants, retirements, &ranges, &mut v);
         v
@@ -682,7 +765,12 @@ mod tests {
     #[test]
     fn an_epoch_held_by_two_holders_is_reused() {
         let grants = [granted("s", 1, "a", 0), granted("s", 2, "b", 100)];
-        let by = |holder: &str, epoch: i64, attempts: u32, resent: bool| Ack { holder: holder.into(), attempts, resent, ..ack("x", "r", 1, epoch) };
+        let by = |holder: &str, epoch: i64, attempts: u32, resent: bool| Ack {
+            holder: holder.into(),
+            attempts,
+            resent,
+            ..ack("x", "r", 1, epoch)
+        };
         let cases = [
             ("every holder under its own epoch", vec![by("a", 1, 1, false), by("b", 2, 1, false)], 0),
             ("b committed under a's epoch", vec![by("a", 1, 1, false), by("b", 1, 1, false)], 1),
@@ -696,7 +784,10 @@ mod tests {
             assert_eq!(v.epoch_reused, want, "{name}: {:?}", v.violations);
         }
         let v = ownership(&[by("b", 1, 1, false)], &[], &grants, &[]);
-        assert_eq!(v.violations, vec![Violation::EpochReused { shard: "s".into(), epoch: 1, holders: vec!["a".into(), "b".into()] }]);
+        assert_eq!(
+            v.violations,
+            vec![Violation::EpochReused { shard: "s".into(), epoch: 1, holders: vec!["a".into(), "b".into()] }]
+        );
     }
 
     #[test]

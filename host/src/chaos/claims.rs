@@ -138,7 +138,8 @@ fn certain(g: &Grant, ttl_ms: u64, disturbances: &[Disturbance]) -> Option<(u64,
 pub fn check_dispatches(grants: &[Grant], disturbances: &[Disturbance], ttl: Duration, v: &mut Verdict) -> DispatchSummary {
     let ttl_ms = ttl.as_millis() as u64;
     let mut summary = DispatchSummary::default();
-    let windows: BTreeSet<(&str, u64)> = grants.iter().filter_map(|g| g.window.map(|w| (g.instance.as_str(), w.start_ms))).collect();
+    let windows: BTreeSet<(&str, u64)> =
+        grants.iter().filter_map(|g| g.window.map(|w| (g.instance.as_str(), w.start_ms))).collect();
     summary.windows = windows.len();
     // Target → certain intervals, with their owner.
     let mut by_target: BTreeMap<&str, Vec<(u64, u64, &Grant)>> = BTreeMap::new();
@@ -230,7 +231,10 @@ mod tests {
     }
 
     fn failed_open(instance: &str, sent_ms: u64, window: Option<(u64, u64)>) -> Grant {
-        Grant { window: window.map(|(start_ms, end_ms)| Window { start_ms, end_ms }), ..grant(instance, Granted::FailedOpen, sent_ms) }
+        Grant {
+            window: window.map(|(start_ms, end_ms)| Window { start_ms, end_ms }),
+            ..grant(instance, Granted::FailedOpen, sent_ms)
+        }
     }
 
     fn redis(from_ms: u64, until_ms: u64) -> Disturbance {
@@ -261,12 +265,42 @@ mod tests {
             // Redis restarted empty: a new owner right after it is legitimate.
             ("a new owner after a Redis restart", vec![claimed("a", 0), claimed("b", 2_100)], vec![redis(1_000, 2_000)], 0, 0),
             ("two owners after the restart", vec![claimed("a", 2_100), claimed("b", 2_500)], vec![redis(1_000, 2_000)], 1, 0),
-            ("a claim sent while Redis restarted proves nothing", vec![claimed("a", 1_500), claimed("b", 2_100)], vec![redis(1_000, 2_000)], 0, 0),
+            (
+                "a claim sent while Redis restarted proves nothing",
+                vec![claimed("a", 1_500), claimed("b", 2_100)],
+                vec![redis(1_000, 2_000)],
+                0,
+                0,
+            ),
             // The owner's node was killed, paused, cut off or stopped: its claims may go early.
-            ("a new owner after the old one's node fault", vec![claimed("a", 0), claimed("b", 1_500)], vec![node_fault("a", 1_000, 8_000)], 0, 0),
-            ("another node's fault excuses nothing", vec![claimed("a", 0), claimed("b", 1_500)], vec![node_fault("c", 1_000, 8_000)], 1, 0),
-            ("a comeback's claim is not judged while it settles", vec![claimed("a", 7_000), claimed("b", 7_500)], vec![node_fault("a", 1_000, 8_000)], 0, 0),
-            ("nor the other owner's after it", vec![claimed("b", 7_500), claimed("a", 7_900)], vec![node_fault("a", 1_000, 8_000)], 0, 0),
+            (
+                "a new owner after the old one's node fault",
+                vec![claimed("a", 0), claimed("b", 1_500)],
+                vec![node_fault("a", 1_000, 8_000)],
+                0,
+                0,
+            ),
+            (
+                "another node's fault excuses nothing",
+                vec![claimed("a", 0), claimed("b", 1_500)],
+                vec![node_fault("c", 1_000, 8_000)],
+                1,
+                0,
+            ),
+            (
+                "a comeback's claim is not judged while it settles",
+                vec![claimed("a", 7_000), claimed("b", 7_500)],
+                vec![node_fault("a", 1_000, 8_000)],
+                0,
+                0,
+            ),
+            (
+                "nor the other owner's after it",
+                vec![claimed("b", 7_500), claimed("a", 7_900)],
+                vec![node_fault("a", 1_000, 8_000)],
+                0,
+                0,
+            ),
             ("after settling it is", vec![claimed("a", 8_000), claimed("b", 8_500)], vec![node_fault("a", 1_000, 8_000)], 1, 0),
             // Failing open inside the node's own window owns nothing.
             ("a logged fail-open beside an owner", vec![ours("a", 0), failed_open("b", 500, Some((400, 3_505)))], vec![], 0, 0),
@@ -299,7 +333,10 @@ mod tests {
         let (v, s) = judge(&[claimed("a", 0), ours("a", 1_000), claimed("b", 2_000), ours("b", 2_500)], &[]);
         let a = TargetOwner { node: "node-a".into(), instance: "a".into(), from_ms: 5, until_ms: 3_900 };
         let b = TargetOwner { node: "node-b".into(), instance: "b".into(), from_ms: 2_005, until_ms: 5_400 };
-        assert_eq!(v.violations, vec![Violation::DoubleOwner { target: "t".into(), first: a, second: b, from_ms: 2_005, until_ms: 3_900 }]);
+        assert_eq!(
+            v.violations,
+            vec![Violation::DoubleOwner { target: "t".into(), first: a, second: b, from_ms: 2_005, until_ms: 3_900 }]
+        );
         assert_eq!(s, DispatchSummary { judged: 4, windows: 0, handovers: 1 });
     }
 

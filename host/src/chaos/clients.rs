@@ -131,7 +131,8 @@ enum Answer {
 /// that every "not applied" answer is one node's, and is judged), and the
 /// old fixed pause between attempts.
 fn journal_client(plan: &ClientPlan) -> Result<Client, Error> {
-    let nodes = Nodes::new(plan.nodes.iter().cloned()).map_err(|e| Error::Refused { code: tonic::Code::InvalidArgument, message: e.to_string() })?;
+    let nodes = Nodes::new(plan.nodes.iter().cloned())
+        .map_err(|e| Error::Refused { code: tonic::Code::InvalidArgument, message: e.to_string() })?;
     let options = Options {
         attempts: 1,
         attempt_timeout: plan.attempt_timeout,

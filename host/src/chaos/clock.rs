@@ -43,7 +43,10 @@ pub async fn watch(mut stop: watch::Receiver<bool>) -> Vec<Step> {
         }
         let offset_us = wall_minus_monotonic_us(origin);
         if let Some(step) = detect(&mut base, offset_us, offset_us + origin.elapsed().as_micros() as i64) {
-            tracing::warn!(step_ms = step.step_us / 1000, "the wall clock stepped against the monotonic clock; the checker takes the step out");
+            tracing::warn!(
+                step_ms = step.step_us / 1000,
+                "the wall clock stepped against the monotonic clock; the checker takes the step out"
+            );
             steps.push(step);
         }
     }
@@ -117,12 +120,12 @@ mod tests {
     fn jumps_and_drifts_past_the_threshold_are_steps_and_jitter_is_not() {
         // (offset sample, wall time, the step it is)
         let samples: [(i64, i64, Option<i64>); 7] = [
-            (5_000, 1, None),                           // jitter
-            (-20_000, 2, None),                         // at the threshold
-            (11_700_000, 3, Some(11_700_000)),          // the host's correction
-            (11_710_000, 4, None),                      // drift, not yet a step
-            (11_720_001, 5, Some(20_001)),              // drift that added up
-            (11_720_001 - 500_000, 6, Some(-500_000)),  // a step back
+            (5_000, 1, None),                          // jitter
+            (-20_000, 2, None),                        // at the threshold
+            (11_700_000, 3, Some(11_700_000)),         // the host's correction
+            (11_710_000, 4, None),                     // drift, not yet a step
+            (11_720_001, 5, Some(20_001)),             // drift that added up
+            (11_720_001 - 500_000, 6, Some(-500_000)), // a step back
             (11_220_001, 7, None),
         ];
         let mut base = 0;

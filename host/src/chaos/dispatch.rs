@@ -121,7 +121,8 @@ pub fn targets() -> Vec<String> {
 /// Runs until `stop` turns true.
 pub async fn run(plan: DispatchPlan, mut stop: watch::Receiver<bool>) -> DispatchLog {
     let mut log = DispatchLog { clients: 1, ..DispatchLog::default() };
-    let options = Options { attempts: 1, attempt_timeout: CALL_TIMEOUT, connect_timeout: Duration::from_secs(1), ..Options::default() };
+    let options =
+        Options { attempts: 1, attempt_timeout: CALL_TIMEOUT, connect_timeout: Duration::from_secs(1), ..Options::default() };
     let client = match Nodes::one(plan.address.clone()) {
         Ok(nodes) => Client::builder(nodes).options(options).build().expect("no token"),
         Err(e) => {

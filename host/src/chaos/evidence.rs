@@ -185,7 +185,11 @@ mod tests {
         let cases = [
             (Basis::CommitTime { fallbacks: 0 }, "commit times", None),
             (Basis::CommitTime { fallbacks: 3 }, "except 3", None),
-            (Basis::StatementTime { why: "MySQL and MariaDB keep no commit time".into() }, "statement times, because MySQL", Some("limit:")),
+            (
+                Basis::StatementTime { why: "MySQL and MariaDB keep no commit time".into() },
+                "statement times, because MySQL",
+                Some("limit:"),
+            ),
         ];
         for (basis, says, limit) in cases {
             let text = basis.describe();

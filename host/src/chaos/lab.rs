@@ -88,8 +88,12 @@ impl PrivateServer {
     /// this process on loopback.
     pub fn urls(&self, node_host: &str) -> (String, String, String) {
         match self {
-            PrivateServer::Postgres(pg) => (pg.url(node_host), pg.url("127.0.0.1"), format!("private PostgreSQL on port {}", pg.port)),
-            PrivateServer::Mariadb(db) => (db.url(node_host), db.url("127.0.0.1"), format!("private MariaDB on port {}", db.port)),
+            PrivateServer::Postgres(pg) => {
+                (pg.url(node_host), pg.url("127.0.0.1"), format!("private PostgreSQL on port {}", pg.port))
+            }
+            PrivateServer::Mariadb(db) => {
+                (db.url(node_host), db.url("127.0.0.1"), format!("private MariaDB on port {}", db.port))
+            }
         }
     }
 }
@@ -214,7 +218,8 @@ impl Lab {
         let ids: Vec<String> = redis::cmd("SMEMBERS").arg(&index).query_async(&mut c).await.ok()?;
         let mut live = 0;
         for id in ids {
-            let exists: bool = redis::cmd("EXISTS").arg(format!("{}:instances:{id}", self.namespace)).query_async(&mut c).await.ok()?;
+            let exists: bool =
+                redis::cmd("EXISTS").arg(format!("{}:instances:{id}", self.namespace)).query_async(&mut c).await.ok()?;
             live += usize::from(exists);
         }
         Some(live)
@@ -245,8 +250,7 @@ impl Lab {
                 }
             }
             if start.elapsed() > within {
-                let tails: String =
-                    self.nodes.iter().map(|n| format!("---- {}\n{}\n", n.name, n.log_tail(15))).collect();
+                let tails: String = self.nodes.iter().map(|n| format!("---- {}\n{}\n", n.name, n.log_tail(15))).collect();
                 let unowned = self.status().await.map(|s| s.unowned);
                 return Err(ChaosError::NotRecovered { within, unowned, tails });
             }
@@ -260,7 +264,8 @@ impl Lab {
     pub async fn split(&mut self, rng: &mut Rng) -> Result<String, String> {
         use crate::topology::model::ShardState;
         let config = crate::topology::file::load(&self.config).map_err(|e| e.to_string())?;
-        let active: Vec<_> = config.shards().map(|(_, s)| s).filter(|s| s.state == ShardState::Active && s.upper > s.lower).collect();
+        let active: Vec<_> =
+            config.shards().map(|(_, s)| s).filter(|s| s.state == ShardState::Active && s.upper > s.lower).collect();
         if active.is_empty() {
             return Err("no active shard to split".into());
         }
@@ -353,7 +358,8 @@ impl Lab {
     ) -> Result<(), String> {
         use crate::rollout::exec::{self, Prepared};
         let verb = seq.verb();
-        let Prepared::Run { checkpoint, from, resumed } = exec::prepare(&self.config, seq, plan).map_err(|e| e.to_string())? else {
+        let Prepared::Run { checkpoint, from, resumed } = exec::prepare(&self.config, seq, plan).map_err(|e| e.to_string())?
+        else {
             return Err(format!("{verb} planned nothing"));
         };
         let opts = exec::Options { bake: Duration::from_secs(1), token: None, tls: None, ..exec::Options::default() };

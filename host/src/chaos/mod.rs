@@ -325,9 +325,7 @@ async fn run_in(
     let all = opts.nodes + opts.spares();
     let ports = testkit::free_ports(all * 2)?;
     let names: Vec<String> = (0..all).map(|k| format!("node-{:02}", k + 1)).collect();
-    let hosts: Vec<String> = (0..all)
-        .map(|k| network.as_ref().map_or("127.0.0.1".to_string(), |n| n.node_ip(k)))
-        .collect();
+    let hosts: Vec<String> = (0..all).map(|k| network.as_ref().map_or("127.0.0.1".to_string(), |n| n.node_ip(k))).collect();
     let apis: Vec<String> = (0..all).map(|k| format!("{}:{}", hosts[k], ports[2 * k])).collect();
     let config = opts.dir.join("cluster_config.json");
     let pairs: Vec<(String, String)> = names.iter().cloned().zip(apis.iter().cloned()).take(opts.nodes).collect();

@@ -125,7 +125,12 @@ pub struct FaultRecord {
 /// cluster cannot take now (`can_take` false: add-node once the spares ran
 /// out, move-shard while every node holds every shard) is passed over;
 /// `None` when no kind can be taken, which ends the run.
-pub fn draw(bag: &mut Vec<FaultKind>, kinds: &[FaultKind], rng: &mut Rng, can_take: impl Fn(FaultKind) -> bool) -> Option<FaultKind> {
+pub fn draw(
+    bag: &mut Vec<FaultKind>,
+    kinds: &[FaultKind],
+    rng: &mut Rng,
+    can_take: impl Fn(FaultKind) -> bool,
+) -> Option<FaultKind> {
     if !kinds.iter().any(|&k| can_take(k)) {
         return None;
     }
@@ -261,7 +266,13 @@ pub async fn inject(
     };
     let ended_ms = ms();
     let recovered = lab.wait_recovered(Duration::from_secs(90)).await?;
-    let death = node.clone().filter(|_| kind.is_death()).map(|node| Death { fault: index, node, at_us: died_at, shards: held.clone(), crash: kind == FaultKind::Kill });
+    let death = node.clone().filter(|_| kind.is_death()).map(|node| Death {
+        fault: index,
+        node,
+        at_us: died_at,
+        shards: held.clone(),
+        crash: kind == FaultKind::Kill,
+    });
     let record = FaultRecord {
         index,
         kind,

@@ -16,10 +16,10 @@ pub struct Network {
 }
 
 fn ip(args: &[&str]) -> Result<(), ChaosError> {
-    let out = Command::new("ip").args(args).output().map_err(|e| ChaosError::Ip {
-        args: args.join(" "),
-        stderr: format!("cannot run `ip` (iproute2): {e}"),
-    })?;
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| ChaosError::Ip { args: args.join(" "), stderr: format!("cannot run `ip` (iproute2): {e}") })?;
     if !out.status.success() {
         return Err(ChaosError::Ip { args: args.join(" "), stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() });
     }

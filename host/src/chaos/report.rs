@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::checker::{Verdict, Violation, percentile, unavailability};
-use super::clock::Step;
 use super::claims::DispatchSummary;
 use super::clients::ClientLog;
+use super::clock::Step;
 use super::dispatch::{DispatchLog, Granted};
 use super::evidence::Basis;
 use super::nemesis::FaultRecord;
@@ -153,7 +153,8 @@ pub struct FaultTakeover {
 fn by_fault(takeovers: &[super::checker::Takeover]) -> Vec<FaultTakeover> {
     let mut out: BTreeMap<usize, FaultTakeover> = BTreeMap::new();
     for t in takeovers {
-        let e = out.entry(t.fault).or_insert_with(|| FaultTakeover { fault: t.fault, node: t.node.clone(), shards: 0, max_ms: 0 });
+        let e =
+            out.entry(t.fault).or_insert_with(|| FaultTakeover { fault: t.fault, node: t.node.clone(), shards: 0, max_ms: 0 });
         e.shards += 1;
         e.max_ms = e.max_ms.max(t.ms);
     }
@@ -165,10 +166,8 @@ fn by_fault(takeovers: &[super::checker::Takeover]) -> Vec<FaultTakeover> {
 fn windows_by_kind(windows: &[(u64, u64)], faults: &[FaultRecord]) -> BTreeMap<String, [u64; 2]> {
     let mut out: BTreeMap<String, [u64; 2]> = BTreeMap::new();
     for &(s, e) in windows {
-        let kind = faults
-            .iter()
-            .find(|f| s <= f.ended_ms + f.recovered_ms && e >= f.started_ms)
-            .map_or("none", |f| f.kind.name());
+        let kind =
+            faults.iter().find(|f| s <= f.ended_ms + f.recovered_ms && e >= f.started_ms).map_or("none", |f| f.kind.name());
         let entry = out.entry(kind.to_string()).or_insert([0, 0]);
         entry[0] += 1;
         entry[1] = entry[1].max(e - s);
@@ -276,7 +275,15 @@ impl Report {
         let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
         let mut t = String::new();
         let r = &self.run;
-        let _ = writeln!(t, "chaos run: seed {}, {} nodes, {} shards, {} clients, {:.0} s", r.seed, r.nodes, r.shards, r.clients, r.duration_ms as f64 / 1000.0);
+        let _ = writeln!(
+            t,
+            "chaos run: seed {}, {} nodes, {} shards, {} clients, {:.0} s",
+            r.seed,
+            r.nodes,
+            r.shards,
+            r.clients,
+            r.duration_ms as f64 / 1000.0
+        );
         let _ = writeln!(t, "database: {}; network cuts: {}", r.database, r.network);
         if let Some(plant) = &r.plant {
             let _ = writeln!(t, "PLANTED BUG: {plant} (the run must fail)");
@@ -313,7 +320,10 @@ impl Report {
                 &format!("dispatches granted ({} clients; declined, failed)", self.dispatch_clients),
                 format!("{} ({}, {})", self.dispatches_granted, self.dispatches_declined, self.dispatches_failed),
             ),
-            ("of those, failed open (in windows the nodes reported)", format!("{} ({})", self.dispatches_failed_open, self.fail_open_windows)),
+            (
+                "of those, failed open (in windows the nodes reported)",
+                format!("{} ({})", self.dispatches_failed_open, self.fail_open_windows),
+            ),
             ("grants judged for ownership (target handovers)", format!("{} ({})", self.dispatches_judged, self.target_handovers)),
             ("targets with two owners at once", self.double_owners.to_string()),
             ("fail-opens outside their node's window", self.unlogged_fail_opens.to_string()),
@@ -339,7 +349,11 @@ impl Report {
             ("nodes restarted by the supervisor", self.supervisor_restarts.len().to_string()),
             (
                 "steps of the wall clock (taken out of takeovers and windows)",
-                format!("{} ({} ms in all)", self.clock_steps.len(), self.clock_steps.iter().map(|s| s.step_us).sum::<i64>() / 1000),
+                format!(
+                    "{} ({} ms in all)",
+                    self.clock_steps.len(),
+                    self.clock_steps.iter().map(|s| s.step_us).sum::<i64>() / 1000
+                ),
             ),
         ];
         for (name, value) in rows {
@@ -368,7 +382,17 @@ mod tests {
     use crate::chaos::FaultKind;
 
     fn fault(kind: FaultKind, started_ms: u64, ended_ms: u64, recovered_ms: u64) -> FaultRecord {
-        FaultRecord { index: 0, kind, node: None, started_ms, ended_ms, recovered_ms, held: 0, ineffective: None, detail: String::new() }
+        FaultRecord {
+            index: 0,
+            kind,
+            node: None,
+            started_ms,
+            ended_ms,
+            recovered_ms,
+            held: 0,
+            ineffective: None,
+            detail: String::new(),
+        }
     }
 
     #[test]

@@ -53,18 +53,36 @@ pub fn ack_floor(clients: usize, duration: Duration, interval: Duration, armed_p
 #[serde(tag = "failure", rename_all = "snake_case")]
 pub enum Failure {
     /// The checker found this many violations (listed in the report).
-    Violations { count: usize },
+    Violations {
+        count: usize,
+    },
     /// Nodes refused this many appends as invalid.
-    Rejected { count: usize },
-    TooFewAcknowledged { acknowledged: u64, floor: u64 },
+    Rejected {
+        count: usize,
+    },
+    TooFewAcknowledged {
+        acknowledged: u64,
+        floor: u64,
+    },
     /// Node processes that exited without a fault telling them to.
-    NodesExited { nodes: Vec<String> },
-    FaultWithoutEffect { fault: usize, kind: String, node: Option<String>, why: String },
+    NodesExited {
+        nodes: Vec<String>,
+    },
+    FaultWithoutEffect {
+        fault: usize,
+        kind: String,
+        node: Option<String>,
+        why: String,
+    },
     /// No acknowledged request was sent again, so dedup under failover went unchecked.
-    DedupUnchecked { acknowledged: u64 },
+    DedupUnchecked {
+        acknowledged: u64,
+    },
     /// Dispatch clients ran and no dispatch was granted: target ownership
     /// went unjudged.
-    NoDispatchGranted { clients: usize },
+    NoDispatchGranted {
+        clients: usize,
+    },
 }
 
 impl std::fmt::Display for Failure {
@@ -73,7 +91,10 @@ impl std::fmt::Display for Failure {
             Failure::Violations { count } => write!(f, "{count} violations of the checker's rules"),
             Failure::Rejected { count } => write!(f, "{count} appends rejected as invalid"),
             Failure::TooFewAcknowledged { acknowledged, floor } => {
-                write!(f, "{acknowledged} acknowledged appends, fewer than the floor of {floor}: too little load to prove anything")
+                write!(
+                    f,
+                    "{acknowledged} acknowledged appends, fewer than the floor of {floor}: too little load to prove anything"
+                )
             }
             Failure::NodesExited { nodes } => write!(f, "nodes exited on their own: {}", nodes.join("; ")),
             Failure::NoDispatchGranted { clients } => {
@@ -83,7 +104,11 @@ impl std::fmt::Display for Failure {
                 write!(f, "none of {acknowledged} acknowledged requests was sent again: dedup under failover went unchecked")
             }
             Failure::FaultWithoutEffect { fault, kind, node, why } => {
-                write!(f, "fault {fault} ({kind}{}) did not take effect: {why}", node.as_ref().map(|n| format!(" of {n}")).unwrap_or_default())
+                write!(
+                    f,
+                    "fault {fault} ({kind}{}) did not take effect: {why}",
+                    node.as_ref().map(|n| format!(" of {n}")).unwrap_or_default()
+                )
             }
         }
     }
@@ -151,7 +176,12 @@ pub fn judge(o: &Outcome<'_>) -> Vec<Failure> {
             None => None,
         };
         if let Some(why) = why {
-            failures.push(Failure::FaultWithoutEffect { fault: f.index, kind: f.kind.name().to_string(), node: f.node.clone(), why });
+            failures.push(Failure::FaultWithoutEffect {
+                fault: f.index,
+                kind: f.kind.name().to_string(),
+                node: f.node.clone(),
+                why,
+            });
         }
     }
     failures
@@ -205,7 +235,8 @@ mod tests {
 
     #[test]
     fn each_rule_fails_the_run_and_says_which() {
-        let clean = [fault(0, FaultKind::Kill, 3, None), fault(1, FaultKind::Drain, 2, None), fault(2, FaultKind::Redis, 0, None)];
+        let clean =
+            [fault(0, FaultKind::Kill, 3, None), fault(1, FaultKind::Drain, 2, None), fault(2, FaultKind::Redis, 0, None)];
         let measured = [takeover(0)];
         let base = Outcome {
             violations: 0,
@@ -238,14 +269,26 @@ mod tests {
             ("a node exited on its own", Outcome { exited: &exited, ..base }, vec!["nodes_exited"]),
             ("a SIGTERM hung", Outcome { faults: &hung, ..base }, vec!["fault_without_effect"]),
             ("a drain drained nothing", Outcome { faults: &undrained, ..base }, vec!["fault_without_effect"]),
-            ("a kill of a holder with no takeover", Outcome { faults: &kill, takeovers: &[], ..base }, vec!["fault_without_effect"]),
+            (
+                "a kill of a holder with no takeover",
+                Outcome { faults: &kill, takeovers: &[], ..base },
+                vec!["fault_without_effect"],
+            ),
             ("a slow takeover is still an effect", Outcome { faults: &kill, takeovers: &slow_only, ..base }, vec![]),
             ("a pause of a node holding nothing", Outcome { faults: &idle_kill, takeovers: &[], ..base }, vec![]),
             ("nothing sent again", Outcome { resent: 0, ..base }, vec!["dedup_unchecked"]),
             ("no dispatch granted", Outcome { dispatches_granted: 0, ..base }, vec!["no_dispatch_granted"]),
-            ("no dispatch clients (and none granted)", Outcome { dispatch_clients: 0, dispatches_granted: 0, fail_opens_ms: &[], ..base }, vec![]),
+            (
+                "no dispatch clients (and none granted)",
+                Outcome { dispatch_clients: 0, dispatches_granted: 0, fail_opens_ms: &[], ..base },
+                vec![],
+            ),
             ("a Redis fault no dispatch failed open in", Outcome { faults: &redis_later, ..base }, vec!["fault_without_effect"]),
-            ("a Redis fault some dispatch failed open in", Outcome { faults: &redis_later, fail_opens_ms: &[5, 15], ..base }, vec![]),
+            (
+                "a Redis fault some dispatch failed open in",
+                Outcome { faults: &redis_later, fail_opens_ms: &[5, 15], ..base },
+                vec![],
+            ),
             (
                 "all at once",
                 Outcome { violations: 1, acknowledged: 0, exited: &exited, faults: &hung, ..base },

@@ -85,11 +85,17 @@ fn parse_plant(name: &str) -> Result<Plant, String> {
 }
 
 fn list_plants() {
-    println!("planted bugs (compiled in: {}):", if cfg!(feature = "planted-bugs") { "yes" } else { "no, build with --features planted-bugs" });
+    println!(
+        "planted bugs (compiled in: {}):",
+        if cfg!(feature = "planted-bugs") { "yes" } else { "no, build with --features planted-bugs" }
+    );
     for p in Plant::ALL {
         println!("  {:<18} disables {}", p.name(), p.disables());
     }
-    println!("failpoints (compiled in: {}):", if cfg!(feature = "failpoints") { "yes" } else { "no, build with --features failpoints" });
+    println!(
+        "failpoints (compiled in: {}):",
+        if cfg!(feature = "failpoints") { "yes" } else { "no, build with --features failpoints" }
+    );
     for (name, at) in chitin::failpoint::POINTS {
         println!("  {name:<24} {at}");
     }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chitin::security::auth::token_from_env;
 use chitin::security::tls::{self, ClientTls, ClientTlsKeys, NodeChannel};
-pub use chitin_client::Nodes;
 use chitin::security::{BearerAuth, Plane};
+pub use chitin_client::Nodes;
 use tonic::service::interceptor::InterceptedService;
 
 /// Where the CLI finds a node unless told otherwise.
@@ -76,7 +76,9 @@ pub async fn connect(address: &str) -> anyhow::Result<NodeChannel> {
         .timeout(Duration::from_secs(60))
         .connect()
         .await
-        .map_err(|e| anyhow::anyhow!("cannot reach the node at {address}: {}; is `chitin node` running there?", tls::connect_failure(&e)))?;
+        .map_err(|e| {
+            anyhow::anyhow!("cannot reach the node at {address}: {}; is `chitin node` running there?", tls::connect_failure(&e))
+        })?;
     Ok(NodeChannel::new(channel, tls.as_ref()))
 }
 
@@ -96,8 +98,9 @@ pub async fn signed(nodes: &Nodes, plane: Plane) -> anyhow::Result<Signed> {
 /// A journal client of `nodes` (routing, failover with the same request id),
 /// dialling as [`connect`] does and sending `CHITIN_CLIENT_TOKEN`.
 pub fn journal(nodes: &Nodes, options: chitin_client::Options) -> anyhow::Result<chitin_client::Client> {
-    let dial: chitin_client::Dial =
-        std::sync::Arc::new(|a: String| Box::pin(async move { connect(&a).await.map(chitin_client::boxed).map_err(|e| e.to_string()) }));
+    let dial: chitin_client::Dial = std::sync::Arc::new(|a: String| {
+        Box::pin(async move { connect(&a).await.map(chitin_client::boxed).map_err(|e| e.to_string()) })
+    });
     Ok(chitin_client::Client::builder(nodes.clone()).options(options).token(token_from_env(Plane::Client)).dial(dial).build()?)
 }
 

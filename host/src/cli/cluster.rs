@@ -98,7 +98,8 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<ExitCode> {
 }
 
 async fn status(nodes: &Nodes, json: bool) -> anyhow::Result<ExitCode> {
-    let s = admin(nodes).await?
+    let s = admin(nodes)
+        .await?
         .status(proto::StatusRequest {})
         .await
         .map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?
@@ -200,11 +201,8 @@ async fn load(nodes: &Nodes, shard: Option<&str>, json: bool) -> anyhow::Result<
 async fn snapshot(nodes: &Nodes) -> anyhow::Result<ExitCode> {
     use chitin::topology::snapshot::{Snapshot, SnapshotLease, SnapshotLoad, SnapshotNode, VERSION};
     let mut client = admin(nodes).await?;
-    let status = client
-        .status(proto::StatusRequest {})
-        .await
-        .map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?
-        .into_inner();
+    let status =
+        client.status(proto::StatusRequest {}).await.map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?.into_inner();
     let got = client
         .get_config(proto::GetConfigRequest {})
         .await
@@ -255,12 +253,23 @@ async fn snapshot(nodes: &Nodes) -> anyhow::Result<ExitCode> {
             .leases
             .iter()
             .filter(|l| shards.contains(l.shard.as_str()))
-            .map(|l| SnapshotLease { shard: l.shard.clone(), holder: l.holder.clone(), holder_id: l.holder_uuid.clone(), epoch: l.epoch, live: true })
+            .map(|l| SnapshotLease {
+                shard: l.shard.clone(),
+                holder: l.holder.clone(),
+                holder_id: l.holder_uuid.clone(),
+                epoch: l.epoch,
+                live: true,
+            })
             .collect(),
         load: loads
             .into_iter()
             .filter(|l| shards.contains(l.shard.as_str()))
-            .map(|l| SnapshotLoad { shard: l.shard, ops_per_sec: l.ops_per_sec, bytes_per_sec: l.bytes_per_sec, ranges: l.ranges })
+            .map(|l| SnapshotLoad {
+                shard: l.shard,
+                ops_per_sec: l.ops_per_sec,
+                bytes_per_sec: l.bytes_per_sec,
+                ranges: l.ranges,
+            })
             .collect(),
         policies: status.cluster_policies.into_iter().collect(),
         config,
@@ -300,16 +309,19 @@ fn print_policies(s: &proto::StatusResponse) {
 }
 
 async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
-    let s = admin(&args.via).await?
+    let s = admin(&args.via)
+        .await?
         .status(proto::StatusRequest {})
         .await
         .map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?
         .into_inner();
-    let target = s
-        .nodes
-        .iter()
-        .find(|n| n.name == args.name)
-        .ok_or_else(|| anyhow::anyhow!("no live node named `{}` (live: {})", args.name, s.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ")))?;
+    let target = s.nodes.iter().find(|n| n.name == args.name).ok_or_else(|| {
+        anyhow::anyhow!(
+            "no live node named `{}` (live: {})",
+            args.name,
+            s.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ")
+        )
+    })?;
     let held = |s: &proto::StatusResponse| s.leases.iter().filter(|l| l.holder == args.name).count() as u64;
     let before = held(&s);
     let mut drain = admin(&Nodes::one(&target.address)?).await?;

@@ -146,7 +146,8 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             let d = diff(&a, &b);
             let report = validate_transition(&a, &b);
             if json {
-                let v = serde_json::json!({ "diff": d, "transition_valid": report.is_valid(), "violations": report_json(&report) });
+                let v =
+                    serde_json::json!({ "diff": d, "transition_valid": report.is_valid(), "violations": report_json(&report) });
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 print!("{d}");
@@ -173,11 +174,7 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             }
             let v = validate(&c);
             if !v.is_empty() {
-                eprintln!(
-                    "warning: this config breaks {} rule(s); run `chitin config validate {}`",
-                    v.len(),
-                    file.display()
-                );
+                eprintln!("warning: this config breaks {} rule(s); run `chitin config validate {}`", v.len(), file.display());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -245,9 +242,7 @@ fn print_violations<'a>(items: impl Iterator<Item = (Option<&'static str>, &'a V
 
 fn report_json(r: &TransitionReport) -> serde_json::Value {
     serde_json::Value::Array(
-        r.all()
-            .map(|(scope, v)| serde_json::json!({ "scope": scope, "code": v.code, "message": v.message }))
-            .collect(),
+        r.all().map(|(scope, v)| serde_json::json!({ "scope": scope, "code": v.code, "message": v.message })).collect(),
     )
 }
 
@@ -288,13 +283,7 @@ fn validate_pair(from: &Path, to: &Path, json: bool) -> ExitCode {
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     } else if report.is_valid() {
-        println!(
-            "{} (version {}) → {} (version {}): valid transition",
-            from.display(),
-            a.version,
-            to.display(),
-            b.version
-        );
+        println!("{} (version {}) → {} (version {}): valid transition", from.display(), a.version, to.display(), b.version);
     } else {
         println!(
             "{} (version {}) → {} (version {}): INVALID, {} violation(s):",
@@ -345,7 +334,12 @@ fn refuse(path: &Path, e: OpsError) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn write_result(path: &Path, old: &ClusterConfig, result: Result<ClusterConfig, OpsError>, what: &str) -> anyhow::Result<ExitCode> {
+fn write_result(
+    path: &Path,
+    old: &ClusterConfig,
+    result: Result<ClusterConfig, OpsError>,
+    what: &str,
+) -> anyhow::Result<ExitCode> {
     match result {
         Ok(c) => {
             file::save(path, &c)?;

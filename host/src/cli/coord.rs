@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::process::ExitCode;
 
 use chitin::proto::{self, coordination_client::CoordinationClient};
-use clap::Subcommand;
 use chitin::security::Plane;
+use clap::Subcommand;
 
 use super::client::{NodeAddr, Signed, runtime, signed};
 
@@ -104,9 +104,7 @@ pub enum DeploymentsCommand {
 }
 
 fn key_value(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .ok_or_else(|| format!("expected key=value, got {s:?}"))
+    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("expected key=value, got {s:?}"))
 }
 
 async fn client(addr: &NodeAddr) -> anyhow::Result<CoordinationClient<Signed>> {
@@ -121,10 +119,7 @@ pub fn dispatch(args: DispatchArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let r = client(&args.addr)
             .await?
-            .dispatch(proto::DispatchRequest {
-                target_id: args.target.clone(),
-                command: args.command.into_bytes(),
-            })
+            .dispatch(proto::DispatchRequest { target_id: args.target.clone(), command: args.command.into_bytes() })
             .await;
         match r {
             Ok(r) => {
@@ -145,7 +140,11 @@ pub fn affinity(cmd: AffinityCommand) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         match cmd {
             AffinityCommand::Owner { addr, target } => {
-                let r = client(&addr).await?.affinity_owner(proto::TargetRequest { target_id: target.clone() }).await.map_err(status)?;
+                let r = client(&addr)
+                    .await?
+                    .affinity_owner(proto::TargetRequest { target_id: target.clone() })
+                    .await
+                    .map_err(status)?;
                 match r.into_inner().owner {
                     o if o.is_empty() => println!("{target}: unclaimed"),
                     o => println!("{target}: {o}"),
@@ -162,7 +161,11 @@ pub fn affinity(cmd: AffinityCommand) -> anyhow::Result<ExitCode> {
                 }
             }
             AffinityCommand::Release { addr, target } => {
-                let r = client(&addr).await?.affinity_release(proto::TargetRequest { target_id: target.clone() }).await.map_err(status)?;
+                let r = client(&addr)
+                    .await?
+                    .affinity_release(proto::TargetRequest { target_id: target.clone() })
+                    .await
+                    .map_err(status)?;
                 if r.into_inner().released {
                     println!("released {target}");
                 } else {
@@ -202,10 +205,7 @@ pub fn deployments(cmd: DeploymentsCommand) -> anyhow::Result<ExitCode> {
                     .await
             }
             DeploymentsCommand::Finish { addr, id, state, message } => {
-                client(&addr)
-                    .await?
-                    .deployment_finish(proto::DeploymentFinishRequest { deployment_id: id, state, message })
-                    .await
+                client(&addr).await?.deployment_finish(proto::DeploymentFinishRequest { deployment_id: id, state, message }).await
             }
             DeploymentsCommand::Show { addr, id } => {
                 client(&addr).await?.deployment_show(proto::DeploymentShowRequest { deployment_id: id }).await

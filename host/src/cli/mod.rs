@@ -10,8 +10,8 @@ mod journal;
 mod node;
 mod policy;
 mod progress;
-mod scaffold;
 mod rollout;
+mod scaffold;
 mod upgrade;
 
 use std::process::ExitCode;

@@ -161,11 +161,7 @@ pub enum PolicyCommand {
 pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         PolicyCommand::Inspect { plugin } => inspect(&plugin),
-        PolicyCommand::Test {
-            plugin,
-            deadline_ms,
-            fixtures,
-        } => test(&plugin, deadline_ms, &fixtures),
+        PolicyCommand::Test { plugin, deadline_ms, fixtures } => test(&plugin, deadline_ms, &fixtures),
         PolicyCommand::Diff { plugin, against, shadow, json, snapshot } => diff(&plugin, &against, &shadow, json, &snapshot),
         PolicyCommand::Fixture { from, slot, call, subject, plugin, shadow, json, out } => {
             let filter = CaseFilter { slot, call, subject };
@@ -174,19 +170,11 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
         PolicyCommand::Reload { addr, adopt } => {
             reload(addr.node.single("`policy reload` reloads one node").map_err(anyhow::Error::msg)?, adopt)
         }
-        PolicyCommand::New {
-            slot,
-            name,
-            dir,
-            sdk_path,
-        } => {
+        PolicyCommand::New { slot, name, dir, sdk_path } => {
             let root = super::scaffold::new_plugin_with_sdk(&slot, &name, &dir, sdk_path.as_deref())?;
             println!("created {} (slot `{slot}`)", root.display());
             println!("  cd {} && cargo test && cargo build --release --target wasm32-wasip2", root.display());
-            println!(
-                "  chitin policy test --plugin target/wasm32-wasip2/release/{}.wasm fixtures/",
-                name.replace('-', "_")
-            );
+            println!("  chitin policy test --plugin target/wasm32-wasip2/release/{}.wasm fixtures/", name.replace('-', "_"));
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -204,11 +192,7 @@ fn inspect(plugin: &str) -> anyhow::Result<ExitCode> {
         match plugin.slot_version(slot) {
             Ok(version) => println!("{:<12} {:<10} chitin:policy/{slot}@{version}", slot.to_string(), "ok"),
             Err(e) => {
-                let status = if plugin.exports().iter().any(|x| x.slot == Some(slot)) {
-                    "unsupported"
-                } else {
-                    "absent"
-                };
+                let status = if plugin.exports().iter().any(|x| x.slot == Some(slot)) { "unsupported" } else { "absent" };
                 println!("{:<12} {:<10} {e}", slot.to_string(), status);
             }
         }
@@ -306,7 +290,12 @@ fn fixtures(
     let all = shadow::cases(&snap, &args.options());
     let chosen: Vec<&shadow::Case> = all.iter().filter(|c| filter.matches(c)).collect();
     let listing = |cases: &[&shadow::Case]| {
-        cases.iter().take(12).map(|c| format!("{} {} --subject {}", c.request.slot(), c.request.call(), c.subject)).collect::<Vec<_>>().join("; ")
+        cases
+            .iter()
+            .take(12)
+            .map(|c| format!("{} {} --subject {}", c.request.slot(), c.request.call(), c.subject))
+            .collect::<Vec<_>>()
+            .join("; ")
     };
     anyhow::ensure!(
         !chosen.is_empty(),
@@ -325,9 +314,8 @@ fn fixtures(
     let mut written = 0;
     for case in chosen {
         let slot = case.request.slot();
-        let runner = side
-            .runner(slot)
-            .ok_or_else(|| anyhow::anyhow!("{} does not export the `{slot}` slot", side.plugin.name()))?;
+        let runner =
+            side.runner(slot).ok_or_else(|| anyhow::anyhow!("{} does not export the `{slot}` slot", side.plugin.name()))?;
         let fixture = shadow::fixture(case, &shadow::run(runner, case), &snap).map_err(anyhow::Error::msg)?;
         let text = if json {
             serde_json::to_string_pretty(&fixture)? + "\n"
@@ -338,8 +326,11 @@ fn fixtures(
             None => print!("{text}"),
             Some(dir) => {
                 std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-                let subject: String =
-                    case.subject.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+                let subject: String = case
+                    .subject
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+                    .collect();
                 let path = dir.join(format!("{slot}-{}-{subject}.{}", case.request.call(), if json { "json" } else { "toml" }));
                 std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
                 written += 1;
@@ -355,7 +346,8 @@ fn fixtures(
 fn reload(address: &str, adopt: bool) -> anyhow::Result<ExitCode> {
     use chitin::proto::ReloadPoliciesRequest;
     super::client::runtime()?.block_on(async {
-        let answer = super::client::admin(&super::client::Nodes::one(address)?).await?
+        let answer = super::client::admin(&super::client::Nodes::one(address)?)
+            .await?
             .reload_policies(ReloadPoliciesRequest { adopt })
             .await
             .map_err(|s| anyhow::anyhow!("{}", s.message()))?

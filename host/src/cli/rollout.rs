@@ -217,9 +217,9 @@ pub fn run(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             let seq = Sequence::AddNode { node_id: node_id.clone(), node_address: node_address.clone(), rebalance };
             let p = if rebalance { Some(cluster_policies(&config, &policies)?) } else { None };
             sequence(&config, seq, &run, |c| match &p {
-                Some(p) => plan::add_node_and_rebalance(c, &node_id, &node_address, metadata, max_handoffs_per_round, |r| {
-                    p.rebalance(r)
-                }),
+                Some(p) => {
+                    plan::add_node_and_rebalance(c, &node_id, &node_address, metadata, max_handoffs_per_round, |r| p.rebalance(r))
+                }
                 None => plan::add_node(c, &node_id, &node_address, metadata),
             })
         }
@@ -400,7 +400,10 @@ mod tests {
 
     #[test]
     fn progress_follows_the_converged_step_lines() {
-        assert_eq!(finished_step("step 3/7: version 12: add node-04: pushed to 4 node(s), converged on 4 node(s) in 1.2 s"), Some(3));
+        assert_eq!(
+            finished_step("step 3/7: version 12: add node-04: pushed to 4 node(s), converged on 4 node(s) in 1.2 s"),
+            Some(3)
+        );
         assert_eq!(finished_step("step 2/7: baking 5s before: remove node-01"), None);
         assert_eq!(finished_step("`add-node`: 7 step(s), version 1 → 8 (checkpoint x)"), None);
     }

@@ -36,13 +36,7 @@ const SLOTS: [(&str, &str, &str, &str, &str); 4] = [
         template!("src/instance-id.rs.tmpl"),
         template!("fixtures/instance-id.json"),
     ),
-    (
-        "placement",
-        "PlacementPolicy",
-        "placement",
-        template!("src/placement.rs.tmpl"),
-        template!("fixtures/placement.json"),
-    ),
+    ("placement", "PlacementPolicy", "placement", template!("src/placement.rs.tmpl"), template!("fixtures/placement.json")),
     ("split", "SplitPolicy", "split", template!("src/split.rs.tmpl"), template!("fixtures/split.json")),
     ("drain", "DrainPolicy", "drain", template!("src/drain.rs.tmpl"), template!("fixtures/drain.json")),
 ];
@@ -107,10 +101,7 @@ pub fn new_plugin_with_sdk(slot: &str, name: &str, dir: &Path, sdk: Option<&Path
 fn check_name(name: &str) -> anyhow::Result<()> {
     let ok = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    ensure!(
-        ok,
-        "`{name}` is not a valid plugin name: use letters, digits, `-` and `_`, starting with a letter"
-    );
+    ensure!(ok, "`{name}` is not a valid plugin name: use letters, digits, `-` and `_`, starting with a letter");
     Ok(())
 }
 

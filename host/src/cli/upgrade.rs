@@ -9,7 +9,8 @@ use super::client::{Nodes, admin};
 
 /// `chitin cluster upgrade-status`.
 pub async fn status(nodes: &Nodes, json: bool) -> anyhow::Result<ExitCode> {
-    let s = admin(nodes).await?
+    let s = admin(nodes)
+        .await?
         .upgrade_status(proto::UpgradeStatusRequest {})
         .await
         .map_err(|s| anyhow::anyhow!("upgrade-status failed: {}{}", s.message(), hint(&s)))?
@@ -57,7 +58,8 @@ pub async fn status(nodes: &Nodes, json: bool) -> anyhow::Result<ExitCode> {
 
 /// `chitin cluster finalize-upgrade`.
 pub async fn finalize(nodes: &Nodes, version: Option<String>) -> anyhow::Result<ExitCode> {
-    let r = admin(nodes).await?
+    let r = admin(nodes)
+        .await?
         .finalize_upgrade(proto::FinalizeUpgradeRequest { version: version.unwrap_or_default() })
         .await
         .map_err(|s| anyhow::anyhow!("finalize-upgrade failed: {}{}", s.message(), hint(&s)))?

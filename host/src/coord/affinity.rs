@@ -259,7 +259,6 @@ pub struct Affinity {
     claim_prefix: Arc<str>,
     set_key: Arc<str>,
     ttl: u64,
-    refresh_owned: bool,
     scripts: Arc<Scripts>,
 }
 
@@ -288,10 +287,9 @@ fn claim_outcome(target: &str, reply: redis::Value) -> Result<Claim, AffinityErr
             target: target.to_string(),
             owner: Keys::owner_of_claim(&String::from_utf8_lossy(&v)).to_string(),
         }),
-        redis::Value::SimpleString(v) => Err(AffinityError::TargetOwnedByOther {
-            target: target.to_string(),
-            owner: Keys::owner_of_claim(&v).to_string(),
-        }),
+        redis::Value::SimpleString(v) => {
+            Err(AffinityError::TargetOwnedByOther { target: target.to_string(), owner: Keys::owner_of_claim(&v).to_string() })
+        }
         other => Err(AffinityError::Redis(redis::RedisError::from((
             redis::ErrorKind::TypeError,
             "unexpected claim script reply",
@@ -303,12 +301,7 @@ fn claim_outcome(target: &str, reply: redis::Value) -> Result<Claim, AffinityErr
 impl Affinity {
     /// An instance's affinity handle. Does not touch Redis; fails only on
     /// an instance id the claim value cannot carry.
-    pub fn new(
-        conn: RedisConn,
-        keys: Keys,
-        instance_id: &str,
-        liveness: Duration,
-    ) -> Result<Self, InvalidInstanceId> {
+    pub fn new(conn: RedisConn, keys: Keys, instance_id: &str, liveness: Duration) -> Result<Self, InvalidInstanceId> {
         validate_instance_id(instance_id)?;
         Ok(Affinity {
             conn,
@@ -318,7 +311,6 @@ impl Affinity {
             set_key: keys.affinity_by_instance(instance_id).into(),
             keys,
             ttl: ttl_secs(liveness),
-            refresh_owned: true,
             scripts: Arc::new(Scripts {
                 claim: Lua::new(if crate::plant::active(crate::plant::Plant::AffinityClaim) { CLAIM_OVERWRITING } else { CLAIM }),
                 claim_many: Lua::new(CLAIM_MANY),
@@ -354,15 +346,6 @@ impl Affinity {
         &self.instance_id
     }
 
-    /// Whether [`Affinity::claim_many`] refreshes the TTL of claims that are
-    /// already ours (default true). Without it an already-owned claim costs
-    /// one command instead of two; the heartbeat's [`Affinity::refresh_all`]
-    /// keeps every claim alive anyway.
-    pub fn with_refresh_on_claim(mut self, refresh: bool) -> Self {
-        self.refresh_owned = refresh;
-        self
-    }
-
     /// The key layout this handle writes.
     pub fn keys(&self) -> &Keys {
         &self.keys
@@ -373,11 +356,7 @@ impl Affinity {
     pub async fn claim(&self, target: &str) -> Result<Claim, AffinityError> {
         validate_target(target)?;
         let mut cmd = self.scripts.claim.call(2);
-        cmd.arg(ClaimKey(&self.claim_prefix, target))
-            .arg(&*self.set_key)
-            .arg(&*self.value)
-            .arg(self.ttl)
-            .arg(target);
+        cmd.arg(ClaimKey(&self.claim_prefix, target)).arg(&*self.set_key).arg(&*self.value).arg(self.ttl).arg(target);
         let mut c = self.conn.get().await?;
         let reply: redis::Value = self.scripts.claim.run(&cmd, &mut c).await?;
         claim_outcome(target, reply)
@@ -391,10 +370,7 @@ impl Affinity {
     /// [`CLAIM_BATCH_CHUNK`] targets, each atomic, all in one pipeline. A
     /// target listed twice is `Claimed` (or `AlreadyOurs`) and then
     /// `AlreadyOurs`. The outer error is Redis failing the whole batch.
-    pub async fn claim_many<S: AsRef<str>>(
-        &self,
-        targets: &[S],
-    ) -> Result<Vec<Result<Claim, AffinityError>>, AffinityError> {
+    pub async fn claim_many<S: AsRef<str>>(&self, targets: &[S]) -> Result<Vec<Result<Claim, AffinityError>>, AffinityError> {
         let mut out: Vec<Option<Result<Claim, AffinityError>>> = Vec::with_capacity(targets.len());
         let mut valid = Vec::with_capacity(targets.len());
         for (i, t) in targets.iter().enumerate() {
@@ -407,7 +383,8 @@ impl Affinity {
             }
         }
         if !valid.is_empty() {
-            let refresh = if self.refresh_owned { "1" } else { "0" };
+            // Claims already ours get their TTL refreshed too.
+            let refresh = "1";
             let mut p = redis::pipe();
             for chunk in valid.chunks(CLAIM_BATCH_CHUNK) {
                 let mut cmd = self.scripts.claim_many.call(1 + chunk.len());
@@ -533,14 +510,8 @@ pub async fn orphaned_claims(conn: &RedisConn, keys: &Keys) -> Result<Vec<(Strin
     let mut cursor: u64 = 0;
     let mut claim_keys = Vec::new();
     loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut c)
-            .await?;
+        let (next, batch): (u64, Vec<String>) =
+            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).query_async(&mut c).await?;
         claim_keys.extend(batch.into_iter().filter(|k| !k.starts_with(&set_prefix)));
         if next == 0 {
             break;
@@ -605,7 +576,10 @@ mod tests {
     fn claim_key_is_written_as_one_argument() {
         use redis::ToRedisArgs;
         assert_eq!(ClaimKey("ns:affinity:", "t-1").to_redis_args(), vec![b"ns:affinity:t-1".to_vec()]);
-        assert_eq!(ClaimKey(&Keys::new("ns").affinity_prefix(), "t-1").to_redis_args(), vec![Keys::new("ns").affinity("t-1").into_bytes()]);
+        assert_eq!(
+            ClaimKey(&Keys::new("ns").affinity_prefix(), "t-1").to_redis_args(),
+            vec![Keys::new("ns").affinity("t-1").into_bytes()]
+        );
     }
 
     #[test]
@@ -614,11 +588,17 @@ mod tests {
         assert_eq!(lua.sha, redis::Script::new(CLAIM).get_hash());
         let mut cmd = lua.call(2);
         cmd.arg("k1").arg("k2").arg("v");
-        let args: Vec<Vec<u8>> = cmd.args_iter().map(|a| match a {
-            redis::Arg::Simple(b) => b.to_vec(),
-            redis::Arg::Cursor => panic!("cursor"),
-        }).collect();
-        assert_eq!(args, vec![b"EVALSHA".to_vec(), lua.sha.as_bytes().to_vec(), b"2".to_vec(), b"k1".to_vec(), b"k2".to_vec(), b"v".to_vec()]);
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                redis::Arg::Cursor => panic!("cursor"),
+            })
+            .collect();
+        assert_eq!(
+            args,
+            vec![b"EVALSHA".to_vec(), lua.sha.as_bytes().to_vec(), b"2".to_vec(), b"k1".to_vec(), b"k2".to_vec(), b"v".to_vec()]
+        );
     }
 
     #[test]

@@ -69,9 +69,7 @@ pub struct RedisConn {
 
 impl std::fmt::Debug for RedisConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisConn")
-            .field("connected", &self.manager.initialized())
-            .finish()
+        f.debug_struct("RedisConn").field("connected", &self.manager.initialized()).finish()
     }
 }
 
@@ -87,11 +85,7 @@ impl RedisConn {
             }
             None => redis::Client::open(settings.url.as_str()).map_err(bad_url)?,
         };
-        Ok(RedisConn {
-            client,
-            settings: Arc::new(settings),
-            manager: Arc::new(OnceCell::new()),
-        })
+        Ok(RedisConn { client, settings: Arc::new(settings), manager: Arc::new(OnceCell::new()) })
     }
 
     /// Shorthand for [`RedisConn::new`] with default timeouts.

@@ -240,9 +240,7 @@ const MAX_CAS_ATTEMPTS: u32 = 16;
 
 /// Parses and normalises a deployment id (a UUID).
 pub fn parse_deployment_id(id: &str) -> Result<String, DeploymentError> {
-    Uuid::parse_str(id)
-        .map(|u| u.hyphenated().to_string())
-        .map_err(|_| DeploymentError::InvalidId { id: id.to_string() })
+    Uuid::parse_str(id).map(|u| u.hyphenated().to_string()).map_err(|_| DeploymentError::InvalidId { id: id.to_string() })
 }
 
 /// Deployment records, written as one instance.
@@ -323,8 +321,7 @@ impl Deployments {
                 TransitionError::Invalid { from, to } => DeploymentError::InvalidTransition { id: id.clone(), from, to },
             })?;
             let terminal = next.state.is_terminal();
-            let json =
-                serde_json::to_string(&next).map_err(|source| DeploymentError::Json { id: id.clone(), source })?;
+            let json = serde_json::to_string(&next).map_err(|source| DeploymentError::Json { id: id.clone(), source })?;
             let r: i64 = self
                 .update_script
                 .key(&key)
@@ -347,12 +344,7 @@ impl Deployments {
 
     /// Moves a deployment to a terminal state (TTL becomes 86400 s and it
     /// leaves the active set).
-    pub async fn finish(
-        &self,
-        id: &str,
-        state: DeploymentState,
-        message: Option<String>,
-    ) -> Result<Deployment, DeploymentError> {
+    pub async fn finish(&self, id: &str, state: DeploymentState, message: Option<String>) -> Result<Deployment, DeploymentError> {
         if !state.is_terminal() {
             return Err(DeploymentError::NotTerminal { state });
         }
@@ -381,8 +373,7 @@ pub async fn show(conn: &RedisConn, keys: &Keys, id: &str) -> Result<Option<Depl
     let id = parse_deployment_id(id)?;
     let mut c = conn.get().await?;
     let raw: Option<String> = c.get(keys.deployment(&id)).await?;
-    raw.map(|r| serde_json::from_str(&r).map_err(|source| DeploymentError::Json { id, source }))
-        .transpose()
+    raw.map(|r| serde_json::from_str(&r).map_err(|source| DeploymentError::Json { id, source })).transpose()
 }
 
 /// Deployments matching `filter`, oldest first. Set members whose record
@@ -405,21 +396,9 @@ pub async fn list(conn: &RedisConn, keys: &Keys, filter: &ListFilter) -> Result<
             let mut cursor: u64 = 0;
             let mut ids = Vec::new();
             loop {
-                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut c)
-                    .await?;
-                ids.extend(
-                    batch
-                        .iter()
-                        .map(|k| &k[prefix.len()..])
-                        .filter(|s| Uuid::parse_str(s).is_ok())
-                        .map(str::to_string),
-                );
+                let (next, batch): (u64, Vec<String>) =
+                    redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).query_async(&mut c).await?;
+                ids.extend(batch.iter().map(|k| &k[prefix.len()..]).filter(|s| Uuid::parse_str(s).is_ok()).map(str::to_string));
                 if next == 0 {
                     break;
                 }
@@ -438,8 +417,7 @@ pub async fn list(conn: &RedisConn, keys: &Keys, filter: &ListFilter) -> Result<
         for (id, raw) in chunk.iter().zip(raws) {
             match raw {
                 Some(r) => out.push(
-                    serde_json::from_str::<Deployment>(&r)
-                        .map_err(|source| DeploymentError::Json { id: id.clone(), source })?,
+                    serde_json::from_str::<Deployment>(&r).map_err(|source| DeploymentError::Json { id: id.clone(), source })?,
                 ),
                 None => missing.push(id.clone()),
             }
@@ -546,18 +524,12 @@ mod tests {
         let keep = apply_update(&doc(Running), &DeploymentUpdate::default(), 30).unwrap();
         assert_eq!(keep.state, Running);
         assert_eq!(keep.finished_at, None);
-        assert_eq!(
-            apply_update(&doc(Failed), &DeploymentUpdate::default(), 30),
-            Err(TransitionError::Terminal { from: Failed })
-        );
+        assert_eq!(apply_update(&doc(Failed), &DeploymentUpdate::default(), 30), Err(TransitionError::Terminal { from: Failed }));
     }
 
     #[test]
     fn ids_are_uuids() {
         assert!(parse_deployment_id("active").is_err());
-        assert_eq!(
-            parse_deployment_id("019B9450-0B91-8C10-86C3-5C2C3F6B9F04").unwrap(),
-            "019b9450-0b91-8c10-86c3-5c2c3f6b9f04"
-        );
+        assert_eq!(parse_deployment_id("019B9450-0B91-8C10-86C3-5C2C3F6B9F04").unwrap(), "019b9450-0b91-8c10-86c3-5c2c3f6b9f04");
     }
 }

@@ -19,8 +19,7 @@ use super::fail_open_window::{FailOpenWindow, FailOpenWindows, unix_now_ms};
 use super::metrics::CoordMetrics;
 
 /// The log line of a fail-open dispatch (the reference's wording).
-pub const FAIL_OPEN_MESSAGE: &str =
-    "Affinity check failed; dispatching anyway rather than dropping the command";
+pub const FAIL_OPEN_MESSAGE: &str = "Affinity check failed; dispatching anyway rather than dropping the command";
 
 /// The outcome of a dispatch that may proceed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,11 +81,7 @@ pub struct FailOpenPolicy {
 
 impl Default for FailOpenPolicy {
     fn default() -> Self {
-        FailOpenPolicy {
-            attempts: 3,
-            backoff: Duration::from_millis(50),
-            log_every: Duration::from_secs(10),
-        }
+        FailOpenPolicy { attempts: 3, backoff: Duration::from_millis(50), log_every: Duration::from_secs(10) }
     }
 }
 
@@ -114,12 +109,7 @@ impl RateLimiter {
     pub fn check(&self) -> Option<u64> {
         let now = self.origin.elapsed().as_millis() as u64 + 1;
         let next = self.next_ms.load(Ordering::Relaxed);
-        if now >= next
-            && self
-                .next_ms
-                .compare_exchange(next, now + self.period_ms, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
+        if now >= next && self.next_ms.compare_exchange(next, now + self.period_ms, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
             return Some(self.suppressed.swap(0, Ordering::AcqRel));
         }
         self.suppressed.fetch_add(1, Ordering::Relaxed);

@@ -41,10 +41,10 @@ use tokio::task::JoinHandle;
 pub use affinity::{Affinity, AffinityError, Claim, ReleaseAllReport};
 pub use conn::{ConnError, RedisConn, RedisSettings};
 pub use deployments::{
-    Deployment, DeploymentError, DeploymentState, DeploymentUpdate, Deployments, ListFilter,
-    NewDeployment, Progress, TransitionError,
+    Deployment, DeploymentError, DeploymentState, DeploymentUpdate, Deployments, ListFilter, NewDeployment, Progress,
+    TransitionError,
 };
-pub use fail_open::{Dispatch, Dispatcher, FAIL_OPEN_MESSAGE, FailOpenPolicy, Declined, RateLimiter};
+pub use fail_open::{Declined, Dispatch, Dispatcher, FAIL_OPEN_MESSAGE, FailOpenPolicy, RateLimiter};
 pub use fail_open_window::FailOpenWindow;
 pub use keys::{InvalidInstanceId, Keys, validate_instance_id};
 pub use metrics::{CoordMetrics, MetricsSnapshot};
@@ -119,38 +119,18 @@ impl Coordinator {
     /// [`Coordinator::start`] to register and run the background tasks.
     pub fn new(config: CoordConfig, info: InstanceInfo) -> Result<Self, CoordError> {
         validate_instance_id(&info.instance_id)?;
-        if config.liveness_timeout < Duration::from_secs(1)
-            || config.liveness_timeout <= config.heartbeat_interval
-        {
-            return Err(CoordError::Timing {
-                liveness: config.liveness_timeout,
-                heartbeat: config.heartbeat_interval,
-            });
+        if config.liveness_timeout < Duration::from_secs(1) || config.liveness_timeout <= config.heartbeat_interval {
+            return Err(CoordError::Timing { liveness: config.liveness_timeout, heartbeat: config.heartbeat_interval });
         }
         let conn = RedisConn::new(config.redis.clone())?;
         let keys = Keys::new(&config.namespace);
         let metrics = Arc::new(CoordMetrics::default());
         let registry = Registry::new(conn.clone(), keys.clone(), info.clone(), config.liveness_timeout);
-        let affinity = Affinity::new(
-            conn.clone(),
-            keys.clone(),
-            &info.instance_id,
-            config.liveness_timeout,
-        )?;
+        let affinity = Affinity::new(conn.clone(), keys.clone(), &info.instance_id, config.liveness_timeout)?;
         let dispatcher = Dispatcher::new(affinity.clone(), config.fail_open.clone(), metrics.clone());
         let deployments = Deployments::new(conn.clone(), keys.clone(), &info.instance_id)?;
         let monitor = Monitor::new(conn.clone(), keys.clone(), metrics.clone());
-        Ok(Coordinator {
-            config,
-            conn,
-            keys,
-            metrics,
-            registry,
-            affinity,
-            dispatcher,
-            deployments,
-            monitor,
-        })
+        Ok(Coordinator { config, conn, keys, metrics, registry, affinity, dispatcher, deployments, monitor })
     }
 
     /// Connects, builds and starts: one registration attempt (a failure is
@@ -167,11 +147,7 @@ impl Coordinator {
                 self.config.heartbeat_interval,
                 shutdown.clone(),
             ),
-            monitor: monitor::spawn_monitor(
-                self.monitor.clone(),
-                self.config.monitor_interval,
-                shutdown,
-            ),
+            monitor: monitor::spawn_monitor(self.monitor.clone(), self.config.monitor_interval, shutdown),
         }
     }
 

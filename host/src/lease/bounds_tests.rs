@@ -93,8 +93,7 @@ async fn run(admin: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_stuck_holder_is_bounded() {
-    run(&std::env::var("CHITIN_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()))
-        .await
+    run(&std::env::var("CHITIN_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -138,13 +138,7 @@ pub struct Refusal {
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "[{}] {}. Fix: {}",
-            self.check.as_str(),
-            self.reason,
-            self.fix
-        )
+        write!(f, "[{}] {}. Fix: {}", self.check.as_str(), self.reason, self.fix)
     }
 }
 
@@ -171,11 +165,7 @@ impl StartCheckError {
 }
 
 fn refusal(check: Check, reason: impl Into<String>, fix: impl Into<String>) -> Refusal {
-    Refusal {
-        check,
-        reason: reason.into(),
-        fix: fix.into(),
-    }
+    Refusal { check, reason: reason.into(), fix: fix.into() }
 }
 
 /// Refuses a SQLite URL in cluster mode, before anything connects.
@@ -197,14 +187,8 @@ fn sqlite_in_cluster() -> Refusal {
 
 /// The leading `major.minor.patch` numbers of a version string.
 pub fn parse_version(s: &str) -> Option<(u32, u32, u32)> {
-    let head: String = s
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.')
-        .collect();
-    let mut parts = head
-        .split('.')
-        .filter(|p| !p.is_empty())
-        .map(|p| p.parse::<u32>());
+    let head: String = s.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    let mut parts = head.split('.').filter(|p| !p.is_empty()).map(|p| p.parse::<u32>());
     let major = parts.next()?.ok()?;
     let minor = parts.next().and_then(Result::ok).unwrap_or(0);
     let patch = parts.next().and_then(Result::ok).unwrap_or(0);
@@ -237,11 +221,7 @@ pub fn evaluate(facts: &ServerFacts, cluster: bool) -> Vec<Refusal> {
 
 fn evaluate_pg(f: &ServerFacts, out: &mut Vec<Refusal>) {
     let shown = f.version.as_deref().unwrap_or("unknown");
-    match f
-        .version_num
-        .as_deref()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-    {
+    match f.version_num.as_deref().and_then(|v| v.trim().parse::<u32>().ok()) {
         None => out.push(refusal(
             Check::Version,
             "cannot determine the PostgreSQL version (server_version_num is unreadable)",
@@ -344,8 +324,7 @@ fn evaluate_mysql(f: &ServerFacts, out: &mut Vec<Refusal>) {
             "point [database] url at the source (primary) server",
         ));
     }
-    let durable = |name: &str, value: &Option<String>, out: &mut Vec<Refusal>| {
-        match value.as_deref() {
+    let durable = |name: &str, value: &Option<String>, out: &mut Vec<Refusal>| match value.as_deref() {
         None => out.push(refusal(
             Check::Durability,
             format!("cannot determine {name}"),
@@ -357,13 +336,8 @@ fn evaluate_mysql(f: &ServerFacts, out: &mut Vec<Refusal>) {
             format!("SET GLOBAL {name} = 1, and set {name} = 1 under [mysqld] in the server's configuration"),
         )),
         Some(_) => {}
-    }
     };
-    durable(
-        "innodb_flush_log_at_trx_commit",
-        &f.innodb_flush_log_at_trx_commit,
-        out,
-    );
+    durable("innodb_flush_log_at_trx_commit", &f.innodb_flush_log_at_trx_commit, out);
     // Without a binary log a commit is InnoDB's redo alone; only a server
     // known to write none is spared the binlog's flush.
     if !f.binlog_off() {
@@ -402,20 +376,13 @@ pub async fn gather(store: &Store) -> Result<ServerFacts, LeaseError> {
             let pool = &s.pool;
             let mut f = ServerFacts::unknown(ServerKind::Postgres);
             let setting = |name: &'static str| async move {
-                sqlx::query_scalar::<_, String>("SELECT current_setting($1)")
-                    .bind(name)
-                    .fetch_one(pool)
-                    .await
-                    .ok()
+                sqlx::query_scalar::<_, String>("SELECT current_setting($1)").bind(name).fetch_one(pool).await.ok()
             };
             f.version = setting("server_version").await;
             f.version_num = setting("server_version_num").await;
             f.fsync = setting("fsync").await;
             f.synchronous_commit = setting("synchronous_commit").await;
-            f.in_recovery = sqlx::query_scalar::<_, bool>("SELECT pg_is_in_recovery()")
-                .fetch_one(pool)
-                .await
-                .ok();
+            f.in_recovery = sqlx::query_scalar::<_, bool>("SELECT pg_is_in_recovery()").fetch_one(pool).await.ok();
             Ok(f)
         }
         Store::MySql(s) => {
@@ -434,9 +401,7 @@ pub async fn gather(store: &Store) -> Result<ServerFacts, LeaseError> {
                     "version" => f.version = Some(value),
                     "read_only" => f.read_only = Some(value),
                     "super_read_only" => f.super_read_only = Some(value),
-                    "innodb_flush_log_at_trx_commit" => {
-                        f.innodb_flush_log_at_trx_commit = Some(value)
-                    }
+                    "innodb_flush_log_at_trx_commit" => f.innodb_flush_log_at_trx_commit = Some(value),
                     "sync_binlog" => f.sync_binlog = Some(value),
                     "log_bin" => f.log_bin = Some(value),
                     "gtid_mode" => f.gtid_mode = Some(value),
@@ -444,14 +409,10 @@ pub async fn gather(store: &Store) -> Result<ServerFacts, LeaseError> {
                     _ => {}
                 }
             }
-            if f.version
-                .as_deref()
-                .is_some_and(|v| v.to_ascii_lowercase().contains("mariadb"))
-            {
+            if f.version.as_deref().is_some_and(|v| v.to_ascii_lowercase().contains("mariadb")) {
                 f.kind = ServerKind::MariaDb;
             }
-            f.replica_configured = match sqlx::raw_sql("SHOW REPLICA STATUS").fetch_all(pool).await
-            {
+            f.replica_configured = match sqlx::raw_sql("SHOW REPLICA STATUS").fetch_all(pool).await {
                 Ok(rows) => Some(!rows.is_empty()),
                 Err(_) => match sqlx::raw_sql("SHOW SLAVE STATUS").fetch_all(pool).await {
                     Ok(rows) => Some(!rows.is_empty()),
@@ -462,10 +423,7 @@ pub async fn gather(store: &Store) -> Result<ServerFacts, LeaseError> {
         }
         Store::Sqlite(s) => {
             let mut f = ServerFacts::unknown(ServerKind::Sqlite);
-            f.version = sqlx::query_scalar::<_, String>("SELECT sqlite_version()")
-                .fetch_one(&s.pool)
-                .await
-                .ok();
+            f.version = sqlx::query_scalar::<_, String>("SELECT sqlite_version()").fetch_one(&s.pool).await.ok();
             Ok(f)
         }
     }
@@ -475,9 +433,5 @@ pub async fn gather(store: &Store) -> Result<ServerFacts, LeaseError> {
 pub async fn run(store: &Store, cluster: bool) -> Result<ServerFacts, StartCheckError> {
     let facts = gather(store).await?;
     let refusals = evaluate(&facts, cluster);
-    if refusals.is_empty() {
-        Ok(facts)
-    } else {
-        Err(StartCheckError::Refused(refusals))
-    }
+    if refusals.is_empty() { Ok(facts) } else { Err(StartCheckError::Refused(refusals)) }
 }

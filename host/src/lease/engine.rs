@@ -16,7 +16,7 @@ use uuid::Uuid;
 use crate::plant::{self, Plant};
 
 use super::{
-    Appended, HistoryEntry, NewEntry, JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken, LostReason, NodeRecord, NodeState,
+    Appended, HistoryEntry, JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken, LostReason, NewEntry, NodeRecord, NodeState,
     Retirement, SplitSeed, StoreOptions, lost, lost_reason, micros, parse_uuid, unique_violation,
 };
 
@@ -248,12 +248,7 @@ where
     for<'a> Vec<u8>: Decode<'a, B::Db> + Type<B::Db>,
 {
     pub(crate) fn new(pool: Pool<B::Db>, options: StoreOptions) -> Self {
-        Engine {
-            pool,
-            options,
-            on_liveness: Arc::default(),
-            backend: PhantomData,
-        }
+        Engine { pool, options, on_liveness: Arc::default(), backend: PhantomData }
     }
 
     pub(crate) fn set_on_liveness(&self, on: bool) {
@@ -297,11 +292,7 @@ where
                 Err(Attempt::Fail(e)) => return Err(e),
             };
             if attempts == ATTEMPTS {
-                return Err(LeaseError::Contention {
-                    op,
-                    attempts,
-                    source: contended,
-                });
+                return Err(LeaseError::Contention { op, attempts, source: contended });
             }
         }
     }
@@ -350,11 +341,7 @@ where
 
     /// A registration as grants and handovers judge it.
     async fn node_in(&self, conn: &mut <B::Db as Database>::Connection, node: Uuid) -> Result<Option<Taker>, LeaseError> {
-        let row = sqlx::query(B::SQL.node)
-            .bind(self.liveness())
-            .bind(node.to_string().as_str())
-            .fetch_optional(conn)
-            .await?;
+        let row = sqlx::query(B::SQL.node).bind(self.liveness()).bind(node.to_string().as_str()).fetch_optional(conn).await?;
         row.map(|r| {
             Ok(Taker {
                 name: r.try_get("name")?,
@@ -507,8 +494,7 @@ where
             let mut tx = self.begin().await?;
             sqlx::query(B::SQL.mark_stale_down).bind(name).bind(self.liveness()).execute(&mut *tx).await?;
             let id: String = sqlx::query(B::SQL.new_node_id).fetch_one(&mut *tx).await?.try_get("id")?;
-            let inserted =
-                sqlx::query(B::SQL.insert_node).bind(id.as_str()).bind(name).bind(address).execute(&mut *tx).await;
+            let inserted = sqlx::query(B::SQL.insert_node).bind(id.as_str()).bind(name).bind(address).execute(&mut *tx).await;
             match inserted {
                 Ok(_) => {
                     tx.commit().await?;
@@ -516,8 +502,7 @@ where
                 }
                 Err(e) if unique_violation(&e).is_some() => {
                     tx.rollback().await?;
-                    let Some(row) = sqlx::query(B::SQL.name_holder).bind(name).fetch_optional(&self.pool).await?
-                    else {
+                    let Some(row) = sqlx::query(B::SQL.name_holder).bind(name).fetch_optional(&self.pool).await? else {
                         // The holder went down meanwhile.
                         return Err(Attempt::Again(e));
                     };
@@ -616,12 +601,7 @@ where
 
     // ---- leases -------------------------------------------------------------
 
-    pub(crate) async fn try_acquire(
-        &self,
-        shard: &str,
-        node: Uuid,
-        parent: Option<&str>,
-    ) -> Result<Option<Lease>, LeaseError> {
+    pub(crate) async fn try_acquire(&self, shard: &str, node: Uuid, parent: Option<&str>) -> Result<Option<Lease>, LeaseError> {
         self.with_retry("acquire", || async {
             let mut tx = self.begin().await?;
             let taker = self.taker(&mut tx, node).await?;
@@ -675,11 +655,9 @@ where
             })
             .await?;
         match (lost_reason(row.as_ref(), &lease.token()), row) {
-            (None, Some(row)) => Ok(Lease {
-                expires_at: row.expires_at.unwrap_or_default(),
-                liveness_epoch: row.liveness_epoch,
-                ..lease.clone()
-            }),
+            (None, Some(row)) => {
+                Ok(Lease { expires_at: row.expires_at.unwrap_or_default(), liveness_epoch: row.liveness_epoch, ..lease.clone() })
+            }
             (reason, _) => Err(lost(&lease.token(), reason.unwrap_or(LostReason::NoLease))),
         }
     }
@@ -867,7 +845,9 @@ where
     ) -> Result<Appended, LeaseError> {
         crate::failpoint::hit("append.before_fence").await;
         let fence = fence.filter(|_| !plant::active(Plant::Fence));
-        if let Some(one) = B::APPEND_IN_ONE.as_ref().filter(|one| !(one.commits_itself && crate::failpoint::is_armed("append.before_commit"))) {
+        if let Some(one) =
+            B::APPEND_IN_ONE.as_ref().filter(|one| !(one.commits_itself && crate::failpoint::is_armed("append.before_commit")))
+        {
             return self.append_in_one(one, fence, shard, epoch, stream, request_id, payload).await;
         }
         self.with_retry("append", || async {
@@ -903,17 +883,10 @@ where
                 Err(e) if unique_violation(&e).is_some() => {
                     // Applied before: answer with the original outcome.
                     tx.rollback().await?;
-                    let row = sqlx::query(B::SQL.entry_of_request)
-                        .bind(stream)
-                        .bind(request_id)
-                        .fetch_optional(&self.pool)
-                        .await?;
+                    let row =
+                        sqlx::query(B::SQL.entry_of_request).bind(stream).bind(request_id).fetch_optional(&self.pool).await?;
                     match row {
-                        Some(r) => Ok(Appended {
-                            seq: r.try_get("seq")?,
-                            epoch: r.try_get("epoch")?,
-                            fresh: false,
-                        }),
+                        Some(r) => Ok(Appended { seq: r.try_get("seq")?, epoch: r.try_get("epoch")?, fresh: false }),
                         // The racing insert rolled back after all.
                         None => Err(Attempt::Again(e)),
                     }
@@ -949,7 +922,11 @@ where
                     .await?;
                 if let Some(r) = before {
                     let (seq, epoch) = (r.try_get("seq")?, r.try_get("epoch")?);
-                    done.push(if plant::active(Plant::Dedup) { Appended { seq: seq + 1, epoch, fresh: true } } else { Appended { seq, epoch, fresh: false } });
+                    done.push(if plant::active(Plant::Dedup) {
+                        Appended { seq: seq + 1, epoch, fresh: true }
+                    } else {
+                        Appended { seq, epoch, fresh: false }
+                    });
                     continue;
                 }
                 let seq = B::next_seq(&mut tx, &e.stream).await?;
@@ -1048,7 +1025,13 @@ where
     /// `max_bytes` (the first entry always comes): rows are decoded as they
     /// stream in, so a read never holds more than its budget and one row.
     /// The flag says the budget cut the answer short.
-    pub(crate) async fn read(&self, stream: &str, from: i64, limit: i64, max_bytes: usize) -> Result<(Vec<JournalEntry>, bool), LeaseError> {
+    pub(crate) async fn read(
+        &self,
+        stream: &str,
+        from: i64,
+        limit: i64,
+        max_bytes: usize,
+    ) -> Result<(Vec<JournalEntry>, bool), LeaseError> {
         use tokio_stream::StreamExt;
         let mut rows = sqlx::query(B::SQL.read).bind(stream).bind(from).bind(limit).fetch(&self.pool);
         let (mut entries, mut bytes) = (Vec::new(), 0usize);
@@ -1090,10 +1073,7 @@ fn seed_step(parent: &LeaseRow, retired: bool, node: Uuid, held: Option<&LeaseTo
     }
     let ours = held.is_some_and(|t| parent.holder == Some(t.holder) && parent.epoch == t.epoch);
     match parent.holder {
-        Some(holder) if parent.live && !ours => SeedStep::Refuse(SplitSeed::HeldElsewhere {
-            holder,
-            epoch: parent.epoch,
-        }),
+        Some(holder) if parent.live && !ours => SeedStep::Refuse(SplitSeed::HeldElsewhere { holder, epoch: parent.epoch }),
         Some(holder) if parent.live && holder == node => SeedStep::Retire { via: "handover" },
         _ => SeedStep::Retire { via: "acquire" },
     }
@@ -1102,7 +1082,13 @@ fn seed_step(parent: &LeaseRow, retired: bool, node: Uuid, held: Option<&LeaseTo
 /// The budget's rule: with `recent` handovers in the last `window`, the
 /// oldest at `oldest`, one more fits under `cap` now, or once the oldest
 /// leaves the window.
-fn budget_verdict(recent: i64, oldest: Option<DateTime<Utc>>, now: DateTime<Utc>, cap: u32, window: std::time::Duration) -> Result<(), LeaseError> {
+fn budget_verdict(
+    recent: i64,
+    oldest: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    cap: u32,
+    window: std::time::Duration,
+) -> Result<(), LeaseError> {
     if recent < i64::from(cap) {
         return Ok(());
     }

@@ -21,16 +21,10 @@ impl fmt::Display for LostReason {
         match self {
             LostReason::NoLease => f.write_str("the shard has no lease"),
             LostReason::Released => f.write_str("the lease was released"),
-            LostReason::Superseded {
-                holder: Some(h),
-                epoch,
-            } => {
+            LostReason::Superseded { holder: Some(h), epoch } => {
                 write!(f, "now held by {h} at epoch {epoch}")
             }
-            LostReason::Superseded {
-                holder: None,
-                epoch,
-            } => {
+            LostReason::Superseded { holder: None, epoch } => {
                 write!(f, "now free at epoch {epoch}")
             }
             LostReason::Expired { expired_at } => {
@@ -50,20 +44,14 @@ pub struct MetaMismatch {
 
 impl fmt::Display for MetaMismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: the cluster has {}, this node has {}",
-            self.field, self.cluster, self.ours
-        )
+        write!(f, "{}: the cluster has {}, this node has {}", self.field, self.cluster, self.ours)
     }
 }
 
 /// Errors of the durable store.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error(
-        "unsupported database URL scheme `{scheme}`: expected postgres://, mysql://, mariadb:// or sqlite:"
-    )]
+    #[error("unsupported database URL scheme `{scheme}`: expected postgres://, mysql://, mariadb:// or sqlite:")]
     UnsupportedUrl { scheme: String },
 
     #[error("database error: {0}")]
@@ -86,12 +74,7 @@ pub enum LeaseError {
          (database clock). Stop that process, or choose another name; a crashed process's name is free again \
          once it has not been seen for the liveness timeout"
     )]
-    NameInUse {
-        name: String,
-        holder: Uuid,
-        address: String,
-        last_seen: DateTime<Utc>,
-    },
+    NameInUse { name: String, holder: Uuid, address: String, last_seen: DateTime<Utc> },
 
     #[error("node registration {0} is unknown or down; register again")]
     NodeNotRegistered(Uuid),
@@ -121,11 +104,7 @@ pub enum LeaseError {
         "the database's handoff budget is spent: {cap} handovers per round of {window:?} across every node \
          (`leases.max_handoffs_per_round`); the next fits in {retry_after:?}"
     )]
-    HandoffBudget {
-        cap: u32,
-        window: std::time::Duration,
-        retry_after: std::time::Duration,
-    },
+    HandoffBudget { cap: u32, window: std::time::Duration, retry_after: std::time::Duration },
 
     #[error("{op} gave up after {attempts} attempts on contention (deadlocks, serialization failures or lock waits): {source}")]
     Contention {
@@ -136,12 +115,7 @@ pub enum LeaseError {
     },
 
     #[error("lease of shard `{shard}` lost by {holder} at epoch {epoch}: {reason}")]
-    LeaseLost {
-        shard: String,
-        holder: Uuid,
-        epoch: i64,
-        reason: LostReason,
-    },
+    LeaseLost { shard: String, holder: Uuid, epoch: i64, reason: LostReason },
 
     #[error(
         "this node's settings differ from the cluster's: {}. Use the cluster's values (every node must agree), \

@@ -111,12 +111,12 @@ macro_rules! history_cols {
 
 #[cfg(test)]
 mod bounds_tests;
-#[cfg(test)]
-mod row_tests;
 mod engine;
 mod error;
 mod mysql;
 mod pg;
+#[cfg(test)]
+mod row_tests;
 mod schema;
 mod sqlite;
 
@@ -295,11 +295,7 @@ pub struct Lease {
 
 impl Lease {
     pub fn token(&self) -> LeaseToken {
-        LeaseToken {
-            shard: self.shard.clone(),
-            holder: self.holder,
-            epoch: self.epoch,
-        }
+        LeaseToken { shard: self.shard.clone(), holder: self.holder, epoch: self.epoch }
     }
 }
 
@@ -435,9 +431,7 @@ impl Store {
     /// Connects with the given timing and pool options.
     pub async fn connect_with(url: &str, options: StoreOptions) -> Result<Store, LeaseError> {
         if options.lease_ttl.is_zero() || options.liveness_timeout.is_zero() {
-            return Err(LeaseError::InvalidArgument(
-                "lease_ttl and liveness_timeout must be positive".into(),
-            ));
+            return Err(LeaseError::InvalidArgument("lease_ttl and liveness_timeout must be positive".into()));
         }
         Ok(match Dialect::from_url(url)? {
             Dialect::Postgres => Store::Postgres(pg::connect(url, options).await?),
@@ -485,15 +479,12 @@ impl Store {
                 let mut migrator = migrator;
                 migrator.set_locking(false);
                 let mut conn = s.pool.acquire().await?;
-                let got: Option<i64> = sqlx::query_scalar(
-                    "SELECT GET_LOCK(CONCAT('chitin_migrate.', COALESCE(DATABASE(), '')), 600)",
-                )
-                .fetch_one(&mut *conn)
-                .await?;
+                let got: Option<i64> =
+                    sqlx::query_scalar("SELECT GET_LOCK(CONCAT('chitin_migrate.', COALESCE(DATABASE(), '')), 600)")
+                        .fetch_one(&mut *conn)
+                        .await?;
                 if got != Some(1) {
-                    return Err(LeaseError::Corrupt(
-                        "could not take the migration lock (GET_LOCK) within 600 s".into(),
-                    ));
+                    return Err(LeaseError::Corrupt("could not take the migration lock (GET_LOCK) within 600 s".into()));
                 }
                 let ran = migrator.run_direct(None, &mut *conn, false).await;
                 sqlx::query("SELECT RELEASE_LOCK(CONCAT('chitin_migrate.', COALESCE(DATABASE(), '')))")
@@ -527,9 +518,7 @@ impl Store {
     /// [`LeaseError::NameInUse`].
     pub async fn register_node(&self, name: &str, address: &str) -> Result<Uuid, LeaseError> {
         if name.is_empty() || name.contains(':') {
-            return Err(LeaseError::InvalidArgument(format!(
-                "node name `{name}` must be non-empty and must not contain `:`"
-            )));
+            return Err(LeaseError::InvalidArgument(format!("node name `{name}` must be non-empty and must not contain `:`")));
         }
         dispatch!(self, s => s.register_node(name, address).await)
     }
@@ -588,8 +577,7 @@ impl Store {
         renew_interval: Duration,
     ) -> Result<ClusterMeta, LeaseError> {
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-        let count = i64::try_from(shard_count)
-            .map_err(|_| LeaseError::InvalidArgument("shard count too large".into()))?;
+        let count = i64::try_from(shard_count).map_err(|_| LeaseError::InvalidArgument("shard count too large".into()))?;
         let (c, t, r) = dispatch!(self, s =>
             s.check_cluster_meta(count, ms(lease_ttl), ms(renew_interval)).await?);
         let recorded = ClusterMeta {
@@ -599,18 +587,10 @@ impl Store {
         };
         let mut mismatches = Vec::new();
         if c != count {
-            mismatches.push(MetaMismatch {
-                field: "shard count",
-                cluster: c.to_string(),
-                ours: count.to_string(),
-            });
+            mismatches.push(MetaMismatch { field: "shard count", cluster: c.to_string(), ours: count.to_string() });
         }
         if t != ms(lease_ttl) {
-            mismatches.push(MetaMismatch {
-                field: "leases.ttl_secs",
-                cluster: secs(t),
-                ours: secs(ms(lease_ttl)),
-            });
+            mismatches.push(MetaMismatch { field: "leases.ttl_secs", cluster: secs(t), ours: secs(ms(lease_ttl)) });
         }
         if r != ms(renew_interval) {
             mismatches.push(MetaMismatch {
@@ -619,11 +599,7 @@ impl Store {
                 ours: secs(ms(renew_interval)),
             });
         }
-        if mismatches.is_empty() {
-            Ok(recorded)
-        } else {
-            Err(LeaseError::ClusterMetaMismatch { mismatches })
-        }
+        if mismatches.is_empty() { Ok(recorded) } else { Err(LeaseError::ClusterMetaMismatch { mismatches }) }
     }
 
     // ---- leases -----------------------------------------------------------
@@ -634,12 +610,7 @@ impl Store {
     /// retired (a child is granted only after its parent's split). A grant
     /// increments the epoch and is recorded in the lease history. The node
     /// must be registered and not `down`.
-    pub async fn try_acquire(
-        &self,
-        shard: &str,
-        node: Uuid,
-        parent: Option<&str>,
-    ) -> Result<Option<Lease>, LeaseError> {
+    pub async fn try_acquire(&self, shard: &str, node: Uuid, parent: Option<&str>) -> Result<Option<Lease>, LeaseError> {
         dispatch!(self, s => s.try_acquire(shard, node, parent).await)
     }
 
@@ -656,11 +627,7 @@ impl Store {
         held: Option<&LeaseToken>,
     ) -> Result<SplitSeed, LeaseError> {
         let mut seen = std::collections::BTreeSet::new();
-        if children.is_empty()
-            || children
-                .iter()
-                .any(|c| c == parent || c.is_empty() || c.contains(',') || !seen.insert(c))
-        {
+        if children.is_empty() || children.iter().any(|c| c == parent || c.is_empty() || c.contains(',') || !seen.insert(c)) {
             return Err(LeaseError::InvalidArgument(format!(
                 "split of `{parent}` into {children:?}: children must be distinct, non-empty, without `,`, \
                  and not the parent"
@@ -784,12 +751,7 @@ impl Store {
     }
 
     /// Up to `limit` entries of `stream` with `seq >= from`, in order.
-    pub async fn read(
-        &self,
-        stream: &str,
-        from: i64,
-        limit: u32,
-    ) -> Result<Vec<JournalEntry>, LeaseError> {
+    pub async fn read(&self, stream: &str, from: i64, limit: u32) -> Result<Vec<JournalEntry>, LeaseError> {
         Ok(self.read_capped(stream, from, limit, usize::MAX).await?.0)
     }
 
@@ -826,40 +788,24 @@ pub(crate) fn lost_reason(current: Option<&LeaseRow>, token: &LeaseToken) -> Opt
         Some(c) => c,
     };
     if c.holder == Some(token.holder) && c.epoch == token.epoch {
-        if c.live {
-            None
-        } else {
-            Some(LostReason::Expired {
-                expired_at: c.expires_at.unwrap_or_default(),
-            })
-        }
+        if c.live { None } else { Some(LostReason::Expired { expired_at: c.expires_at.unwrap_or_default() }) }
     } else if c.holder.is_none() && c.epoch == token.epoch {
         Some(LostReason::Released)
     } else {
-        Some(LostReason::Superseded {
-            holder: c.holder,
-            epoch: c.epoch,
-        })
+        Some(LostReason::Superseded { holder: c.holder, epoch: c.epoch })
     }
 }
 
 pub(crate) fn lost(token: &LeaseToken, reason: LostReason) -> LeaseError {
-    LeaseError::LeaseLost {
-        shard: token.shard.clone(),
-        holder: token.holder,
-        epoch: token.epoch,
-        reason,
-    }
+    LeaseError::LeaseLost { shard: token.shard.clone(), holder: token.holder, epoch: token.epoch, reason }
 }
 
 /// The constraint name of a unique violation, if `e` is one.
 pub(crate) fn unique_violation(e: &sqlx::Error) -> Option<String> {
     match e {
-        sqlx::Error::Database(d) if d.is_unique_violation() => Some(
-            d.constraint()
-                .map(str::to_owned)
-                .unwrap_or_else(|| d.message().to_owned()),
-        ),
+        sqlx::Error::Database(d) if d.is_unique_violation() => {
+            Some(d.constraint().map(str::to_owned).unwrap_or_else(|| d.message().to_owned()))
+        }
         _ => None,
     }
 }

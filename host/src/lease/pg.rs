@@ -171,10 +171,7 @@ impl Backend for Pg {
         done.rows_affected()
     }
 
-    fn next_seq<'c>(
-        conn: &'c mut PgConnection,
-        stream: &'c str,
-    ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'c {
+    fn next_seq<'c>(conn: &'c mut PgConnection, stream: &'c str) -> impl Future<Output = Result<i64, sqlx::Error>> + Send + 'c {
         sqlx::query_scalar(
             "INSERT INTO chitin_journal_streams AS s (stream, last_seq) VALUES ($1, 1) \
              ON CONFLICT (stream) DO UPDATE SET last_seq = s.last_seq + 1 RETURNING last_seq",

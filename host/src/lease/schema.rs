@@ -93,13 +93,7 @@ pub(crate) fn migrator(dialect: Dialect) -> Migrator {
                 Dialect::MySql => my,
                 Dialect::Sqlite => lite,
             };
-            Migration::new(
-                version,
-                description.into(),
-                MigrationType::Simple,
-                sql.into_sql_str(),
-                false,
-            )
+            Migration::new(version, description.into(), MigrationType::Simple, sql.into_sql_str(), false)
         })
         .collect();
     let mut migrator = Migrator::with_migrations(migrations);
@@ -113,7 +107,12 @@ mod tests {
 
     #[test]
     fn unknown_versions_are_those_without_a_migration() {
-        let cases: &[(&[i64], &[i64])] = &[(&[], &[]), (&[1, 2, 3, 4, 5, 6, 7, 8, 9], &[]), (&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &[10]), (&[1, 10, 11], &[10, 11])];
+        let cases: &[(&[i64], &[i64])] = &[
+            (&[], &[]),
+            (&[1, 2, 3, 4, 5, 6, 7, 8, 9], &[]),
+            (&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &[10]),
+            (&[1, 10, 11], &[10, 11]),
+        ];
         for (applied, unknown) in cases {
             assert_eq!(unknown_versions(applied), *unknown, "{applied:?}");
         }

@@ -8,9 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult, SqliteRow, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult, SqliteRow, SqliteSynchronous};
 use sqlx::{Row, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
@@ -121,11 +119,7 @@ impl Backend for Lite {
             " WHERE id = ? AND state <> 'down' AND liveness_epoch = ?"
         ),
         liveness: "SELECT state, liveness_epoch FROM chitin_nodes WHERE id = ?",
-        set_state: concat!(
-            "UPDATE chitin_nodes SET state = ?, last_seen = ",
-            now_ms!(),
-            " WHERE id = ? AND state <> 'down'"
-        ),
+        set_state: concat!("UPDATE chitin_nodes SET state = ?, last_seen = ", now_ms!(), " WHERE id = ? AND state <> 'down'"),
         free_leases_of: "UPDATE chitin_shard_leases SET holder = NULL, holder_name = NULL, expires_at = NULL \
              WHERE holder = ?",
         mark_down: concat!(
@@ -239,9 +233,7 @@ impl Backend for Lite {
 
     fn time(row: &SqliteRow, col: &str) -> Result<Option<DateTime<Utc>>, LeaseError> {
         row.try_get::<Option<i64>, _>(col)?
-            .map(|ms| {
-                Utc.timestamp_millis_opt(ms).single().ok_or_else(|| LeaseError::Corrupt(format!("bad timestamp {ms} ms")))
-            })
+            .map(|ms| Utc.timestamp_millis_opt(ms).single().ok_or_else(|| LeaseError::Corrupt(format!("bad timestamp {ms} ms"))))
             .transpose()
     }
 

@@ -83,17 +83,11 @@ impl Control {
         }
         if let Some(configured) = &self.settings.cluster.instance_id {
             if configured != node_id {
-                return Err(BootstrapError::NameMismatch {
-                    configured: configured.clone(),
-                    requested: node_id.to_string(),
-                });
+                return Err(BootstrapError::NameMismatch { configured: configured.clone(), requested: node_id.to_string() });
             }
         }
         stored::save(&self.settings.node.data_dir, &config, Some(node_id)).map_err(NodeError::from)?;
-        let provisioned = Provisioned {
-            config,
-            node_id: Some(node_id.to_string()),
-        };
+        let provisioned = Provisioned { config, node_id: Some(node_id.to_string()) };
         let node = Node::start(self.settings.clone(), Some(provisioned)).await?;
         self.activate(node.clone()).await;
         tracing::info!(name = %node.name, "bootstrapped");

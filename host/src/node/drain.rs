@@ -85,7 +85,8 @@ impl Node {
             load: self.load.snapshot(None).iter().filter(|l| placeable.contains(&l.shard)).map(|l| l.policy_load()).collect(),
             max_per_round: cap,
         };
-        let policy_rounds = if placeable.is_empty() { Vec::new() } else { self.call_policy(move |p| p.plan_drain(request)).await? };
+        let policy_rounds =
+            if placeable.is_empty() { Vec::new() } else { self.call_policy(move |p| p.plan_drain(request)).await? };
         let drain_plan = plan::drain_plan(&input, &placeable, &policy_rounds);
         kept.extend(drain_plan.kept);
 

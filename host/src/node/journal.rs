@@ -25,9 +25,9 @@ use crate::lease::{JournalEntry, LeaseError, NewEntry};
 use crate::proto::{self, outcome};
 
 use super::Node;
-use super::shard_map::stream_key;
 use super::peers::never_sent;
 use super::plan::{AppendFacts, AppendStep, append_step, forward_timeout};
+use super::shard_map::stream_key;
 
 /// A committed (or earlier committed, for a repeated request id) append.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -219,7 +219,13 @@ impl Node {
                 Some(h) if h != self.uuid => self.peer_address(h).await,
                 _ => None,
             };
-            let facts = AppendFacts { me: self.uuid, ready: self.is_ready() && self.session_up() && self.takes_leases(), forwarded, live_holder, holder_address };
+            let facts = AppendFacts {
+                me: self.uuid,
+                ready: self.is_ready() && self.session_up() && self.takes_leases(),
+                forwarded,
+                live_holder,
+                holder_address,
+            };
             match append_step(&facts) {
                 AppendStep::Adopt => {
                     let row = row.expect("a live holder has a row");
@@ -244,10 +250,7 @@ impl Node {
                 }
                 AppendStep::Redirect { holder } => {
                     let holder = holder.map(|(name, address)| HolderHint { name, address });
-                    return Err(AppendError::NotApplied {
-                        reason: format!("this node does not hold shard {shard}"),
-                        holder,
-                    });
+                    return Err(AppendError::NotApplied { reason: format!("this node does not hold shard {shard}"), holder });
                 }
                 AppendStep::Wait => self.wait_for_change(&mut changes, deadline, &shard).await?,
             }
@@ -378,7 +381,9 @@ impl Node {
                 Ok(Ok(Acknowledged { sequence: r.sequence as i64, epoch: r.epoch as i64, shard: r.shard, holder: r.holder }))
             }
             Err(status) if is_not_applied(&status) => Ok(Err(holder_hint(&status))),
-            Err(status) if status.code() == tonic::Code::InvalidArgument => Err(AppendError::Invalid(status.message().to_string())),
+            Err(status) if status.code() == tonic::Code::InvalidArgument => {
+                Err(AppendError::Invalid(status.message().to_string()))
+            }
             // The guard refuses before anything runs: certainly not applied.
             Err(status) if matches!(status.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied) => {
                 Err(AppendError::not_applied(format!(
@@ -459,10 +464,8 @@ mod tests {
     #[test]
     fn names_fit_every_dialect() {
         assert!(check_name("stream", &"s".repeat(MAX_STREAM), MAX_STREAM).is_ok());
-        let cases = [
-            ("", "stream must be 1..=255 bytes, got 0"),
-            ("a\0b", "stream must not contain a NUL byte (found at byte 1)"),
-        ];
+        let cases =
+            [("", "stream must be 1..=255 bytes, got 0"), ("a\0b", "stream must not contain a NUL byte (found at byte 1)")];
         for (value, want) in cases {
             assert_eq!(check_name("stream", value, MAX_STREAM).unwrap_err(), want, "{value:?}");
         }

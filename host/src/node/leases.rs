@@ -226,10 +226,7 @@ impl Leases {
         let guard = gate.read_owned().await;
         let held = self.lock();
         let h = held.get(shard).filter(|h| !h.draining && h.serve_until > Instant::now())?;
-        Some(Permit {
-            token: h.lease.token(),
-            _gate: guard,
-        })
+        Some(Permit { token: h.lease.token(), _gate: guard })
     }
 
     fn insert(&self, lease: Lease, sent: Instant) {
@@ -245,15 +242,7 @@ impl Leases {
                     false
                 }
                 _ => {
-                    held.insert(
-                        shard.clone(),
-                        Held {
-                            lease,
-                            serve_until,
-                            gate: Arc::new(RwLock::new(())),
-                            draining: false,
-                        },
-                    );
+                    held.insert(shard.clone(), Held { lease, serve_until, gate: Arc::new(RwLock::new(())), draining: false });
                     true
                 }
             }
@@ -275,22 +264,15 @@ impl Leases {
         };
         if let Some(h) = removed {
             self.metrics.leases_lost.inc();
-            self.emit(OwnershipEvent::Lost {
-                shard: shard.to_string(),
-                epoch: h.lease.epoch,
-            });
+            self.emit(OwnershipEvent::Lost { shard: shard.to_string(), epoch: h.lease.epoch });
         }
     }
 
     /// Drops every lease whose serving window has passed (renewals failed).
     pub fn expire_overdue(&self) {
         let now = Instant::now();
-        let overdue: Vec<(String, i64)> = self
-            .lock()
-            .iter()
-            .filter(|(_, h)| h.serve_until <= now)
-            .map(|(s, h)| (s.clone(), h.lease.epoch))
-            .collect();
+        let overdue: Vec<(String, i64)> =
+            self.lock().iter().filter(|(_, h)| h.serve_until <= now).map(|(s, h)| (s.clone(), h.lease.epoch)).collect();
         for (shard, epoch) in overdue {
             tracing::warn!(%shard, epoch, "lease not renewed in time; stopped serving the shard");
             self.forget(&shard, Some(epoch));
@@ -335,12 +317,8 @@ impl Leases {
     /// Renews every held lease with its own expiry that is not draining
     /// (the heartbeat renews those on liveness).
     pub async fn renew_all(&self) {
-        let leases: Vec<Lease> = self
-            .lock()
-            .values()
-            .filter(|h| !h.draining && h.lease.liveness_epoch.is_none())
-            .map(|h| h.lease.clone())
-            .collect();
+        let leases: Vec<Lease> =
+            self.lock().values().filter(|h| !h.draining && h.lease.liveness_epoch.is_none()).map(|h| h.lease.clone()).collect();
         for lease in leases {
             let sent = Instant::now();
             match self.store.renew(&lease).await {
@@ -382,10 +360,7 @@ impl Leases {
         let (gate, lease) = self
             .mark_draining(shard)?
             .ok_or_else(|| LeaseError::InvalidArgument(format!("shard `{shard}` is not held by this node")))?;
-        self.emit(OwnershipEvent::Draining {
-            shard: shard.to_string(),
-            epoch: lease.epoch,
-        });
+        self.emit(OwnershipEvent::Draining { shard: shard.to_string(), epoch: lease.epoch });
         // Dropped before the outcome is known (the caller was cancelled):
         // serve the shard again rather than leave it draining for good.
         let mut undrain = Undrain { leases: self, shard, epoch: lease.epoch, armed: true };

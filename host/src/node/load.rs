@@ -105,7 +105,12 @@ impl From<ShardLoad> for crate::proto::ShardLoad {
         let ranges = l
             .ranges
             .into_iter()
-            .map(|r| crate::proto::RangeLoad { lower: r.lower, upper: r.upper, ops_per_sec: r.ops_per_sec, bytes_per_sec: r.bytes as f64 })
+            .map(|r| crate::proto::RangeLoad {
+                lower: r.lower,
+                upper: r.upper,
+                ops_per_sec: r.ops_per_sec,
+                bytes_per_sec: r.bytes as f64,
+            })
             .collect();
         crate::proto::ShardLoad { shard: l.shard, ops_per_sec: l.ops_per_sec, bytes_per_sec: l.bytes_per_sec, ranges }
     }
@@ -116,7 +121,13 @@ impl From<crate::proto::ShardLoad> for ShardLoad {
         let ranges = l
             .ranges
             .into_iter()
-            .map(|r| RangeLoad { lower: r.lower, upper: r.upper, keys: 0, bytes: r.bytes_per_sec.round() as u64, ops_per_sec: r.ops_per_sec })
+            .map(|r| RangeLoad {
+                lower: r.lower,
+                upper: r.upper,
+                keys: 0,
+                bytes: r.bytes_per_sec.round() as u64,
+                ops_per_sec: r.ops_per_sec,
+            })
             .collect();
         ShardLoad { shard: l.shard, ops_per_sec: l.ops_per_sec, bytes_per_sec: l.bytes_per_sec, ranges }
     }

@@ -140,9 +140,7 @@ static POLICY_CALLS: LazyLock<BySlotOutcome> = LazyLock::new(|| {
 
 /// Records one policy call of `slot` that started at `started`.
 pub fn observe_policy_call(slot: Slot, outcome: &'static str, started: Instant) {
-    POLICY_CALLS
-        .get_or_create(&[("slot", slot.interface()), ("outcome", outcome)])
-        .observe(started.elapsed().as_secs_f64());
+    POLICY_CALLS.get_or_create(&[("slot", slot.interface()), ("outcome", outcome)]).observe(started.elapsed().as_secs_f64());
 }
 
 fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
@@ -180,7 +178,11 @@ async fn register_node(registry: &mut Registry, node: &Node) {
     for slot in Slot::ALL {
         let plugin = loaded.slot(slot).plugin();
         policies
-            .get_or_create(&[("slot", slot.interface().to_string()), ("plugin", plugin.name().to_string()), ("sha256", plugin.sha256().to_string())])
+            .get_or_create(&[
+                ("slot", slot.interface().to_string()),
+                ("plugin", plugin.name().to_string()),
+                ("sha256", plugin.sha256().to_string()),
+            ])
             .set(1);
     }
     registry.register("chitin_policy_info", "The policy component in each slot (1 per slot), by file and SHA-256", policies);
@@ -262,8 +264,11 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
         }
-        assert!(text.contains("chitin_append_duration_seconds_bucket{le=\"0.0005\",outcome=\"applied\"}")
-            || text.contains("chitin_append_duration_seconds_bucket{outcome=\"applied\",le=\"0.0005\"}"), "{text}");
+        assert!(
+            text.contains("chitin_append_duration_seconds_bucket{le=\"0.0005\",outcome=\"applied\"}")
+                || text.contains("chitin_append_duration_seconds_bucket{outcome=\"applied\",le=\"0.0005\"}"),
+            "{text}"
+        );
         // (Other tests of this process call policies: the count is not known here.)
         assert!(text.contains("chitin_policy_call_duration_seconds_count{slot=\"drain\",outcome=\"ok\"} "), "{text}");
     }

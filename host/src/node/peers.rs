@@ -121,7 +121,9 @@ impl Peers {
             None => {}
         }
         let connected = match tls::endpoint(address, self.tls.as_ref()) {
-            Ok(endpoint) => endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect().await.map_err(|e| e.to_string()),
+            Ok(endpoint) => {
+                endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect().await.map_err(|e| e.to_string())
+            }
             Err(e) => Err(e),
         };
         let mut slots = self.slots();
@@ -184,7 +186,9 @@ impl super::Node {
     /// UNIMPLEMENTED and finds the same at its next round).
     pub fn announce_down(&self, dead: &crate::lease::NodeRecord) {
         let notice = crate::proto::NodeDownNotice { node_uuid: dead.id.to_string(), node: dead.name.clone() };
-        self.broadcast("node-down notice", Some(dead.id), notice, |mut c, r| Box::pin(async move { c.node_down(r).await.map(drop) }));
+        self.broadcast("node-down notice", Some(dead.id), notice, |mut c, r| {
+            Box::pin(async move { c.node_down(r).await.map(drop) })
+        });
     }
 
     /// Sends `notice` to every other live node but `skip`, without waiting
@@ -216,7 +220,12 @@ impl super::Node {
     /// A peer's notice: a lease handed to this node is taken up now (renewing
     /// it first proves it); any other change wakes waiting requests.
     pub async fn on_notice(&self, shard: &str, epoch: i64, holder: uuid::Uuid) {
-        if holder == self.uuid && self.is_ready() && self.session_up() && self.takes_leases() && !self.leases.held_ids().contains(shard) {
+        if holder == self.uuid
+            && self.is_ready()
+            && self.session_up()
+            && self.takes_leases()
+            && !self.leases.held_ids().contains(shard)
+        {
             match self.leases.adopt(self.own_lease(shard, epoch)).await {
                 Ok(()) => tracing::info!(%shard, epoch, "took up a handed-over lease on notice"),
                 Err(e) => tracing::debug!(%shard, error = %e, "cannot take up a lease on notice"),

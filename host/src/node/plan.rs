@@ -74,10 +74,19 @@ pub struct RoundInput<'a> {
 /// One action of a round.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    Acquire { shard: String },
-    Handover { shard: String, to: String, to_uuid: Uuid },
+    Acquire {
+        shard: String,
+    },
+    Handover {
+        shard: String,
+        to: String,
+        to_uuid: Uuid,
+    },
     /// Retire `parent` and take its children.
-    Seed { parent: String, children: Vec<String> },
+    Seed {
+        parent: String,
+        children: Vec<String>,
+    },
 }
 
 /// The state the policies see for config node `id`: this node's own
@@ -151,13 +160,10 @@ pub fn handed_to_me<'r>(rows: &'r [LeaseRow], me: Uuid, held: &HashSet<String>) 
 /// The first live, non-leaving node of `ranking` (this node counts as
 /// leaving when it is).
 pub fn target<'r>(input: &RoundInput<'_>, ranking: &'r [String]) -> Option<&'r str> {
-    ranking.iter().map(String::as_str).find(|name| {
-        if *name == input.me {
-            !input.leaving
-        } else {
-            input.live.get(*name).is_some_and(|n| !n.leaving)
-        }
-    })
+    ranking
+        .iter()
+        .map(String::as_str)
+        .find(|name| if *name == input.me { !input.leaving } else { input.live.get(*name).is_some_and(|n| !n.leaving) })
 }
 
 /// Whether the store can grant `shard` at all: not retired, and any parent
@@ -194,11 +200,8 @@ pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
         }
         let mine = input.held.contains(parent);
         let free = input.leases.get(parent).is_none_or(|l| l.live_holder.is_none());
-        let first_child_target = input
-            .rankings
-            .iter()
-            .find(|(s, _)| *s == children[0])
-            .and_then(|(_, ranking)| target(input, ranking));
+        let first_child_target =
+            input.rankings.iter().find(|(s, _)| *s == children[0]).and_then(|(_, ranking)| target(input, ranking));
         if mine || (free && first_child_target == Some(input.me)) {
             actions.push(Action::Seed { parent: parent.clone(), children: children.clone() });
         }
@@ -212,11 +215,7 @@ pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
         if input.held.contains(shard) {
             match target {
                 Some(to) if to != input.me && handovers.len() < input.max_handoffs => {
-                    handovers.push(Action::Handover {
-                        shard: shard.clone(),
-                        to: to.to_string(),
-                        to_uuid: input.live[to].uuid,
-                    });
+                    handovers.push(Action::Handover { shard: shard.clone(), to: to.to_string(), to_uuid: input.live[to].uuid });
                 }
                 _ => {}
             }
@@ -460,14 +459,8 @@ mod tests {
 
     fn world(rankings: &[(&str, &[&str])], live: &[&str]) -> World {
         World {
-            rankings: rankings
-                .iter()
-                .map(|(s, r)| (s.to_string(), r.iter().map(|n| n.to_string()).collect()))
-                .collect(),
-            live: live
-                .iter()
-                .map(|n| (n.to_string(), LiveNode { uuid: uuid(n), leaving: false }))
-                .collect(),
+            rankings: rankings.iter().map(|(s, r)| (s.to_string(), r.iter().map(|n| n.to_string()).collect())).collect(),
+            live: live.iter().map(|n| (n.to_string(), LiveNode { uuid: uuid(n), leaving: false })).collect(),
             leases: HashMap::new(),
             held: HashSet::new(),
             parents: HashMap::new(),
@@ -573,7 +566,14 @@ mod tests {
         // a holds s1; s2 is a's but held elsewhere (or free); s3 is b's;
         // s4's preferred node is dead, so a is next; p split into s5, s6.
         let mut w = world(
-            &[("s1", &["a", "b"]), ("s2", &["a", "b"]), ("s3", &["b", "a"]), ("s4", &["c", "a"]), ("s5", &["b", "a"]), ("s6", &["a", "b"])],
+            &[
+                ("s1", &["a", "b"]),
+                ("s2", &["a", "b"]),
+                ("s3", &["b", "a"]),
+                ("s4", &["c", "a"]),
+                ("s5", &["b", "a"]),
+                ("s6", &["a", "b"]),
+            ],
             &["a", "b"],
         )
         .held_by("s1", "a", true);
@@ -717,10 +717,7 @@ mod tests {
         let mut replicas: HashMap<String, Vec<String>> =
             (0..10).map(|i| (format!("s{i}"), vec!["me".into(), "b".into(), "c".into(), "l".into()])).collect();
         replicas.insert("lonely".into(), vec!["me".into(), "gone".into()]);
-        let live = ["b", "c", "l"]
-            .iter()
-            .map(|n| (n.to_string(), LiveNode { uuid: uuid(n), leaving: *n == "l" }))
-            .collect();
+        let live = ["b", "c", "l"].iter().map(|n| (n.to_string(), LiveNode { uuid: uuid(n), leaving: *n == "l" })).collect();
         (held, replicas, live)
     }
 
@@ -751,9 +748,7 @@ mod tests {
         let input = DrainInput { held: &held, replicas: &replicas, live: &live, cap: 4 };
         let (placeable, _) = drain_candidates(&input);
         let h = |s: &str, t: &str| sdk::Handoff { shard: s.into(), source: "me".into(), target: t.into() };
-        let policy = vec![
-            vec![h("s0", "b"), h("s0", "c"), h("not-held", "b"), h("s1", "x"), h("s2", "l"), h("s3", "c")],
-        ];
+        let policy = vec![vec![h("s0", "b"), h("s0", "c"), h("not-held", "b"), h("s1", "x"), h("s2", "l"), h("s3", "c")]];
         let plan = drain_plan(&input, &placeable, &policy);
         let handed: Vec<(&str, &str)> = plan.rounds.iter().flatten().map(|d| (d.shard.as_str(), d.to.as_str())).collect();
         assert_eq!(handed, vec![("s0", "b"), ("s3", "c")]);
@@ -800,11 +795,10 @@ mod tests {
         let plan = drain_plan(&input, &placeable, &[vec![h("both", "m")]]);
         assert!(plan.rounds.is_empty(), "{plan:?}");
         assert!(plan.kept[0].why.contains("leaving") && plan.kept[0].why.contains("`m`"), "{plan:?}");
-        assert_eq!(drain_plan(&input, &placeable, &[vec![h("both", "b")]]).rounds, vec![vec![DrainHandoff {
-            shard: "both".into(),
-            to: "b".into(),
-            to_uuid: uuid("b"),
-        }]]);
+        assert_eq!(
+            drain_plan(&input, &placeable, &[vec![h("both", "b")]]).rounds,
+            vec![vec![DrainHandoff { shard: "both".into(), to: "b".into(), to_uuid: uuid("b") }]]
+        );
         // And a round of a node that is not leaving hands it nothing either.
         let leases = HashMap::from([("both".to_string(), LeaseView { live_holder: Some(uuid("me")) })]);
         let rankings = vec![("both".to_string(), vec!["m".to_string(), "b".to_string(), "me".to_string()])];
@@ -847,7 +841,8 @@ mod tests {
             (true, true, None, false, none),
         ];
         for (ready, forwarded, live_holder, known, want) in cases {
-            let facts = AppendFacts { me, ready, forwarded, live_holder, holder_address: if known { addr.clone() } else { None } };
+            let facts =
+                AppendFacts { me, ready, forwarded, live_holder, holder_address: if known { addr.clone() } else { None } };
             assert_eq!(append_step(&facts), want, "{facts:?}");
         }
     }
@@ -857,9 +852,9 @@ mod tests {
         let (ttl, renew) = (Duration::from_secs(2), Duration::from_millis(500));
         let ms = Duration::from_millis;
         let cases: &[(Option<Duration>, Duration)] = &[
-            (None, ttl),                  // unknown expiry: a full TTL
-            (Some(ms(1900)), ttl),        // a healthy holder: capped at the TTL
-            (Some(ms(1000)), ms(1500)),   // renewal overdue: what is left plus a renew interval
+            (None, ttl),                // unknown expiry: a full TTL
+            (Some(ms(1900)), ttl),      // a healthy holder: capped at the TTL
+            (Some(ms(1000)), ms(1500)), // renewal overdue: what is left plus a renew interval
             (Some(Duration::ZERO), ms(500)),
         ];
         for (left, want) in cases {

@@ -133,7 +133,14 @@ macro_rules! fetch {
 /// runs regardless of the cluster's; the cluster's record of each slot is
 /// set where it has none, or replaced when `adopt`. Returns the cluster's
 /// hashes after that.
-pub async fn record(store: &Store, node: Uuid, name: &str, ours: &Hashes, allow: bool, adopt: bool) -> Result<Hashes, LeaseError> {
+pub async fn record(
+    store: &Store,
+    node: Uuid,
+    name: &str,
+    ours: &Hashes,
+    allow: bool,
+    adopt: bool,
+) -> Result<Hashes, LeaseError> {
     for (slot, sha) in ours {
         execute!(store, record_node, node.to_string(), slot.clone(), sha.clone(), allow);
         if adopt {

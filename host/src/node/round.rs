@@ -75,10 +75,8 @@ impl Node {
         if takes {
             self.take_up(&rows).await;
         }
-        let leases: HashMap<String, LeaseView> = rows
-            .into_iter()
-            .map(|r| (r.shard, LeaseView { live_holder: r.holder.filter(|_| r.live) }))
-            .collect();
+        let leases: HashMap<String, LeaseView> =
+            rows.into_iter().map(|r| (r.shard, LeaseView { live_holder: r.holder.filter(|_| r.live) })).collect();
         let held = self.leases.held_ids();
         let input = RoundInput { leases: &leases, held: &held, ..input };
         let mut handed_over = 0;

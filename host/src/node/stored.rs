@@ -65,9 +65,5 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoredError> {
 }
 
 fn err(what: &'static str, path: &Path, reason: impl std::fmt::Display) -> StoredError {
-    StoredError {
-        what,
-        path: path.to_path_buf(),
-        reason: reason.to_string(),
-    }
+    StoredError { what, path: path.to_path_buf(), reason: reason.to_string() }
 }

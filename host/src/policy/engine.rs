@@ -26,10 +26,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            deadline: Duration::from_millis(100),
-            memory_bytes: 64 << 20,
-        }
+        Limits { deadline: Duration::from_millis(100), memory_bytes: 64 << 20 }
     }
 }
 
@@ -37,16 +34,10 @@ impl Limits {
     /// Limits with a deadline of 1 ms … 60 s and a memory limit of 1 MiB … 4 GiB.
     pub fn new(deadline: Duration, memory_bytes: u64) -> Result<Self, PolicyLoadError> {
         if deadline < Duration::from_millis(1) || deadline > Duration::from_secs(60) {
-            return Err(PolicyLoadError::Limits(format!(
-                "deadline_ms = {} must be between 1 and 60000",
-                deadline.as_millis()
-            )));
+            return Err(PolicyLoadError::Limits(format!("deadline_ms = {} must be between 1 and 60000", deadline.as_millis())));
         }
         if !(1 << 20..=4 << 30).contains(&memory_bytes) {
-            return Err(PolicyLoadError::Limits(format!(
-                "memory_limit_mib = {} must be between 1 and 4096",
-                memory_bytes >> 20
-            )));
+            return Err(PolicyLoadError::Limits(format!("memory_limit_mib = {} must be between 1 and 4096", memory_bytes >> 20)));
         }
         Ok(Limits { deadline, memory_bytes })
     }
@@ -68,9 +59,11 @@ pub fn engine() -> &'static Engine {
         let ticker = engine.clone();
         std::thread::Builder::new()
             .name("chitin-policy-epoch".into())
-            .spawn(move || loop {
-                std::thread::sleep(TICK);
-                ticker.increment_epoch();
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(TICK);
+                    ticker.increment_epoch();
+                }
             })
             .expect("spawn the policy epoch ticker");
         engine

@@ -19,9 +19,7 @@ pub fn instance_env(settings: &PolicySettings) -> Vec<(String, String)> {
 /// The variables of `vars` that [`INSTANCE_ENV`] or `extra` name, in the
 /// order of `vars`.
 pub fn allowed_env(vars: impl IntoIterator<Item = (String, String)>, extra: &[String]) -> Vec<(String, String)> {
-    vars.into_iter()
-        .filter(|(k, _)| INSTANCE_ENV.contains(&k.as_str()) || extra.iter().any(|e| e == k))
-        .collect()
+    vars.into_iter().filter(|(k, _)| INSTANCE_ENV.contains(&k.as_str()) || extra.iter().any(|e| e == k)).collect()
 }
 
 /// Why `name` cannot be an entry of `policies.instance_id_env`, if it cannot.

@@ -85,20 +85,12 @@ pub struct Runner {
 
 impl Runner {
     pub fn new(plugin: Arc<Plugin>, limits: Limits) -> Self {
-        Runner {
-            plugin,
-            limits,
-            slots: HashMap::new(),
-        }
+        Runner { plugin, limits, slots: HashMap::new() }
     }
 
     /// Reads and runs the fixture at `path`.
     pub fn run_file(&mut self, path: &Path) -> Outcome {
-        let outcome = |description: String, failure: Option<String>| Outcome {
-            path: path.to_path_buf(),
-            description,
-            failure,
-        };
+        let outcome = |description: String, failure: Option<String>| Outcome { path: path.to_path_buf(), description, failure };
         match read(path) {
             Ok(fixture) => {
                 let failure = self.run(&fixture).err();
@@ -132,12 +124,7 @@ fn read(path: &Path) -> Result<Fixture, String> {
 }
 
 fn input<T: serde::de::DeserializeOwned>(fixture: &Fixture) -> Result<T, String> {
-    serde_json::from_value(fixture.input.clone()).map_err(|e| {
-        format!(
-            "input is not a valid `{}` request: {e}",
-            fixture.call
-        )
-    })
+    serde_json::from_value(fixture.input.clone()).map_err(|e| format!("input is not a valid `{}` request: {e}", fixture.call))
 }
 
 fn json<T: serde::Serialize>(r: Result<T, PolicyCallError>) -> Result<Value, PolicyCallError> {
@@ -166,7 +153,9 @@ fn compare(expect: &Expect, actual: Result<Value, PolicyCallError>) -> Result<()
         (Expect::Ok(want), Ok(got)) if *want == got => Ok(()),
         (Expect::Ok(want), Ok(got)) => Err(format!("output differs (- expected, + actual):\n{}", diff(want, &got))),
         (Expect::Error(want), Err(PolicyCallError::Refused { error, .. })) if *want == error => Ok(()),
-        (Expect::Refused(text), Err(e)) if !matches!(e, PolicyCallError::Refused { .. }) && e.to_string().contains(text.as_str()) => {
+        (Expect::Refused(text), Err(e))
+            if !matches!(e, PolicyCallError::Refused { .. }) && e.to_string().contains(text.as_str()) =>
+        {
             Ok(())
         }
         (expect, Ok(got)) => Err(format!("expected {}, got output {}", describe(expect), pretty(&got))),
@@ -189,10 +178,7 @@ fn pretty(v: &Value) -> String {
 /// A line diff of two values' pretty JSON forms.
 fn diff(want: &Value, got: &Value) -> String {
     let (want, got) = (pretty(want), pretty(got));
-    similar::TextDiff::from_lines(&want, &got)
-        .unified_diff()
-        .context_radius(3)
-        .to_string()
+    similar::TextDiff::from_lines(&want, &got).unified_diff().context_radius(3).to_string()
 }
 
 #[cfg(test)]

@@ -45,8 +45,8 @@ use serde::{Deserialize, Serialize};
 
 pub use chitin_policy_sdk as sdk;
 use chitin_policy_sdk::{
-    DrainRequest, Handoff, HolderRanking, InstanceContext, PlacementRequest, RankingRequest,
-    RebalanceRequest, ReplicaMove, ShardPlacement, SplitRequest,
+    DrainRequest, Handoff, HolderRanking, InstanceContext, PlacementRequest, RankingRequest, RebalanceRequest, ReplicaMove,
+    ShardPlacement, SplitRequest,
 };
 pub use engine::Limits;
 pub use env::instance_env;
@@ -153,10 +153,7 @@ impl PolicySettings {
 
     /// The per-call limits these settings ask for.
     pub fn limits(&self) -> Result<Limits, PolicyLoadError> {
-        Limits::new(
-            std::time::Duration::from_millis(u64::from(self.deadline_ms)),
-            u64::from(self.memory_limit_mib) << 20,
-        )
+        Limits::new(std::time::Duration::from_millis(u64::from(self.deadline_ms)), u64::from(self.memory_limit_mib) << 20)
     }
 }
 
@@ -164,10 +161,7 @@ impl PolicySettings {
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyLoadError {
     #[error("cannot read plugin {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error(
         "plugin {plugin} is not a WebAssembly component ({reason}); build it for wasm32-wasip2 \
          (`cargo build --target wasm32-wasip2`) or wrap a core module with `wasm-tools component new`"
@@ -178,28 +172,14 @@ pub enum PolicyLoadError {
          {supported}; rebuild the plugin against a supported `chitin:policy` version \
          (the WIT under wit/since_v<version>/)"
     )]
-    UnsupportedVersion {
-        plugin: String,
-        slot: Slot,
-        found: String,
-        supported: String,
-    },
+    UnsupportedVersion { plugin: String, slot: Slot, found: String, supported: String },
     #[error(
         "plugin {plugin} does not export the `{slot}` interface (expected {expected}; it exports: {exports}); \
          point this slot at a component that implements it, or at \"default\""
     )]
-    MissingSlot {
-        plugin: String,
-        slot: Slot,
-        expected: String,
-        exports: String,
-    },
+    MissingSlot { plugin: String, slot: Slot, expected: String, exports: String },
     #[error("plugin {plugin} cannot be instantiated for slot `{slot}`: {reason}")]
-    Instantiate {
-        plugin: String,
-        slot: Slot,
-        reason: String,
-    },
+    Instantiate { plugin: String, slot: Slot, reason: String },
     #[error("invalid policy limits: {0}")]
     Limits(String),
 }
@@ -209,50 +189,26 @@ pub enum PolicyLoadError {
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyCallError {
     #[error("policy `{slot}` ({plugin}) refused the request: {error}")]
-    Refused {
-        plugin: String,
-        slot: Slot,
-        error: sdk::PolicyError,
-    },
+    Refused { plugin: String, slot: Slot, error: sdk::PolicyError },
     #[error("policy `{slot}` ({plugin}) ran past its deadline of {deadline_ms} ms and was stopped")]
-    Timeout {
-        plugin: String,
-        slot: Slot,
-        deadline_ms: u64,
-    },
+    Timeout { plugin: String, slot: Slot, deadline_ms: u64 },
     #[error(
         "policy `{slot}` ({plugin}) tried to wait in `{call}` (a sleep, or a wait on a clock or stream); \
          policies may not block, so the call was stopped"
     )]
-    Blocked {
-        plugin: String,
-        slot: Slot,
-        call: &'static str,
-    },
+    Blocked { plugin: String, slot: Slot, call: &'static str },
     #[error(
         "policy `{slot}` ({plugin}) exceeded its memory limit of {limit_mib} MiB (all its memories and \
          tables together) and was stopped"
     )]
-    OutOfMemory {
-        plugin: String,
-        slot: Slot,
-        limit_mib: u64,
-    },
+    OutOfMemory { plugin: String, slot: Slot, limit_mib: u64 },
     #[error("policy `{slot}` ({plugin}) trapped: {reason}")]
-    Trap {
-        plugin: String,
-        slot: Slot,
-        reason: String,
-    },
+    Trap { plugin: String, slot: Slot, reason: String },
     #[error(
         "policy `instance-id` ({plugin}) returned the name {name:?}, which {why}; \
          set `[cluster] instance_id` or CHITIN__CLUSTER__INSTANCE_ID to a name without `:`"
     )]
-    InvalidName {
-        plugin: String,
-        name: String,
-        why: &'static str,
-    },
+    InvalidName { plugin: String, name: String, why: &'static str },
     #[error(transparent)]
     Load(#[from] PolicyLoadError),
 }

@@ -27,11 +27,7 @@ pub enum PluginSource {
 impl PluginSource {
     /// `"default"` or a path.
     pub fn parse(value: &str) -> Self {
-        if value == "default" {
-            PluginSource::Default
-        } else {
-            PluginSource::File(PathBuf::from(value))
-        }
+        if value == "default" { PluginSource::Default } else { PluginSource::File(PathBuf::from(value)) }
     }
 }
 
@@ -75,19 +71,13 @@ impl Plugin {
 
     /// Loads the component file at `path`.
     pub fn from_file(path: &Path, cache: Option<&Cache>) -> Result<Self, PolicyLoadError> {
-        let bytes = std::fs::read(path).map_err(|source| PolicyLoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = std::fs::read(path).map_err(|source| PolicyLoadError::Read { path: path.to_path_buf(), source })?;
         Self::from_bytes(path.display().to_string(), &bytes, cache)
     }
 
     /// Compiles (or fetches from `cache`) the component in `bytes`, named `name` in errors.
     pub fn from_bytes(name: String, bytes: &[u8], cache: Option<&Cache>) -> Result<Self, PolicyLoadError> {
-        let not_a_component = |reason: String| PolicyLoadError::NotAComponent {
-            plugin: name.clone(),
-            reason,
-        };
+        let not_a_component = |reason: String| PolicyLoadError::NotAComponent { plugin: name.clone(), reason };
         match bytes.get(0..8) {
             Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => {
                 return Err(not_a_component("it is a core WebAssembly module, not a component".into()));
@@ -135,18 +125,13 @@ impl Plugin {
     pub fn slot_version(&self, slot: Slot) -> Result<&'static str, PolicyLoadError> {
         let of_slot: Vec<&ExportedInterface> = self.exports.iter().filter(|e| e.slot == Some(slot)).collect();
         for export in &of_slot {
-            if let Some(v) = SUPPORTED_VERSIONS
-                .iter()
-                .find(|v| export.version.as_deref().is_some_and(|found| semver_compatible(found, v)))
+            if let Some(v) =
+                SUPPORTED_VERSIONS.iter().find(|v| export.version.as_deref().is_some_and(|found| semver_compatible(found, v)))
             {
                 return Ok(v);
             }
         }
-        let supported = SUPPORTED_VERSIONS
-            .iter()
-            .map(|v| format!("{PACKAGE}/{slot}@{v}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let supported = SUPPORTED_VERSIONS.iter().map(|v| format!("{PACKAGE}/{slot}@{v}")).collect::<Vec<_>>().join(", ");
         if let Some(found) = of_slot.first() {
             return Err(PolicyLoadError::UnsupportedVersion {
                 plugin: self.name.clone(),
@@ -160,12 +145,7 @@ impl Plugin {
         } else {
             self.exports.iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(", ")
         };
-        Err(PolicyLoadError::MissingSlot {
-            plugin: self.name.clone(),
-            slot,
-            expected: supported,
-            exports,
-        })
+        Err(PolicyLoadError::MissingSlot { plugin: self.name.clone(), slot, expected: supported, exports })
     }
 }
 
@@ -180,15 +160,8 @@ fn exported_interfaces(component: &Component) -> Vec<ExportedInterface> {
                 Some((p, v)) => (p, Some(v.to_string())),
                 None => (name, None),
             };
-            let slot = path
-                .strip_prefix(PACKAGE)
-                .and_then(|rest| rest.strip_prefix('/'))
-                .and_then(Slot::from_interface);
-            ExportedInterface {
-                name: name.to_string(),
-                slot,
-                version,
-            }
+            let slot = path.strip_prefix(PACKAGE).and_then(|rest| rest.strip_prefix('/')).and_then(Slot::from_interface);
+            ExportedInterface { name: name.to_string(), slot, version }
         })
         .collect()
 }

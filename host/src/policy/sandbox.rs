@@ -28,12 +28,12 @@ use std::future::Future;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use wasmtime::component::{Component, HasData, Linker, Resource, ResourceTable};
 use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, HasData, Linker, Resource, ResourceTable};
 use wasmtime_wasi::cli::{WasiCli, WasiCliView as _};
 use wasmtime_wasi::clocks::{WasiClocks, WasiClocksView as _};
-use wasmtime_wasi::p2::bindings::{cli, clocks, io as async_io, random};
 use wasmtime_wasi::p2::bindings::sync::io::{poll, streams};
+use wasmtime_wasi::p2::bindings::{cli, clocks, io as async_io, random};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, StreamError, StreamResult};
 use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -111,13 +111,7 @@ impl State {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
-        State {
-            wasi,
-            table: ResourceTable::new(),
-            output,
-            random: Deterministic::new(),
-            budget: MemoryBudget::new(memory_bytes),
-        }
+        State { wasi, table: ResourceTable::new(), output, random: Deterministic::new(), budget: MemoryBudget::new(memory_bytes) }
     }
 
     /// What the guest wrote to stdout and stderr.
@@ -128,10 +122,7 @@ impl State {
 
 impl WasiView for State {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
     }
 }
 
@@ -217,10 +208,7 @@ impl HasData for Sandbox {
 
 impl Sandbox {
     fn view(state: &mut State) -> NoWait<'_> {
-        NoWait {
-            table: &mut state.table,
-            random: &mut state.random,
-        }
+        NoWait { table: &mut state.table, random: &mut state.random }
     }
 }
 
@@ -338,20 +326,10 @@ impl streams::HostOutputStream for NoWait<'_> {
             async_io::streams::HostOutputStream::blocking_write_zeroes_and_flush(self.table, stream, len),
         )
     }
-    fn splice(
-        &mut self,
-        dst: Resource<DynOutputStream>,
-        src: Resource<DynInputStream>,
-        len: u64,
-    ) -> StreamResult<u64> {
+    fn splice(&mut self, dst: Resource<DynOutputStream>, src: Resource<DynInputStream>, len: u64) -> StreamResult<u64> {
         streams::HostOutputStream::splice(&mut *self.table, dst, src, len)
     }
-    fn blocking_splice(
-        &mut self,
-        dst: Resource<DynOutputStream>,
-        src: Resource<DynInputStream>,
-        len: u64,
-    ) -> StreamResult<u64> {
+    fn blocking_splice(&mut self, dst: Resource<DynOutputStream>, src: Resource<DynInputStream>, len: u64) -> StreamResult<u64> {
         stream_now(
             "wasi:io/streams.output-stream.blocking-splice",
             async_io::streams::HostOutputStream::blocking_splice(self.table, dst, src, len),

@@ -583,7 +583,12 @@ pub fn placement_changes(application: &str, old: &[sdk::ShardPlacement], new: &[
 pub fn rebalance_change(old: &[sdk::ReplicaMove], new: &[sdk::ReplicaMove]) -> Option<RebalanceChange> {
     let view = |m: &[sdk::ReplicaMove]| -> Vec<MoveView> {
         m.iter()
-            .map(|m| MoveView { shard: m.shard.clone(), replica: m.replica.clone(), source: m.source.clone(), target: m.target.clone() })
+            .map(|m| MoveView {
+                shard: m.shard.clone(),
+                replica: m.replica.clone(),
+                source: m.source.clone(),
+                target: m.target.clone(),
+            })
             .collect()
     };
     (old != new).then(|| RebalanceChange { old: view(old), new: view(new) })
@@ -614,12 +619,8 @@ pub fn split_change(shard: &str, old: &[u32], new: &[u32]) -> Option<SplitChange
 
 /// What the node makes of a drain policy's `rounds` ([`plan::drain_plan`]).
 fn drain_view(case: &DrainCase, rounds: &[Vec<sdk::Handoff>]) -> DrainView {
-    let input = DrainInput {
-        held: &case.held,
-        replicas: &case.replicas,
-        live: &case.live,
-        cap: case.request.max_per_round as usize,
-    };
+    let input =
+        DrainInput { held: &case.held, replicas: &case.replicas, live: &case.live, cap: case.request.max_per_round as usize };
     let plan = plan::drain_plan(&input, &case.placeable, rounds);
     let mut kept: Vec<KeptView> =
         case.kept.iter().chain(&plan.kept).map(|k| KeptView { shard: k.shard.clone(), why: k.why.clone() }).collect();
@@ -736,14 +737,7 @@ mod tests {
         let got: Vec<(&str, Vec<String>, Vec<String>)> =
             changes.iter().map(|c| (c.shard.as_str(), c.old.clone(), c.new.clone())).collect();
         let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            got,
-            vec![
-                ("b", v(&["n1", "n2"]), v(&["n1", "n3"])),
-                ("c", v(&["n3"]), v(&[])),
-                ("d", v(&[]), v(&["n3"])),
-            ]
-        );
+        assert_eq!(got, vec![("b", v(&["n1", "n2"]), v(&["n1", "n3"])), ("c", v(&["n3"]), v(&[])), ("d", v(&[]), v(&["n3"])),]);
     }
 
     #[test]
@@ -768,8 +762,16 @@ mod tests {
         let place = |s: &str| case(Request::PlaceReplicas(Default::default()), s);
         let split = |s: &str| case(Request::SplitPoints(Default::default()), s);
         let answers = vec![
-            (place("A"), Ok(Output::Placements(vec![placement("a", &["n1"])])), Ok(Output::Placements(vec![placement("a", &["n1"])]))),
-            (place("B"), Ok(Output::Placements(vec![placement("b", &["n1"])])), Ok(Output::Placements(vec![placement("b", &["n2"])]))),
+            (
+                place("A"),
+                Ok(Output::Placements(vec![placement("a", &["n1"])])),
+                Ok(Output::Placements(vec![placement("a", &["n1"])])),
+            ),
+            (
+                place("B"),
+                Ok(Output::Placements(vec![placement("b", &["n1"])])),
+                Ok(Output::Placements(vec![placement("b", &["n2"])])),
+            ),
             (split("s1"), Ok(Output::Points(vec![5])), Ok(Output::Points(vec![5]))),
             (split("s2"), Err("refused: unsupported: x".to_string()), Err("refused: unsupported: x".to_string())),
             (split("s3"), Ok(Output::Points(vec![5])), Err("refused: invalid split: y".to_string())),

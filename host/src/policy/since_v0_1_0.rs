@@ -100,11 +100,7 @@ impl Exports {
     }
 
     /// `placement.place-replicas`.
-    pub fn place_replicas(
-        &self,
-        store: &mut Store<State>,
-        req: sdk::PlacementRequest,
-    ) -> Answer<Vec<sdk::ShardPlacement>> {
+    pub fn place_replicas(&self, store: &mut Store<State>, req: sdk::PlacementRequest) -> Answer<Vec<sdk::ShardPlacement>> {
         match self {
             Exports::Placement(g) => answer(g.call_place_replicas(store, &req.conv())),
             _ => wrong_slot(self.slot(), Slot::Placement),
@@ -120,11 +116,7 @@ impl Exports {
     }
 
     /// `placement.preferred-holders`.
-    pub fn preferred_holders(
-        &self,
-        store: &mut Store<State>,
-        req: sdk::RankingRequest,
-    ) -> Answer<Vec<sdk::HolderRanking>> {
+    pub fn preferred_holders(&self, store: &mut Store<State>, req: sdk::RankingRequest) -> Answer<Vec<sdk::HolderRanking>> {
         match self {
             Exports::Placement(g) => answer(g.call_preferred_holders(store, &req.conv())),
             _ => wrong_slot(self.slot(), Slot::Placement),

@@ -52,14 +52,7 @@ impl SlotRunner {
         })?;
         let pre = linker().instantiate_pre(plugin.component()).map_err(instantiate_error)?;
         let indices = Indices::new(version, slot, &pre).map_err(instantiate_error)?;
-        Ok(SlotRunner {
-            plugin,
-            slot,
-            limits,
-            pre,
-            indices,
-            warm: Mutex::new(None),
-        })
+        Ok(SlotRunner { plugin, slot, limits, pre, indices, warm: Mutex::new(None) })
     }
 
     /// The plugin serving this slot.
@@ -81,10 +74,7 @@ impl SlotRunner {
         let mut store = Store::new(engine(), State::new(self.limits.memory_bytes));
         store.limiter(|s| &mut s.budget);
         store.set_epoch_deadline(self.limits.deadline_ticks());
-        let loaded = self
-            .pre
-            .instantiate(&mut store)
-            .and_then(|instance| self.indices.load(&mut store, &instance));
+        let loaded = self.pre.instantiate(&mut store).and_then(|instance| self.indices.load(&mut store, &instance));
         match loaded {
             Ok(exports) => Ok(Warm { store, exports }),
             Err(e) => Err(self.failure(e, Some(store.data()))),
@@ -129,25 +119,13 @@ impl SlotRunner {
         let plugin = self.plugin.name().to_string();
         let slot = self.slot;
         if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-            return PolicyCallError::Timeout {
-                plugin,
-                slot,
-                deadline_ms: self.limits.deadline.as_millis() as u64,
-            };
+            return PolicyCallError::Timeout { plugin, slot, deadline_ms: self.limits.deadline.as_millis() as u64 };
         }
         if let Some(blocked) = error.downcast_ref::<Blocked>() {
-            return PolicyCallError::Blocked {
-                plugin,
-                slot,
-                call: blocked.call,
-            };
+            return PolicyCallError::Blocked { plugin, slot, call: blocked.call };
         }
         if state.is_some_and(|s| s.budget.exceeded()) {
-            return PolicyCallError::OutOfMemory {
-                plugin,
-                slot,
-                limit_mib: self.limits.memory_bytes >> 20,
-            };
+            return PolicyCallError::OutOfMemory { plugin, slot, limit_mib: self.limits.memory_bytes >> 20 };
         }
         let mut reason = format!("{error:#}");
         if let Some(output) = state.map(State::output).filter(|o| !o.is_empty()) {
@@ -162,11 +140,7 @@ impl SlotRunner {
         let name = self.call(|store, exports| exports.resolve(store, ctx))?;
         match invalid_name_reason(&name) {
             None => Ok(name),
-            Some(why) => Err(PolicyCallError::InvalidName {
-                plugin: self.plugin.name().to_string(),
-                name,
-                why,
-            }),
+            Some(why) => Err(PolicyCallError::InvalidName { plugin: self.plugin.name().to_string(), name, why }),
         }
     }
 

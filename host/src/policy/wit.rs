@@ -60,11 +60,7 @@ impl Exports {
     }
 
     /// `placement.place-replicas`.
-    pub fn place_replicas(
-        &self,
-        store: &mut Store<State>,
-        req: sdk::PlacementRequest,
-    ) -> Answer<Vec<sdk::ShardPlacement>> {
+    pub fn place_replicas(&self, store: &mut Store<State>, req: sdk::PlacementRequest) -> Answer<Vec<sdk::ShardPlacement>> {
         match self {
             Exports::V0_1_0(e) => e.place_replicas(store, req),
         }
@@ -78,11 +74,7 @@ impl Exports {
     }
 
     /// `placement.preferred-holders`.
-    pub fn preferred_holders(
-        &self,
-        store: &mut Store<State>,
-        req: sdk::RankingRequest,
-    ) -> Answer<Vec<sdk::HolderRanking>> {
+    pub fn preferred_holders(&self, store: &mut Store<State>, req: sdk::RankingRequest) -> Answer<Vec<sdk::HolderRanking>> {
         match self {
             Exports::V0_1_0(e) => e.preferred_holders(store, req),
         }

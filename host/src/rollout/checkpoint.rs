@@ -299,7 +299,10 @@ mod tests {
         assert_eq!(path_for(&config), dir.join("cluster_config.json.rollout.json"));
         assert_eq!(Checkpoint::load(&config).unwrap(), None);
         let p = split_shard(&base(), "A_00_3f", &[0x2000_0000]).unwrap();
-        let mut c = Checkpoint::new(Sequence::SplitShard { shard_id: "A_00_3f".into(), split_at: Some("20000000".into()), children: 2 }, &p);
+        let mut c = Checkpoint::new(
+            Sequence::SplitShard { shard_id: "A_00_3f".into(), split_at: Some("20000000".into()), children: 2 },
+            &p,
+        );
         c.done = 1;
         c.save(&config).unwrap();
         let back = Checkpoint::load(&config).unwrap().unwrap();

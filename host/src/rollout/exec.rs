@@ -28,9 +28,6 @@ use crate::proto::{self, admin_client::AdminClient};
 use crate::topology::file::{self, SaveError};
 use crate::topology::model::{ClusterConfig, LoadError, Node};
 
-/// The environment variable with the admin plane's bearer token.
-pub const TOKEN_ENV: &str = "CHITIN_ADMIN_TOKEN";
-
 /// How the executor behaves.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -130,10 +127,8 @@ pub fn admin_client(
     tls: Option<&crate::security::tls::ClientTls>,
     rpc_timeout: Duration,
 ) -> Result<Admin, String> {
-    let channel = crate::security::tls::endpoint(address, tls)?
-        .connect_timeout(Duration::from_secs(3))
-        .timeout(rpc_timeout)
-        .connect_lazy();
+    let channel =
+        crate::security::tls::endpoint(address, tls)?.connect_timeout(Duration::from_secs(3)).timeout(rpc_timeout).connect_lazy();
     Ok(AdminClient::with_interceptor(crate::security::tls::NodeChannel::new(channel, tls), BearerAuth::new(token)))
 }
 
@@ -161,7 +156,10 @@ fn is_unprovisioned(r: &proto::GetConfigResponse) -> bool {
 
 /// Whether a call's failure is worth retrying (the node may be restarting).
 fn transient(s: &Status) -> bool {
-    matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled | Code::Aborted | Code::ResourceExhausted)
+    matches!(
+        s.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled | Code::Aborted | Code::ResourceExhausted
+    )
 }
 
 fn status_text(s: &Status) -> String {
@@ -187,11 +185,8 @@ struct Target {
 impl Target {
     fn new(n: &Node, opts: &Options) -> Result<Target, ExecError> {
         let rpc = opts.timeout.min(Duration::from_secs(30)).max(Duration::from_secs(1));
-        let client = admin_client(&n.grpc_address, opts.token.as_deref(), opts.tls.as_ref(), rpc).map_err(|message| ExecError::BadAddress {
-            node: n.id.clone(),
-            address: n.grpc_address.clone(),
-            message,
-        })?;
+        let client = admin_client(&n.grpc_address, opts.token.as_deref(), opts.tls.as_ref(), rpc)
+            .map_err(|message| ExecError::BadAddress { node: n.id.clone(), address: n.grpc_address.clone(), message })?;
         Ok(Target { id: n.id.clone(), address: n.grpc_address.clone(), client })
     }
 
@@ -203,7 +198,11 @@ impl Target {
         match self.client.get_config(proto::GetConfigRequest {}).await {
             Ok(r) => {
                 let r = r.into_inner();
-                if is_unprovisioned(&r) { Report::Unprovisioned } else { Report::At { version: r.config_version, state: r.state } }
+                if is_unprovisioned(&r) {
+                    Report::Unprovisioned
+                } else {
+                    Report::At { version: r.config_version, state: r.state }
+                }
             }
             Err(s) => Report::Unreachable(status_text(&s)),
         }
@@ -281,11 +280,9 @@ pub fn prepare(
             Ok(Prepared::Run { checkpoint: Box::new(existing.expect("resume has a checkpoint")), from, resumed: true })
         }
         Decision::AlreadyDone { version } => Ok(Prepared::AlreadyDone { version }),
-        Decision::Refuse(unfinished) => Err(ExecError::Unfinished {
-            requested: sequence.to_string(),
-            unfinished,
-            checkpoint: path_for(config_path),
-        }),
+        Decision::Refuse(unfinished) => {
+            Err(ExecError::Unfinished { requested: sequence.to_string(), unfinished, checkpoint: path_for(config_path) })
+        }
         Decision::FileMismatch { file_version, expected } => Err(ExecError::FileMismatch {
             config: config_path.to_owned(),
             checkpoint: path_for(config_path),
@@ -520,11 +517,8 @@ pub async fn bootstrap_node(config: &ClusterConfig, id: &str, opts: &Options) ->
 /// The live config of the node at `address`.
 pub async fn get_config(address: &str, opts: &Options) -> Result<proto::GetConfigResponse, ExecError> {
     let rpc = opts.timeout.min(Duration::from_secs(30)).max(Duration::from_secs(1));
-    let mut client = admin_client(address, opts.token.as_deref(), opts.tls.as_ref(), rpc).map_err(|message| ExecError::BadAddress {
-        node: "?".into(),
-        address: address.to_owned(),
-        message,
-    })?;
+    let mut client = admin_client(address, opts.token.as_deref(), opts.tls.as_ref(), rpc)
+        .map_err(|message| ExecError::BadAddress { node: "?".into(), address: address.to_owned(), message })?;
     match client.get_config(proto::GetConfigRequest {}).await {
         Ok(r) => Ok(r.into_inner()),
         Err(s) => Err(ExecError::NodeUnreachable {
@@ -547,7 +541,10 @@ pub async fn cluster_load(
     let mut silent = Vec::new();
     for address in addresses {
         let answer = match admin_client(address, opts.token.as_deref(), opts.tls.as_ref(), Duration::from_secs(5)) {
-            Ok(mut client) => client.load(proto::LoadRequest { shard: shard.unwrap_or_default().to_string() }).await.map_err(|s| status_text(&s)),
+            Ok(mut client) => client
+                .load(proto::LoadRequest { shard: shard.unwrap_or_default().to_string() })
+                .await
+                .map_err(|s| status_text(&s)),
             Err(e) => Err(e),
         };
         match answer {

@@ -292,8 +292,12 @@ fn shard_mut<'a>(config: &'a mut ClusterConfig, id: &str) -> &'a mut Shard {
 fn check_movable(shard: &Shard) -> Result<(), PlanError> {
     let hint = match shard.state {
         ShardState::Active => return Ok(()),
-        ShardState::Splitting => "; a splitting shard's children must stay on its nodes, so finish the split first (re-run its `split-shard`)",
-        ShardState::Activating => "; an activating child stays on its parent's nodes until the split finishes (re-run its `split-shard`)",
+        ShardState::Splitting => {
+            "; a splitting shard's children must stay on its nodes, so finish the split first (re-run its `split-shard`)"
+        }
+        ShardState::Activating => {
+            "; an activating child stays on its parent's nodes until the split finishes (re-run its `split-shard`)"
+        }
         ShardState::Inactive => "; an inactive shard serves nothing, move its children instead",
     };
     Err(PlanError::ShardNotActive { shard: shard.id.clone(), state: shard.state, action: "moves its replicas", hint })

@@ -119,11 +119,9 @@ impl Plane {
         let how = match self {
             Plane::Admin => "set CHITIN_ADMIN_TOKEN".to_owned(),
             Plane::Client => "set CHITIN_CLIENT_TOKEN".to_owned(),
-            Plane::Peer => {
-                "only the cluster's nodes call it, each with the same [cluster] peer_token or a certificate of the \
+            Plane::Peer => "only the cluster's nodes call it, each with the same [cluster] peer_token or a certificate of the \
                  cluster CA ([tls] peer_ca_file)"
-                    .to_owned()
-            }
+                .to_owned(),
         };
         format!("the {} plane needs `authorization: Bearer <{}>`; {how}", self.name(), self.setting())
     }
@@ -301,7 +299,9 @@ mod tests {
         assert_eq!(client.check(&b("client-tok"), || false).unwrap(), Caller::Plane(Plane::Client));
         assert_eq!(client.check(&b("peer-tok"), || false).unwrap(), Caller::Peer);
         assert_eq!(peer.check(&b("peer-tok"), || false).unwrap(), Caller::Peer);
-        for (guard, token) in [(&admin, "peer-tok"), (&admin, "client-tok"), (&peer, "client-tok"), (&peer, "admin-tok"), (&client, "admin-tok")] {
+        for (guard, token) in
+            [(&admin, "peer-tok"), (&admin, "client-tok"), (&peer, "client-tok"), (&peer, "admin-tok"), (&client, "admin-tok")]
+        {
             let e = guard.check(&b(token), || false).unwrap_err();
             assert_eq!(e.code(), tonic::Code::Unauthenticated, "{token}");
             assert!(e.message().starts_with("wrong "), "{}", e.message());
@@ -360,7 +360,10 @@ mod tests {
 
     #[test]
     fn the_admin_messages_are_the_documented_ones() {
-        assert_eq!(Plane::Admin.missing(), "the admin plane needs `authorization: Bearer <[api] admin_token>`; set CHITIN_ADMIN_TOKEN");
+        assert_eq!(
+            Plane::Admin.missing(),
+            "the admin plane needs `authorization: Bearer <[api] admin_token>`; set CHITIN_ADMIN_TOKEN"
+        );
         assert_eq!(Plane::Admin.wrong(), "wrong admin token; set CHITIN_ADMIN_TOKEN to the node's [api] admin_token");
     }
 

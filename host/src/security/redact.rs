@@ -173,7 +173,10 @@ mod tests {
     fn patterns_are_masked_wherever_they_appear() {
         let cases = [
             ("postgres://u:pw@h/db", "postgres://u:***@h/db"),
-            ("error: cannot reach mysql://root:s3cret@10.0.0.1:3306/test (timeout)", "error: cannot reach mysql://root:***@10.0.0.1:3306/test (timeout)"),
+            (
+                "error: cannot reach mysql://root:s3cret@10.0.0.1:3306/test (timeout)",
+                "error: cannot reach mysql://root:***@10.0.0.1:3306/test (timeout)",
+            ),
             ("redis://:secret@redis:6379/0", "redis://:***@redis:6379/0"),
             ("rediss://user:secret@redis:6380", "rediss://user:***@redis:6380"),
             ("url=\"postgres://a:b@h\" and redis://c:d@e", "url=\"postgres://a:***@h\" and redis://c:***@e"),

@@ -74,10 +74,9 @@ fn read(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
 /// Every certificate of a PEM file (at least one).
 pub fn certificates(key: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem = read(key, path)?;
-    let no_pem = |detail: String| TlsError::NoPem { key, path: path.to_owned(), what: "certificate", label: "CERTIFICATE", detail };
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| no_pem(format!(": {e}")))?;
+    let no_pem =
+        |detail: String| TlsError::NoPem { key, path: path.to_owned(), what: "certificate", label: "CERTIFICATE", detail };
+    let certs = CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>().map_err(|e| no_pem(format!(": {e}")))?;
     if certs.is_empty() {
         return Err(no_pem(String::new()));
     }
@@ -101,7 +100,11 @@ fn roots(files: &[(&'static str, &Path)]) -> Result<RootCertStore, TlsError> {
     let mut store = RootCertStore::empty();
     for &(key, path) in files {
         for cert in certificates(key, path)? {
-            store.add(cert).map_err(|e| TlsError::Unusable { key, path: path.to_owned(), reason: format!("not a usable CA certificate: {e}") })?;
+            store.add(cert).map_err(|e| TlsError::Unusable {
+                key,
+                path: path.to_owned(),
+                reason: format!("not a usable CA certificate: {e}"),
+            })?;
         }
     }
     Ok(store)
@@ -158,7 +161,8 @@ impl NodeTls {
                 Some(v) => builder.with_client_cert_verifier(v),
                 None => builder.with_no_client_auth(),
             };
-            let mut config = builder.with_single_cert(chain.clone(), key.clone_key()).map_err(|e| TlsError::Pair(e.to_string()))?;
+            let mut config =
+                builder.with_single_cert(chain.clone(), key.clone_key()).map_err(|e| TlsError::Pair(e.to_string()))?;
             config.alpn_protocols = vec![alpn.to_vec()];
             Ok(Arc::new(config))
         };
@@ -370,9 +374,9 @@ pub fn endpoint(address: &str, tls: Option<&ClientTls>) -> Result<tonic::transpo
         Some(t) if address.starts_with("https://") || !address.contains("://") => {
             endpoint.tls_config(t.config.clone()).map_err(|e| format!("TLS to {address}: {e}"))
         }
-        None if address.starts_with("https://") => Err(format!(
-            "{address} is an https:// address, but no CA to verify the node was given: pass --ca (or set CHITIN_CA)"
-        )),
+        None if address.starts_with("https://") => {
+            Err(format!("{address} is an https:// address, but no CA to verify the node was given: pass --ca (or set CHITIN_CA)"))
+        }
         _ => Ok(endpoint),
     }
 }
@@ -538,7 +542,9 @@ mod tests {
         let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
         let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
         let dial = tokio::spawn(async move { connector.connect(name, TcpStream::connect(addr).await.unwrap()).await.unwrap() });
-        let (accepted, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept()).await.expect("the second client waited for the first");
+        let (accepted, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+            .await
+            .expect("the second client waited for the first");
         assert!(accepted.get_ref().0.nodelay().unwrap(), "an accepted socket must not run Nagle's algorithm");
         dial.await.unwrap();
     }

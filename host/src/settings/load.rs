@@ -77,10 +77,7 @@ impl Settings {
         match path {
             None => Settings::from_toml("", "defaults", env),
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|source| SettingsError::Read {
-                    path: p.to_owned(),
-                    source,
-                })?;
+                let text = std::fs::read_to_string(p).map_err(|source| SettingsError::Read { path: p.to_owned(), source })?;
                 Settings::from_toml(&text, &p.display().to_string(), env)
             }
         }
@@ -94,19 +91,13 @@ impl Settings {
         K: AsRef<str>,
         V: AsRef<str>,
     {
-        let mut table: Table = text.parse().map_err(|e: toml::de::Error| SettingsError::Syntax {
-            origin: origin.to_owned(),
-            message: e.to_string(),
-        })?;
-        let mut origins = Origins {
-            file: format!("settings file {origin}"),
-            env: BTreeMap::new(),
-        };
+        let mut table: Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| SettingsError::Syntax { origin: origin.to_owned(), message: e.to_string() })?;
+        let mut origins = Origins { file: format!("settings file {origin}"), env: BTreeMap::new() };
         let mut problems = check_file(&mut table, &origins.file);
-        let mut vars: Vec<(String, String)> = env
-            .into_iter()
-            .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()))
-            .collect();
+        let mut vars: Vec<(String, String)> =
+            env.into_iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())).collect();
         // A stable order, so that messages and the winner of a repeated key are too.
         vars.sort();
         for (var, value) in vars {
@@ -132,20 +123,13 @@ impl Settings {
 
     /// Checks the rules on an already-built value (for settings made in code).
     pub fn validate(&self) -> Result<(), SettingsError> {
-        let origins = Origins {
-            file: "settings".into(),
-            env: BTreeMap::new(),
-        };
+        let origins = Origins { file: "settings".into(), env: BTreeMap::new() };
         self.clone().checked(&origins).map(drop)
     }
 
     fn checked(self, origins: &Origins) -> Result<Settings, SettingsError> {
         let problems = rules::problems(&self, origins);
-        if problems.is_empty() {
-            Ok(self)
-        } else {
-            Err(SettingsError::Invalid(problems))
-        }
+        if problems.is_empty() { Ok(self) } else { Err(SettingsError::Invalid(problems)) }
     }
 }
 
@@ -167,32 +151,21 @@ fn probe(section: &str, key: Option<&str>, value: Value) -> Result<(), String> {
 fn check_file(table: &mut Table, origin: &str) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut refuse = |key: String, value: &Value, rule: String| {
-        problems.push(Problem::Refused {
-            key,
-            value: show(value),
-            rule,
-            origin: origin.to_owned(),
-        })
+        problems.push(Problem::Refused { key, value: show(value), rule, origin: origin.to_owned() })
     };
     table.retain(|section, value| {
         let Value::Table(keys) = value else {
-            return probe(section, None, value.clone())
-                .map_err(|rule| refuse(section.to_owned(), value, rule))
-                .is_ok();
+            return probe(section, None, value.clone()).map_err(|rule| refuse(section.to_owned(), value, rule)).is_ok();
         };
         if let Err(rule) = probe(section, None, Value::Table(Table::new())) {
             refuse(section.to_owned(), value, rule);
             return false;
         }
         keys.retain(|key, v| {
-            probe(section, Some(key), v.clone())
-                .map_err(|rule| refuse(format!("{section}.{key}"), v, rule))
-                .is_ok()
+            probe(section, Some(key), v.clone()).map_err(|rule| refuse(format!("{section}.{key}"), v, rule)).is_ok()
         });
         // Keys fine one by one can still clash, e.g. both spellings of an alias.
-        probe(section, None, value.clone())
-            .map_err(|rule| refuse(section.to_owned(), value, rule))
-            .is_ok()
+        probe(section, None, value.clone()).map_err(|rule| refuse(section.to_owned(), value, rule)).is_ok()
     });
     problems
 }
@@ -212,12 +185,8 @@ fn overlay(table: &mut Table, origins: &mut Origins, var: &str, raw: &str) -> Re
         });
     };
     let dotted = format!("{section}.{key}");
-    let refused = |value: &Value, rule: String| Problem::Refused {
-        key: dotted.clone(),
-        value: show(value),
-        rule,
-        origin: env_origin(var),
-    };
+    let refused =
+        |value: &Value, rule: String| Problem::Refused { key: dotted.clone(), value: show(value), rule, origin: env_origin(var) };
     if raw.is_empty() {
         probe(section, None, Value::Table(Table::new())).map_err(|rule| refused(&Value::String(String::new()), rule))?;
     }

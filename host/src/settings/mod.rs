@@ -74,12 +74,7 @@ impl fmt::Display for Problem {
             Problem::MalformedEnvVar { var, reason } => {
                 write!(f, "environment variable `{var}`: {reason}")
             }
-            Problem::Refused {
-                key,
-                value,
-                rule,
-                origin,
-            } => {
+            Problem::Refused { key, value, rule, origin } => {
                 write!(f, "`{key}` = {value} (from {origin}): {rule}")
             }
         }

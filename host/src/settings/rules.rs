@@ -17,24 +17,14 @@ pub const MAX_SECS: f64 = 86_400.0;
 pub const MAX_HANDOFFS_PER_ROUND: u32 = 10_000;
 
 /// The database URL schemes a node can use, with whether cluster mode may.
-const DATABASE_SCHEMES: &[(&str, bool)] = &[
-    ("postgres", true),
-    ("postgresql", true),
-    ("mysql", true),
-    ("mariadb", true),
-    ("sqlite", false),
-];
+const DATABASE_SCHEMES: &[(&str, bool)] =
+    &[("postgres", true), ("postgresql", true), ("mysql", true), ("mariadb", true), ("sqlite", false)];
 
 /// Every rule `settings` breaks, in key order of the file.
 pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     let mut out = Vec::new();
     let mut bad = |key: &str, value: String, rule: String| {
-        out.push(Problem::Refused {
-            key: key.to_owned(),
-            value,
-            rule,
-            origin: origins.of(key),
-        })
+        out.push(Problem::Refused { key: key.to_owned(), value, rule, origin: origins.of(key) })
     };
     let q = |s: &str| format!("{s:?}");
 
@@ -43,28 +33,15 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     }
 
     let c = &settings.cluster;
-    if c.namespace.is_empty()
-        || !c
-            .namespace
-            .chars()
-            .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.'))
-    {
-        bad(
-            "cluster.namespace",
-            q(&c.namespace),
-            "must be non-empty and use only letters, digits, `_`, `-` and `.`".into(),
-        );
+    if c.namespace.is_empty() || !c.namespace.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.')) {
+        bad("cluster.namespace", q(&c.namespace), "must be non-empty and use only letters, digits, `_`, `-` and `.`".into());
     }
     let hb = c.heartbeat_interval_secs;
     let hb_rule = seconds(hb, 0.1, "must be at least 0.1 seconds");
     let live = c.liveness_timeout_secs;
     let live_rule = seconds(live, f64::MIN_POSITIVE, "must be a positive number of seconds").or_else(|| {
-        (hb_rule.is_none() && live <= 2.0 * hb).then(|| {
-            format!(
-                "must exceed 2 × cluster.heartbeat_interval_secs ({hb}), i.e. be more than {}",
-                2.0 * hb
-            )
-        })
+        (hb_rule.is_none() && live <= 2.0 * hb)
+            .then(|| format!("must exceed 2 × cluster.heartbeat_interval_secs ({hb}), i.e. be more than {}", 2.0 * hb))
     });
     if let Some(rule) = hb_rule {
         bad("cluster.heartbeat_interval_secs", hb.to_string(), rule);
@@ -75,18 +52,10 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     if let Some(id) = &c.instance_id
         && (id.is_empty() || id.contains(':') || id.chars().any(char::is_whitespace) || id.len() > 255)
     {
-        bad(
-            "cluster.instance_id",
-            q(id),
-            "must be non-empty, at most 255 bytes, without `:` or whitespace".into(),
-        );
+        bad("cluster.instance_id", q(id), "must be non-empty, at most 255 bytes, without `:` or whitespace".into());
     }
     if c.listen.parse::<SocketAddr>().is_err() {
-        bad(
-            "cluster.listen",
-            q(&c.listen),
-            "must be an IP:port socket address, e.g. 127.0.0.1:7946".into(),
-        );
+        bad("cluster.listen", q(&c.listen), "must be an IP:port socket address, e.g. 127.0.0.1:7946".into());
     }
     if let Some(a) = &c.advertise
         && !host_port(a)
@@ -94,22 +63,10 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
         bad("cluster.advertise", q(a), "must be host:port, e.g. 10.0.0.11:7946".into());
     }
     match &c.redis_url {
-        Some(u)
-            if !["redis://", "rediss://", "unix://", "redis+unix://"]
-                .iter()
-                .any(|p| u.starts_with(p)) =>
-        {
-            bad(
-                "cluster.redis_url",
-                q(&redact(u)),
-                "must start with redis://, rediss:// or unix://".into(),
-            )
+        Some(u) if !["redis://", "rediss://", "unix://", "redis+unix://"].iter().any(|p| u.starts_with(p)) => {
+            bad("cluster.redis_url", q(&redact(u)), "must start with redis://, rediss:// or unix://".into())
         }
-        None if c.enabled => bad(
-            "cluster.redis_url",
-            "(unset)".into(),
-            "is required when cluster.enabled = true".into(),
-        ),
+        None if c.enabled => bad("cluster.redis_url", "(unset)".into(), "is required when cluster.enabled = true".into()),
         _ => {}
     }
     if let Some(p) = &c.config_file
@@ -120,11 +77,7 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
 
     match &settings.database.url {
         Some(u) => match database_scheme(u) {
-            None => bad(
-                "database.url",
-                q(&redact(u)),
-                "must be a postgres://, mysql://, mariadb:// or sqlite: URL".into(),
-            ),
+            None => bad("database.url", q(&redact(u)), "must be a postgres://, mysql://, mariadb:// or sqlite: URL".into()),
             Some(false) if c.enabled => bad(
                 "database.url",
                 q(&redact(u)),
@@ -184,17 +137,12 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     if handoffs == 0 {
         bad("leases.max_handoffs_per_round", "0".into(), "must be at least 1".into());
     } else if handoffs > MAX_HANDOFFS_PER_ROUND {
-        bad(
-            "leases.max_handoffs_per_round",
-            handoffs.to_string(),
-            format!("must be at most {MAX_HANDOFFS_PER_ROUND}"),
-        );
+        bad("leases.max_handoffs_per_round", handoffs.to_string(), format!("must be at most {MAX_HANDOFFS_PER_ROUND}"));
     }
 
-    for (key, listen, example) in [
-        ("api.listen", &settings.api.listen, "127.0.0.1:50051"),
-        ("metrics.listen", &settings.metrics.listen, "127.0.0.1:9090"),
-    ] {
+    for (key, listen, example) in
+        [("api.listen", &settings.api.listen, "127.0.0.1:50051"), ("metrics.listen", &settings.metrics.listen, "127.0.0.1:9090")]
+    {
         if listen.parse::<SocketAddr>().is_err() {
             bad(key, q(listen), format!("must be an IP:port socket address, e.g. {example}"));
         }
@@ -213,11 +161,7 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
         if let Some(t) = token
             && !auth::well_formed(t)
         {
-            bad(
-                key,
-                "(hidden)".into(),
-                "must be printable ASCII without spaces when set (unset it to disable auth)".into(),
-            );
+            bad(key, "(hidden)".into(), "must be printable ASCII without spaces when set (unset it to disable auth)".into());
         }
         if let Some(f) = file {
             let file_key = format!("{key}_file");
@@ -238,7 +182,9 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     let p = &settings.policies;
     // The policy host checks these again when it loads; refused here too so
     // that a typo stops the node with its key, like every other setting.
-    for (key, v, max) in [("policies.deadline_ms", p.deadline_ms, 60_000), ("policies.memory_limit_mib", p.memory_limit_mib, 4096)] {
+    for (key, v, max) in
+        [("policies.deadline_ms", p.deadline_ms, 60_000), ("policies.memory_limit_mib", p.memory_limit_mib, 4096)]
+    {
         if !(1..=max).contains(&v) {
             bad(key, v.to_string(), format!("must be between 1 and {max}"));
         }
@@ -304,8 +250,14 @@ fn tls_rules(settings: &Settings, bad: &mut impl FnMut(&str, String, String)) {
         }
     }
     match (&t.cert_file, &t.key_file) {
-        (Some(_), None) => bad("tls.key_file", "(unset)".into(), "is required with tls.cert_file: the certificate's private key".into()),
-        (None, Some(k)) => bad("tls.cert_file", "(unset)".into(), format!("is required with tls.key_file = {}: the certificate of that key", q(k))),
+        (Some(_), None) => {
+            bad("tls.key_file", "(unset)".into(), "is required with tls.cert_file: the certificate's private key".into())
+        }
+        (None, Some(k)) => bad(
+            "tls.cert_file",
+            "(unset)".into(),
+            format!("is required with tls.key_file = {}: the certificate of that key", q(k)),
+        ),
         _ => {}
     }
     if t.cert_file.is_none() {
@@ -352,10 +304,7 @@ fn host_port(s: &str) -> bool {
     }
     match s.rsplit_once(':') {
         Some((host, port)) => {
-            !host.is_empty()
-                && !host.contains(':')
-                && !host.contains(char::is_whitespace)
-                && port.parse::<u16>().is_ok()
+            !host.is_empty() && !host.contains(':') && !host.contains(char::is_whitespace) && port.parse::<u16>().is_ok()
         }
         None => false,
     }

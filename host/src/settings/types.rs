@@ -43,9 +43,7 @@ pub struct NodeSettings {
 
 impl Default for NodeSettings {
     fn default() -> Self {
-        NodeSettings {
-            data_dir: PathBuf::from("./chitin-data"),
-        }
+        NodeSettings { data_dir: PathBuf::from("./chitin-data") }
     }
 }
 
@@ -144,11 +142,7 @@ pub struct LeaseSettings {
 
 impl Default for LeaseSettings {
     fn default() -> Self {
-        LeaseSettings {
-            ttl_secs: 15.0,
-            renew_interval_secs: 5.0,
-            max_handoffs_per_round: 4,
-        }
+        LeaseSettings { ttl_secs: 15.0, renew_interval_secs: 5.0, max_handoffs_per_round: 4 }
     }
 }
 
@@ -202,11 +196,7 @@ pub struct MetricsSettings {
 
 impl Default for MetricsSettings {
     fn default() -> Self {
-        MetricsSettings {
-            listen: "127.0.0.1:9090".to_owned(),
-            auth_token: None,
-            auth_token_file: None,
-        }
+        MetricsSettings { listen: "127.0.0.1:9090".to_owned(), auth_token: None, auth_token_file: None }
     }
 }
 
@@ -280,10 +270,7 @@ impl Settings {
     pub fn database_url(&self) -> String {
         let url = match &self.database.url {
             Some(u) => u.clone(),
-            None => format!(
-                "sqlite://{}",
-                self.node.data_dir.join("chitin.db").display()
-            ),
+            None => format!("sqlite://{}", self.node.data_dir.join("chitin.db").display()),
         };
         match &self.database.ca_file {
             Some(ca) => with_database_ca(&url, ca),

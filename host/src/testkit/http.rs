@@ -19,7 +19,12 @@ pub async fn http_get(addr: &str, path: &str, bearer: Option<&str>) -> Result<(u
 /// [`http_get`] over TLS with `tls` (the CA of the node, and a client
 /// certificate when the node requires one); the server's name is the
 /// address's host.
-pub async fn https_get(addr: &str, path: &str, bearer: Option<&str>, tls: &Arc<rustls::ClientConfig>) -> Result<(u16, String), KitError> {
+pub async fn https_get(
+    addr: &str,
+    path: &str,
+    bearer: Option<&str>,
+    tls: &Arc<rustls::ClientConfig>,
+) -> Result<(u16, String), KitError> {
     let fail = |detail: String| KitError::Http { addr: addr.to_string(), path: path.to_string(), detail };
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_matches(['[', ']']);
     let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| fail(format!("server name {host}: {e}")))?;
@@ -39,7 +44,12 @@ async fn connect(addr: &str, path: &str) -> Result<tokio::net::TcpStream, KitErr
         .map_err(|e| fail(e.to_string()))
 }
 
-async fn get_over(mut s: impl AsyncRead + AsyncWrite + Unpin, addr: &str, path: &str, bearer: Option<&str>) -> Result<(u16, String), KitError> {
+async fn get_over(
+    mut s: impl AsyncRead + AsyncWrite + Unpin,
+    addr: &str,
+    path: &str,
+    bearer: Option<&str>,
+) -> Result<(u16, String), KitError> {
     let fail = |detail: String| KitError::Http { addr: addr.to_string(), path: path.to_string(), detail };
     let auth = bearer.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").as_bytes())

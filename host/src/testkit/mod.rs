@@ -70,9 +70,7 @@ pub enum KitError {
         #[source]
         source: sqlx::Error,
     },
-    #[error(
-        "the database URL must be postgres://… or mysql://… (got {0}); SQLite cannot be shared by node processes"
-    )]
+    #[error("the database URL must be postgres://… or mysql://… (got {0}); SQLite cannot be shared by node processes")]
     UnsupportedUrl(String),
     #[error("no PostgreSQL server binaries: {0}")]
     NoPostgres(String),

@@ -31,7 +31,14 @@ pub struct NodeProc {
 
 impl NodeProc {
     /// A node not started yet: `exe node --settings <settings>`.
-    pub fn new(exe: impl Into<PathBuf>, name: impl Into<String>, api: String, metrics: String, settings: PathBuf, log: PathBuf) -> NodeProc {
+    pub fn new(
+        exe: impl Into<PathBuf>,
+        name: impl Into<String>,
+        api: String,
+        metrics: String,
+        settings: PathBuf,
+        log: PathBuf,
+    ) -> NodeProc {
         NodeProc {
             name: name.into(),
             api,
@@ -47,7 +54,14 @@ impl NodeProc {
     }
 
     /// [`NodeProc::new`] and [`NodeProc::start`].
-    pub fn spawn(exe: impl Into<PathBuf>, name: impl Into<String>, api: String, metrics: String, settings: PathBuf, log: PathBuf) -> Result<NodeProc, KitError> {
+    pub fn spawn(
+        exe: impl Into<PathBuf>,
+        name: impl Into<String>,
+        api: String,
+        metrics: String,
+        settings: PathBuf,
+        log: PathBuf,
+    ) -> Result<NodeProc, KitError> {
         let mut node = NodeProc::new(exe, name, api, metrics, settings, log);
         node.start()?;
         Ok(node)

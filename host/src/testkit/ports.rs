@@ -38,10 +38,7 @@ pub fn free_ports(n: usize) -> Result<Vec<u16>, KitError> {
             format!("only {} of {n} ports in {range:?} are free", held.len()),
         )));
     }
-    held.iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<Result<_, _>>()
-        .map_err(KitError::io("read a bound port"))
+    held.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<Result<_, _>>().map_err(KitError::io("read a bound port"))
 }
 
 /// One free loopback port (see [`free_ports`]).

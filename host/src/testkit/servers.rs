@@ -76,9 +76,17 @@ impl PrivateRedis {
             .stdout(log)
             .stderr(err_log)
             .spawn()
-            .map_err(|source| KitError::Spawn { program: "redis-server".into(), hint: " (is it installed and on PATH?)", source })?;
+            .map_err(|source| KitError::Spawn {
+                program: "redis-server".into(),
+                hint: " (is it installed and on PATH?)",
+                source,
+            })?;
         self.child = Some(child);
-        wait_for_port(&format!("127.0.0.1:{}", self.port), Duration::from_secs(10), &format!("; its log is {}", self.log.display()))
+        wait_for_port(
+            &format!("127.0.0.1:{}", self.port),
+            Duration::from_secs(10),
+            &format!("; its log is {}", self.log.display()),
+        )
     }
 
     /// SIGKILL: what a crashed Redis looks like.
@@ -111,7 +119,8 @@ fn pg_tool(bin: &Path, tool: &str, args: &[&str]) -> Result<(), KitError> {
     };
     // The server pg_ctl starts stays out of the terminal's process group.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let out = cmd.args(args).output().map_err(|source| KitError::Spawn { program: exe.display().to_string(), hint: "", source })?;
+    let out =
+        cmd.args(args).output().map_err(|source| KitError::Spawn { program: exe.display().to_string(), hint: "", source })?;
     if !out.status.success() {
         return Err(KitError::Tool {
             command: format!("{tool} {args:?}"),
@@ -178,7 +187,12 @@ impl PrivatePostgres {
         dir.join("postgres")
     }
 
-    fn start_with(dir: &Path, extra: Option<(&str, &str)>, extra_conf: &str, tls: Option<(&Path, &Path)>) -> Result<PrivatePostgres, KitError> {
+    fn start_with(
+        dir: &Path,
+        extra: Option<(&str, &str)>,
+        extra_conf: &str,
+        tls: Option<(&Path, &Path)>,
+    ) -> Result<PrivatePostgres, KitError> {
         let bin = pg_bin()?;
         let base = PrivatePostgres::base(dir);
         std::fs::create_dir_all(&base).map_err(KitError::io(format!("create {}", base.display())))?;
@@ -188,12 +202,15 @@ impl PrivatePostgres {
                 .map_err(KitError::io(format!("open up {}", d.display())))?;
         }
         let data = base.join("data");
-        pg_tool(&bin, "initdb", &["-D", utf8(&data)?, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"]).map_err(|e| {
-            KitError::Tool {
-                command: format!("initdb in {} (as root it runs as `postgres`, which must be able to reach that directory)", base.display()),
+        pg_tool(&bin, "initdb", &["-D", utf8(&data)?, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"]).map_err(
+            |e| KitError::Tool {
+                command: format!(
+                    "initdb in {} (as root it runs as `postgres`, which must be able to reach that directory)",
+                    base.display()
+                ),
                 output: e.to_string(),
-            }
-        })?;
+            },
+        )?;
         let port = free_port()?;
         let tls_conf = match tls {
             Some((cert, key)) => {
@@ -204,7 +221,8 @@ impl PrivatePostgres {
                     let to = data.join(name);
                     std::fs::copy(from, &to).map_err(KitError::io(format!("copy {} to {}", from.display(), to.display())))?;
                     use std::os::unix::fs::MetadataExt;
-                    std::os::unix::fs::chown(&to, Some(owner.uid()), Some(owner.gid())).map_err(KitError::io(format!("chown {}", to.display())))?;
+                    std::os::unix::fs::chown(&to, Some(owner.uid()), Some(owner.gid()))
+                        .map_err(KitError::io(format!("chown {}", to.display())))?;
                     std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(mode))
                         .map_err(KitError::io(format!("chmod {}", to.display())))?;
                 }
@@ -291,13 +309,17 @@ impl PrivateMariadb {
         let data = base.join("data");
         std::fs::create_dir_all(&base).map_err(KitError::io(format!("create {}", base.display())))?;
         let mut install = Command::new("mariadb-install-db");
-        install.args(["--no-defaults", "--auth-root-authentication-method=normal", "--skip-test-db"]).arg(format!("--datadir={}", utf8(&data)?));
+        install
+            .args(["--no-defaults", "--auth-root-authentication-method=normal", "--skip-test-db"])
+            .arg(format!("--datadir={}", utf8(&data)?));
         if is_root() {
             install.arg("--user=root");
         }
-        let out = install
-            .output()
-            .map_err(|source| KitError::Spawn { program: "mariadb-install-db".into(), hint: " (is MariaDB's server package installed?)", source })?;
+        let out = install.output().map_err(|source| KitError::Spawn {
+            program: "mariadb-install-db".into(),
+            hint: " (is MariaDB's server package installed?)",
+            source,
+        })?;
         if !out.status.success() {
             return Err(KitError::Tool {
                 command: format!("mariadb-install-db in {}", base.display()),
@@ -307,7 +329,8 @@ impl PrivateMariadb {
         // Run at every start: what it makes lives in the data, so it is idempotent.
         let init = "CREATE USER IF NOT EXISTS 'root'@'%';\nGRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;\n\
                     CREATE DATABASE IF NOT EXISTS chitin;\n";
-        std::fs::write(base.join("init.sql"), init).map_err(KitError::io(format!("write {}", base.join("init.sql").display())))?;
+        std::fs::write(base.join("init.sql"), init)
+            .map_err(KitError::io(format!("write {}", base.join("init.sql").display())))?;
         let binds = match extra_bind {
             Some(addr) => format!("127.0.0.1,{addr}"),
             None => "127.0.0.1".into(),
@@ -347,11 +370,11 @@ impl PrivateMariadb {
         }
         // What it prints before it opens its log goes there as well.
         let (out, err) = log_files(&log)?;
-        let child = cmd
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .map_err(|source| KitError::Spawn { program: "mariadbd".into(), hint: " (is MariaDB's server package installed?)", source })?;
+        let child = cmd.stdout(out).stderr(err).spawn().map_err(|source| KitError::Spawn {
+            program: "mariadbd".into(),
+            hint: " (is MariaDB's server package installed?)",
+            source,
+        })?;
         self.child = Some(child);
         wait_for_port(&format!("127.0.0.1:{}", self.port), Duration::from_secs(60), &format!("; its log is {}", log.display()))
     }
@@ -371,7 +394,11 @@ impl Drop for PrivateMariadb {
 
 /// `path` opened for appending, twice: a server's stdout and stderr.
 fn log_files(path: &Path) -> Result<(std::fs::File, std::fs::File), KitError> {
-    let out = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(KitError::io(format!("open {}", path.display())))?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(KitError::io(format!("open {}", path.display())))?;
     let err = out.try_clone().map_err(KitError::io("duplicate the log handle"))?;
     Ok((out, err))
 }

@@ -111,11 +111,23 @@ mod tests {
         let config = dir.path().join("cluster_config.json");
         let cases = [
             cluster_node(
-                &ClusterNode { name: "node-01", api: "127.0.0.1:1", metrics: "127.0.0.1:2", data_dir: dir.path().join("d"), config_file: Some(&config) },
+                &ClusterNode {
+                    name: "node-01",
+                    api: "127.0.0.1:1",
+                    metrics: "127.0.0.1:2",
+                    data_dir: dir.path().join("d"),
+                    config_file: Some(&config),
+                },
                 &shared(),
             ),
             cluster_node(
-                &ClusterNode { name: "node-02", api: "127.0.0.1:3", metrics: "127.0.0.1:4", data_dir: dir.path().join("e"), config_file: None },
+                &ClusterNode {
+                    name: "node-02",
+                    api: "127.0.0.1:3",
+                    metrics: "127.0.0.1:4",
+                    data_dir: dir.path().join("e"),
+                    config_file: None,
+                },
                 &shared(),
             ),
             standalone(dir.path().join("s"), "127.0.0.1:5", "127.0.0.1:6"),

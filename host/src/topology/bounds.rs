@@ -105,11 +105,6 @@ pub fn format_bounds(lower: u32, upper: u32) -> (String, String) {
     (hex(&lo[..keep]), hex(&hi[..keep]))
 }
 
-/// A key as 8 lower-case hex digits.
-pub fn key_hex(key: u32) -> String {
-    format!("{key:08x}")
-}
-
 /// Parses a full or prefix key given on a command line (`08` = `08000000`).
 pub fn parse_key(text: &str) -> Result<u32, BoundSyntax> {
     let t = text.strip_prefix("0x").unwrap_or(text);

@@ -100,7 +100,11 @@ pub fn diff(old: &ClusterConfig, new: &ClusterConfig) -> ConfigDiff {
     }
     for n in &new.nodes {
         if !old_nodes.contains_key(n.id.as_str()) {
-            let detail = if n.metadata.is_empty() { n.grpc_address.clone() } else { format!("{} ({})", n.grpc_address, meta(&n.metadata)) };
+            let detail = if n.metadata.is_empty() {
+                n.grpc_address.clone()
+            } else {
+                format!("{} ({})", n.grpc_address, meta(&n.metadata))
+            };
             d.added.push(Item { kind: "node", id: n.id.clone(), detail });
         }
     }
@@ -110,11 +114,9 @@ pub fn diff(old: &ClusterConfig, new: &ClusterConfig) -> ConfigDiff {
     let new_apps: HashMap<&str, &Application> = new.applications.iter().map(|a| (a.name.as_str(), a)).collect();
     for a in &old.applications {
         match new_apps.get(a.name.as_str()) {
-            None => d.removed.push(Item {
-                kind: "application",
-                id: a.name.clone(),
-                detail: format!("{} shard(s)", a.shards.len()),
-            }),
+            None => {
+                d.removed.push(Item { kind: "application", id: a.name.clone(), detail: format!("{} shard(s)", a.shards.len()) })
+            }
             Some(b) => application(&mut d, a, b),
         }
     }
@@ -180,7 +182,9 @@ fn application(d: &mut ConfigDiff, a: &Application, b: &Application) {
         }
         for r in &n.replicas {
             match old_r.get(r.id.as_str()) {
-                None => d.added.push(Item { kind: "replica", id: format!("{qid}/{}", r.id), detail: format!("on {}", r.node_id) }),
+                None => {
+                    d.added.push(Item { kind: "replica", id: format!("{qid}/{}", r.id), detail: format!("on {}", r.node_id) })
+                }
                 Some(o) => {
                     let mut rc = Vec::new();
                     change(&mut rc, "node_id", o.node_id.clone(), r.node_id.clone());
@@ -225,13 +229,7 @@ impl fmt::Display for ConfigDiff {
                 writeln!(f, "~ {:<11} {id}{}: {} → {}", c.kind, ch.field, ch.from, ch.to)?;
             }
         }
-        writeln!(
-            f,
-            "{} added, {} removed, {} changed",
-            self.added.len(),
-            self.removed.len(),
-            self.changed.len()
-        )
+        writeln!(f, "{} added, {} removed, {} changed", self.added.len(), self.removed.len(), self.changed.len())
     }
 }
 

@@ -16,8 +16,7 @@ pub struct SaveError {
 
 /// Reads and parses a config file.
 pub fn load(path: &Path) -> Result<ClusterConfig, LoadError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| LoadError::Io { path: path.display().to_string(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io { path: path.display().to_string(), source })?;
     ClusterConfig::from_json(&text)
 }
 

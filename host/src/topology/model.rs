@@ -43,8 +43,7 @@ pub enum ShardState {
 }
 
 impl ShardState {
-    pub const ALL: [ShardState; 4] =
-        [ShardState::Active, ShardState::Splitting, ShardState::Activating, ShardState::Inactive];
+    pub const ALL: [ShardState; 4] = [ShardState::Active, ShardState::Splitting, ShardState::Activating, ShardState::Inactive];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -175,8 +174,7 @@ impl ClusterConfig {
 
     /// The JSON text: pretty-printed, shortened bounds, a final newline.
     pub fn to_json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(&wire::Config::from_model(self))
-            .expect("a config always serializes");
+        let mut s = serde_json::to_string_pretty(&wire::Config::from_model(self)).expect("a config always serializes");
         s.push('\n');
         s
     }
@@ -277,17 +275,15 @@ mod wire {
                         .into_iter()
                         .map(|s| {
                             let mut bound = |text: Option<String>, field: BoundField| {
-                                bounds::parse_optional(text.as_deref(), field).unwrap_or_else(
-                                    |syntax| {
-                                        errors.push(BoundError {
-                                            shard: s.id.clone(),
-                                            field,
-                                            value: text.clone().unwrap_or_default(),
-                                            syntax,
-                                        });
-                                        0
-                                    },
-                                )
+                                bounds::parse_optional(text.as_deref(), field).unwrap_or_else(|syntax| {
+                                    errors.push(BoundError {
+                                        shard: s.id.clone(),
+                                        field,
+                                        value: text.clone().unwrap_or_default(),
+                                        syntax,
+                                    });
+                                    0
+                                })
                             };
                             let lower = bound(s.lower_bound, BoundField::Lower);
                             let upper = bound(s.upper_bound, BoundField::Upper);
@@ -307,12 +303,7 @@ mod wire {
             if !errors.is_empty() {
                 return Err(LoadError::Bounds(errors));
             }
-            Ok(super::ClusterConfig {
-                applications,
-                nodes: self.nodes,
-                version: self.version,
-                metadata: self.metadata,
-            })
+            Ok(super::ClusterConfig { applications, nodes: self.nodes, version: self.version, metadata: self.metadata })
         }
 
         pub fn from_model(c: &super::ClusterConfig) -> Config {
@@ -411,10 +402,22 @@ mod tests {
         let cases: &[(String, &str, &str)] = &[
             (REFERENCE.replace(r#""version": 6"#, r#""version": 6, "extra": 1"#), "malformed-json", "unknown field `extra`"),
             (REFERENCE.replace(r#""state": "active""#, r#""state": "Active""#), "malformed-json", "unknown variant `Active`"),
-            (REFERENCE.replace(r#""upper_bound": "07""#, r#""upper_bound": "0g""#), "malformed-bound", "shard `GrackleLocks_00_07`: upper_bound `0g`"),
-            (REFERENCE.replace(r#""lower_bound": "00""#, r#""lower_bound": "000""#), "malformed-bound", "lower_bound `000`: 3 hex digits"),
+            (
+                REFERENCE.replace(r#""upper_bound": "07""#, r#""upper_bound": "0g""#),
+                "malformed-bound",
+                "shard `GrackleLocks_00_07`: upper_bound `0g`",
+            ),
+            (
+                REFERENCE.replace(r#""lower_bound": "00""#, r#""lower_bound": "000""#),
+                "malformed-bound",
+                "lower_bound `000`: 3 hex digits",
+            ),
             (REFERENCE.replace(r#""lower_bound": "00""#, r#""lower_bound": "0000000000""#), "malformed-bound", "at most 8"),
-            (REFERENCE.replace(r#""version": 6"#, r#""version": -1"#), "malformed-json", "line 25, column 15: invalid value: integer `-1`"),
+            (
+                REFERENCE.replace(r#""version": 6"#, r#""version": -1"#),
+                "malformed-json",
+                "line 25, column 15: invalid value: integer `-1`",
+            ),
             (REFERENCE.replace(r#""id": "node-01","#, r#""id": "node-01""#), "malformed-json", "line 22, column"),
             (REFERENCE[..200].to_owned(), "malformed-json", "EOF"),
         ];

@@ -66,12 +66,7 @@ pub fn init(nodes: &[(String, String)]) -> Result<ClusterConfig, OpsError> {
 }
 
 /// The next version with one more node.
-pub fn add_node(
-    config: &ClusterConfig,
-    id: &str,
-    address: &str,
-    metadata: Vec<Metadata>,
-) -> Result<ClusterConfig, OpsError> {
+pub fn add_node(config: &ClusterConfig, id: &str, address: &str, metadata: Vec<Metadata>) -> Result<ClusterConfig, OpsError> {
     if config.node(id).is_some() {
         return Err(OpsError::Request(format!("node `{id}` is already in the config (version {})", config.version)));
     }
@@ -139,10 +134,7 @@ pub fn add_application<E: std::error::Error>(
         return Err(OpsError::Request(format!("application `{}` is already in the config", app.name)));
     }
     if !app.shards_count.is_power_of_two() || app.shards_count > MAX_SHARDS {
-        return Err(OpsError::Request(format!(
-            "--shards-count {} is not a power of two between 1 and 2^31",
-            app.shards_count
-        )));
+        return Err(OpsError::Request(format!("--shards-count {} is not a power of two between 1 and 2^31", app.shards_count)));
     }
     if app.replication_factor < MIN_REPLICATION_FACTOR {
         return Err(OpsError::Request(format!(
@@ -176,8 +168,7 @@ pub fn add_application<E: std::error::Error>(
     let request = placement_request(&next, new_ids, app.replication_factor);
     let placements = place(request).map_err(|e| OpsError::Placement(error_chain(&e)))?;
 
-    let mut taken: HashSet<String> =
-        config.shards().flat_map(|(_, s)| s.replicas.iter().map(|r| r.id.clone())).collect();
+    let mut taken: HashSet<String> = config.shards().flat_map(|(_, s)| s.replicas.iter().map(|r| r.id.clone())).collect();
     let new_app = next.applications.last_mut().expect("just pushed");
     let mut placed = vec![false; new_app.shards.len()];
     let index: std::collections::HashMap<&str, usize> =
@@ -243,7 +234,13 @@ mod tests {
     }
 
     fn app(name: &str, count: u32) -> NewApplication {
-        NewApplication { name: name.into(), implementation: name.into(), shards_count: count, replication_factor: 3, metadata: vec![] }
+        NewApplication {
+            name: name.into(),
+            implementation: name.into(),
+            shards_count: count,
+            replication_factor: 3,
+            metadata: vec![],
+        }
     }
 
     #[test]
@@ -299,10 +296,19 @@ mod tests {
         assert!(matches!(add_application(&c2, app("A", 4), round_robin), Err(OpsError::Request(_))));
         let failing = |_| Err::<Vec<ShardPlacement>, _>(PolicyError::Unsupported("no".into()));
         assert!(matches!(add_application(&c, app("B", 4), failing), Err(OpsError::Placement(m)) if m.contains("no")));
-        let short = |req: PlacementRequest| Ok::<_, PolicyError>(vec![ShardPlacement { shard: req.new_shards[0].clone(), nodes: vec!["node-01".into()] }]);
+        let short = |req: PlacementRequest| {
+            Ok::<_, PolicyError>(vec![ShardPlacement { shard: req.new_shards[0].clone(), nodes: vec!["node-01".into()] }])
+        };
         assert!(matches!(add_application(&c, app("B", 4), short), Err(OpsError::BadPlacement(_))));
         // Placement on too few nodes: the result is invalid and refused.
-        let thin = |req: PlacementRequest| Ok::<_, PolicyError>(req.new_shards.iter().map(|s| ShardPlacement { shard: s.clone(), nodes: vec!["node-01".into(), "node-01".into(), "ghost".into()] }).collect());
+        let thin = |req: PlacementRequest| {
+            Ok::<_, PolicyError>(
+                req.new_shards
+                    .iter()
+                    .map(|s| ShardPlacement { shard: s.clone(), nodes: vec!["node-01".into(), "node-01".into(), "ghost".into()] })
+                    .collect(),
+            )
+        };
         match add_application(&c, app("B", 2), thin) {
             Err(OpsError::Invalid(r)) => {
                 let codes: HashSet<_> = r.new.iter().map(|v| v.code).collect();

@@ -62,11 +62,7 @@ pub fn shards(c: &ClusterConfig) -> Vec<sdk::Shard> {
 pub fn replicas(c: &ClusterConfig) -> Vec<sdk::Replica> {
     c.shards()
         .flat_map(|(_, s)| {
-            s.replicas.iter().map(move |r| sdk::Replica {
-                id: r.id.clone(),
-                shard: s.id.clone(),
-                node: r.node_id.clone(),
-            })
+            s.replicas.iter().map(move |r| sdk::Replica { id: r.id.clone(), shard: s.id.clone(), node: r.node_id.clone() })
         })
         .collect()
 }
@@ -74,13 +70,7 @@ pub fn replicas(c: &ClusterConfig) -> Vec<sdk::Replica> {
 /// A `place-replicas` request for `new_shards`, which must already be in `c`
 /// (with no replicas).
 pub fn placement_request(c: &ClusterConfig, new_shards: Vec<String>, replication_factor: u32) -> sdk::PlacementRequest {
-    sdk::PlacementRequest {
-        nodes: nodes(c),
-        shards: shards(c),
-        replicas: replicas(c),
-        new_shards,
-        replication_factor,
-    }
+    sdk::PlacementRequest { nodes: nodes(c), shards: shards(c), replicas: replicas(c), new_shards, replication_factor }
 }
 
 #[cfg(test)]
@@ -103,7 +93,10 @@ mod tests {
         let s = shards(&c);
         assert_eq!(s.len(), 6);
         let kid = s.iter().find(|s| s.id == "A_00_3f_c1").unwrap();
-        assert_eq!((kid.application.as_str(), kid.state, kid.parent.as_deref()), ("A", sdk::ShardState::Activating, Some("A_00_3f")));
+        assert_eq!(
+            (kid.application.as_str(), kid.state, kid.parent.as_deref()),
+            ("A", sdk::ShardState::Activating, Some("A_00_3f"))
+        );
         assert_eq!((kid.lower, kid.upper), (0x2000_0000, 0x3fff_ffff));
         let r = replicas(&c);
         assert_eq!(r.len(), 18);

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use super::model::{ClusterConfig, Shard, ShardState};
+use super::model::{ClusterConfig, Shard};
 
 /// A routable shard: its range and where it sits in the config.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,9 +69,6 @@ impl Router {
 /// of journal streams and of replica ids (defined in the client crate).
 pub use chitin_client::fnv1a;
 
-/// States that route keys, for documentation and the CLI.
-pub const ROUTABLE: [ShardState; 2] = [ShardState::Active, ShardState::Splitting];
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,7 +83,7 @@ mod tests {
         let r = Router::new(&c);
         let id = |k: u32| r.shard(&c, "A", k).map(|s| s.id.as_str());
         let cases: &[(u32, Option<&str>)] = &[
-            (0, Some("A_00_3f")),              // splitting still routes
+            (0, Some("A_00_3f")), // splitting still routes
             (0x3fff_ffff, Some("A_00_3f")),
             (0x4000_0000, Some("A_40_7f_c0")), // finished split: children route
             (0x5fff_ffff, Some("A_40_7f_c0")),

@@ -13,10 +13,7 @@ pub fn shard(id: &str, lower: u32, upper: u32, state: ShardState, parent: Option
         upper,
         state,
         parent_id: parent.map(Into::into),
-        replicas: nodes
-            .iter()
-            .map(|n| Replica { id: format!("{id}_{n}"), node_id: (*n).into(), metadata: vec![] })
-            .collect(),
+        replicas: nodes.iter().map(|n| Replica { id: format!("{id}_{n}"), node_id: (*n).into(), metadata: vec![] }).collect(),
         metadata: vec![],
     }
 }

@@ -200,8 +200,7 @@ impl<'a> Transition<'a> {
         // ---- nodes ----
         let mut new_nodes = fasthash::set::<&str>(new.nodes.len());
         new_nodes.extend(new.nodes.iter().map(|n| n.id.as_str()));
-        let gone: HashSet<&str> =
-            old.nodes.iter().map(|n| n.id.as_str()).filter(|id| !new_nodes.contains(id)).collect();
+        let gone: HashSet<&str> = old.nodes.iter().map(|n| n.id.as_str()).filter(|id| !new_nodes.contains(id)).collect();
         if !gone.is_empty() {
             let mut hosted: HashMap<&str, Vec<&str>> = HashMap::new();
             for (_, s) in old.shards() {
@@ -407,8 +406,7 @@ impl<'a> Transition<'a> {
                 None => self.added().note(&n.id, r),
             }
         }
-        let new_ids: HashSet<&str> =
-            if small { HashSet::new() } else { n.replicas.iter().map(|r| r.id.as_str()).collect() };
+        let new_ids: HashSet<&str> = if small { HashSet::new() } else { n.replicas.iter().map(|r| r.id.as_str()).collect() };
         for r in &s.replicas {
             let present = if small { n.replicas.iter().any(|q| q.id == r.id) } else { new_ids.contains(r.id.as_str()) };
             if !present {
@@ -473,105 +471,226 @@ mod tests {
         ("version bump", |_, _| {}, &[]),
         ("version jump", |_, n| n.version = 10, &[]),
         ("add a node", |_, n| n.nodes.push(node("n5")), &[]),
-        ("remove a node without replicas", |_, n| { n.nodes.pop(); }, &[]),
+        (
+            "remove a node without replicas",
+            |_, n| {
+                n.nodes.pop();
+            },
+            &[],
+        ),
         ("add an application with active shards", |_, n| second_app(n), &[]),
         ("start a split into 2", |_, n| start_split(n, "A_00_3f", 2), &[]),
         ("start a split into 4", |_, n| start_split(n, "A_c0_ff", 4), &[]),
-        ("finish a split", |o, n| {
-            start_split(o, "A_00_3f", 2);
-            start_split(n, "A_00_3f", 2);
-            finish_split(n, "A_00_3f");
-        }, &[]),
-        ("children active, parent still splitting is invalid alone but", |o, n| {
-            // splitting → inactive and activating → active together
-            start_split(o, "A_40_7f", 4);
-            start_split(n, "A_40_7f", 4);
-            finish_split(n, "A_40_7f");
-        }, &[]),
+        (
+            "finish a split",
+            |o, n| {
+                start_split(o, "A_00_3f", 2);
+                start_split(n, "A_00_3f", 2);
+                finish_split(n, "A_00_3f");
+            },
+            &[],
+        ),
+        (
+            "children active, parent still splitting is invalid alone but",
+            |o, n| {
+                // splitting → inactive and activating → active together
+                start_split(o, "A_40_7f", 4);
+                start_split(n, "A_40_7f", 4);
+                finish_split(n, "A_40_7f");
+            },
+            &[],
+        ),
         ("add a replica beyond the factor", |_, n| add_replica(n, "A_00_3f", "n4"), &[]),
-        ("add replicas to every shard", |_, n| {
-            for id in ["A_00_3f", "A_40_7f", "A_80_bf", "A_c0_ff"] { add_replica(n, id, "n4") }
-        }, &[]),
+        (
+            "add replicas to every shard",
+            |_, n| {
+                for id in ["A_00_3f", "A_40_7f", "A_80_bf", "A_c0_ff"] {
+                    add_replica(n, id, "n4")
+                }
+            },
+            &[],
+        ),
         ("remove a replica beyond the factor", |o, _| add_replica(o, "A_00_3f", "n4"), &[]),
-        ("remove a node after its replicas left", |o, n| {
-            // old: n4 hosts nothing (its replica was removed a version earlier)
-            o.nodes.push(node("n5"));
-            n.nodes.push(node("n5"));
-            n.nodes.retain(|x| x.id != "n4");
-        }, &[]),
-        ("change metadata and addresses", |_, n| {
-            n.nodes[0].metadata = vec![Metadata::new("zone", "b")];
-            n.nodes[1].grpc_address = "moved:7000".into();
-            n.applications[0].shards[0].metadata = vec![Metadata::new("hot", "1")];
-        }, &[]),
+        (
+            "remove a node after its replicas left",
+            |o, n| {
+                // old: n4 hosts nothing (its replica was removed a version earlier)
+                o.nodes.push(node("n5"));
+                n.nodes.push(node("n5"));
+                n.nodes.retain(|x| x.id != "n4");
+            },
+            &[],
+        ),
+        (
+            "change metadata and addresses",
+            |_, n| {
+                n.nodes[0].metadata = vec![Metadata::new("zone", "b")];
+                n.nodes[1].grpc_address = "moved:7000".into();
+                n.applications[0].shards[0].metadata = vec![Metadata::new("hot", "1")];
+            },
+            &[],
+        ),
         // ---- invalid ----
         ("same version", |_, n| n.version = 1, &[VersionNotIncreased]),
-        ("older version", |o, n| { o.version = 5; n.version = 4 }, &[VersionNotIncreased]),
-        ("remove a node with replicas", |o, n| {
-            add_replica(o, "A_00_3f", "n4");
-            n.nodes.retain(|x| x.id != "n4");
-        }, &[NodeRemovedWithReplicas]),
+        (
+            "older version",
+            |o, n| {
+                o.version = 5;
+                n.version = 4
+            },
+            &[VersionNotIncreased],
+        ),
+        (
+            "remove a node with replicas",
+            |o, n| {
+                add_replica(o, "A_00_3f", "n4");
+                n.nodes.retain(|x| x.id != "n4");
+            },
+            &[NodeRemovedWithReplicas],
+        ),
         ("remove an application", |o, _| second_app(o), &[ApplicationRemoved]),
-        ("remove a retired shard", |o, n| {
-            for c in [&mut *o, &mut *n] { start_split(c, "A_00_3f", 2); finish_split(c, "A_00_3f"); }
-            app(n, "A").shards.retain(|s| s.id != "A_00_3f");
-        }, &[ShardRemoved, ShardParentUnknown]),
-        ("merge two shards", |_, n| {
-            let a = app(n, "A");
-            a.shards.drain(0..2);
-            a.shards.insert(0, shard("A_00_7f", 0, 0x7fff_ffff, Active, None, &["n1", "n2", "n3"]));
-        }, &[ShardRemoved, NewShardActive, ReplicasAddedAndRemoved]),
-        ("move a boundary", |_, n| { app(n, "A").shards[0].upper = 0x3eff_ffff; app(n, "A").shards[1].lower = 0x3f00_0000 }, &[ShardBoundsChanged]),
-        ("drop a parent", |o, n| {
-            for c in [&mut *o, &mut *n] { start_split(c, "A_00_3f", 2); finish_split(c, "A_00_3f"); }
-            shard_mut(n, "A_00_3f_c0").parent_id = None;
-        }, &[ShardParentChanged]),
-        ("active to inactive", |_, n| shard_mut(n, "A_00_3f").state = Inactive, &[ShardStateChangeForbidden, InactiveShardNoChildren, KeyspaceGap]),
+        (
+            "remove a retired shard",
+            |o, n| {
+                for c in [&mut *o, &mut *n] {
+                    start_split(c, "A_00_3f", 2);
+                    finish_split(c, "A_00_3f");
+                }
+                app(n, "A").shards.retain(|s| s.id != "A_00_3f");
+            },
+            &[ShardRemoved, ShardParentUnknown],
+        ),
+        (
+            "merge two shards",
+            |_, n| {
+                let a = app(n, "A");
+                a.shards.drain(0..2);
+                a.shards.insert(0, shard("A_00_7f", 0, 0x7fff_ffff, Active, None, &["n1", "n2", "n3"]));
+            },
+            &[ShardRemoved, NewShardActive, ReplicasAddedAndRemoved],
+        ),
+        (
+            "move a boundary",
+            |_, n| {
+                app(n, "A").shards[0].upper = 0x3eff_ffff;
+                app(n, "A").shards[1].lower = 0x3f00_0000
+            },
+            &[ShardBoundsChanged],
+        ),
+        (
+            "drop a parent",
+            |o, n| {
+                for c in [&mut *o, &mut *n] {
+                    start_split(c, "A_00_3f", 2);
+                    finish_split(c, "A_00_3f");
+                }
+                shard_mut(n, "A_00_3f_c0").parent_id = None;
+            },
+            &[ShardParentChanged],
+        ),
+        (
+            "active to inactive",
+            |_, n| shard_mut(n, "A_00_3f").state = Inactive,
+            &[ShardStateChangeForbidden, InactiveShardNoChildren, KeyspaceGap],
+        ),
         ("abort a split", |o, _| start_split(o, "A_00_3f", 2), &[ShardStateChangeForbidden, ShardRemoved]),
-        ("inactive to splitting", |o, n| {
-            for c in [&mut *o, &mut *n] { start_split(c, "A_00_3f", 2); finish_split(c, "A_00_3f"); }
-            shard_mut(n, "A_00_3f").state = Splitting;
-            shard_mut(n, "A_00_3f_c0").state = Activating;
-            shard_mut(n, "A_00_3f_c1").state = Activating;
-        }, &[ShardStateChangeForbidden]),
-        ("splitting to active", |o, n| {
-            start_split(o, "A_00_3f", 2);
-            start_split(n, "A_00_3f", 2);
-            shard_mut(n, "A_00_3f").state = Active;
-        }, &[ShardStateChangeForbidden, ActiveShardHasChildren, ActivatingParentNotSplitting]),
-        ("split started without children", |_, n| shard_mut(n, "A_00_3f").state = Splitting, &[SplitStartWithoutChildren, SplittingTooFewChildren]),
-        ("split completed in one step", |_, n| { start_split(n, "A_00_3f", 2); finish_split(n, "A_00_3f") }, &[ShardStateChangeForbidden, NewShardActive]),
-        ("new shard added active", |_, n| {
-            let a = app(n, "A");
-            a.shards[3].upper = 0xfeff_ffff;
-            a.shards.push(shard("A_ff", 0xff00_0000, u32::MAX, Active, None, &["n1", "n2", "n3"]));
-        }, &[ShardBoundsChanged, NewShardActive]),
-        ("replace a replica", |_, n| {
-            let r = &mut shard_mut(n, "A_00_3f").replicas[2];
-            r.id = "A_00_3f_n4".into();
-            r.node_id = "n4".into();
-        }, &[ReplicasAddedAndRemoved]),
-        ("add and remove replicas on different applications", |o, n| {
-            second_app(o);
-            second_app(n);
-            add_replica(n, "A_00_3f", "n4");
-            add_replica(o, "B_40_7f", "n4");
-        }, &[ReplicasAddedAndRemoved]),
+        (
+            "inactive to splitting",
+            |o, n| {
+                for c in [&mut *o, &mut *n] {
+                    start_split(c, "A_00_3f", 2);
+                    finish_split(c, "A_00_3f");
+                }
+                shard_mut(n, "A_00_3f").state = Splitting;
+                shard_mut(n, "A_00_3f_c0").state = Activating;
+                shard_mut(n, "A_00_3f_c1").state = Activating;
+            },
+            &[ShardStateChangeForbidden],
+        ),
+        (
+            "splitting to active",
+            |o, n| {
+                start_split(o, "A_00_3f", 2);
+                start_split(n, "A_00_3f", 2);
+                shard_mut(n, "A_00_3f").state = Active;
+            },
+            &[ShardStateChangeForbidden, ActiveShardHasChildren, ActivatingParentNotSplitting],
+        ),
+        (
+            "split started without children",
+            |_, n| shard_mut(n, "A_00_3f").state = Splitting,
+            &[SplitStartWithoutChildren, SplittingTooFewChildren],
+        ),
+        (
+            "split completed in one step",
+            |_, n| {
+                start_split(n, "A_00_3f", 2);
+                finish_split(n, "A_00_3f")
+            },
+            &[ShardStateChangeForbidden, NewShardActive],
+        ),
+        (
+            "new shard added active",
+            |_, n| {
+                let a = app(n, "A");
+                a.shards[3].upper = 0xfeff_ffff;
+                a.shards.push(shard("A_ff", 0xff00_0000, u32::MAX, Active, None, &["n1", "n2", "n3"]));
+            },
+            &[ShardBoundsChanged, NewShardActive],
+        ),
+        (
+            "replace a replica",
+            |_, n| {
+                let r = &mut shard_mut(n, "A_00_3f").replicas[2];
+                r.id = "A_00_3f_n4".into();
+                r.node_id = "n4".into();
+            },
+            &[ReplicasAddedAndRemoved],
+        ),
+        (
+            "add and remove replicas on different applications",
+            |o, n| {
+                second_app(o);
+                second_app(n);
+                add_replica(n, "A_00_3f", "n4");
+                add_replica(o, "B_40_7f", "n4");
+            },
+            &[ReplicasAddedAndRemoved],
+        ),
         ("move a replica", |_, n| shard_mut(n, "A_00_3f").replicas[2].node_id = "n4".into(), &[ReplicaNodeChanged]),
         ("old config invalid", |o, _| o.nodes[3].grpc_address.clear(), &[NodeAddressEmpty]),
         // ---- invalid configs: old entries found as the lookups always found them ----
-        ("a repeated replica id pairs with its first replica", |o, n| {
-            // Matched by position, the second `A_00_3f_n1` would stay on n2.
-            for c in [&mut *o, &mut *n] { shard_mut(c, "A_00_3f").replicas[1].id = "A_00_3f_n1".into() }
-        }, &[ReplicaIdDuplicate, ReplicaNodeChanged]),
-        ("a shard id repeated in another application, reordered", |o, n| {
-            for c in [&mut *o, &mut *n] { second_app(c); c.applications[1].shards[1].id = "A_00_3f".into() }
-            n.applications[1].shards.reverse();
-        }, &[ShardIdDuplicate]),
-        ("an empty shard id, reordered", |o, n| {
-            for c in [&mut *o, &mut *n] { app(c, "A").shards[0].id.clear() }
-            app(n, "A").shards.reverse();
-        }, &[ShardIdEmpty]),
+        (
+            "a repeated replica id pairs with its first replica",
+            |o, n| {
+                // Matched by position, the second `A_00_3f_n1` would stay on n2.
+                for c in [&mut *o, &mut *n] {
+                    shard_mut(c, "A_00_3f").replicas[1].id = "A_00_3f_n1".into()
+                }
+            },
+            &[ReplicaIdDuplicate, ReplicaNodeChanged],
+        ),
+        (
+            "a shard id repeated in another application, reordered",
+            |o, n| {
+                for c in [&mut *o, &mut *n] {
+                    second_app(c);
+                    c.applications[1].shards[1].id = "A_00_3f".into()
+                }
+                n.applications[1].shards.reverse();
+            },
+            &[ShardIdDuplicate],
+        ),
+        (
+            "an empty shard id, reordered",
+            |o, n| {
+                for c in [&mut *o, &mut *n] {
+                    app(c, "A").shards[0].id.clear()
+                }
+                app(n, "A").shards.reverse();
+            },
+            &[ShardIdEmpty],
+        ),
     ];
 
     #[test]

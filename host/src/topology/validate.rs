@@ -155,10 +155,7 @@ impl Checker {
         if cfg.nodes.len() < MIN_NODES {
             self.push(
                 TooFewNodes,
-                format!(
-                    "the config has {} node(s), at least {MIN_NODES} are required; add nodes",
-                    cfg.nodes.len()
-                ),
+                format!("the config has {} node(s), at least {MIN_NODES} are required; add nodes", cfg.nodes.len()),
             );
         }
         let mut node_ids: FastMap<&str, usize> = fasthash::map(cfg.nodes.len());
@@ -167,16 +164,10 @@ impl Checker {
             if n.id.is_empty() {
                 self.push(NodeIdEmpty, format!("node #{} has an empty id; give it a unique id", i + 1));
             } else if node_ids.insert(&n.id, i).is_some() {
-                self.push(
-                    NodeIdDuplicate,
-                    format!("node id `{}` is used by more than one node; node ids must be unique", n.id),
-                );
+                self.push(NodeIdDuplicate, format!("node id `{}` is used by more than one node; node ids must be unique", n.id));
             }
             if n.grpc_address.is_empty() {
-                self.push(
-                    NodeAddressEmpty,
-                    format!("node `{}` has an empty grpc_address; set its host:port", n.id),
-                );
+                self.push(NodeAddressEmpty, format!("node `{}` has an empty grpc_address; set its host:port", n.id));
             } else if let Some(first) = addresses.insert(&n.grpc_address, &n.id) {
                 self.push(
                     NodeAddressDuplicate,
@@ -201,10 +192,7 @@ impl Checker {
                 );
             }
             if a.implementation.is_empty() {
-                self.push(
-                    ImplementationEmpty,
-                    format!("application `{}` has an empty implementation; set it", a.name),
-                );
+                self.push(ImplementationEmpty, format!("application `{}` has an empty implementation; set it", a.name));
             }
             if a.replication_factor < MIN_REPLICATION_FACTOR {
                 self.push(
@@ -241,10 +229,7 @@ impl Checker {
                 let idx = entries.len();
                 entries.push(Entry { app: ai, shard: s });
                 if s.id.is_empty() {
-                    self.push(
-                        ShardIdEmpty,
-                        format!("a shard of application `{}` has an empty id; give it a unique id", a.name),
-                    );
+                    self.push(ShardIdEmpty, format!("a shard of application `{}` has an empty id; give it a unique id", a.name));
                 }
                 if s.lower >= s.upper {
                     self.push(
@@ -267,10 +252,7 @@ impl Checker {
                 for r in &s.replicas {
                     if r.id.is_empty() {
                         replica_id_empty = true;
-                        self.push(
-                            ReplicaIdEmpty,
-                            format!("a replica of shard `{}` has an empty id; give it a unique id", s.id),
-                        );
+                        self.push(ReplicaIdEmpty, format!("a replica of shard `{}` has an empty id; give it a unique id", s.id));
                     } else {
                         all_conform &= conforms(&r.id, &s.id);
                         replicas.push((&r.id, idx as u32));
@@ -480,7 +462,8 @@ impl Checker {
                 RuleCode::ReplicaNodeDuplicate,
                 format!(
                     "shard `{}` has replicas {} on the same node `{node}`; a shard's replicas must sit on distinct nodes",
-                    s.id, list(ids)
+                    s.id,
+                    list(ids)
                 ),
             );
         }
@@ -553,7 +536,10 @@ impl Checker {
                     SplitChildOutOfRange,
                     format!(
                         "child `{}` {} reaches outside its splitting parent `{}` {}; children must lie within the parent's range",
-                        c.id, c.range_string(), s.id, s.range_string()
+                        c.id,
+                        c.range_string(),
+                        s.id,
+                        s.range_string()
                     ),
                 );
             }
@@ -580,7 +566,8 @@ impl Checker {
                 SplitChildrenGap,
                 format!(
                     "no child of splitting shard `{}` covers keys {}; the children must exactly cover the parent's range",
-                    s.id, keys(lo, hi)
+                    s.id,
+                    keys(lo, hi)
                 ),
             );
         }
@@ -589,7 +576,8 @@ impl Checker {
                 SplitChildrenOverlap,
                 format!(
                     "children `{x}` and `{y}` of splitting shard `{}` both cover keys {}; the children must not overlap",
-                    s.id, keys(lo, hi)
+                    s.id,
+                    keys(lo, hi)
                 ),
             );
         }
@@ -613,8 +601,7 @@ fn conforms(replica: &str, shard: &str) -> bool {
 /// hashed and sorted.
 fn duplicate_replica_ids(replicas: &[(&str, u32)], all_conform: bool) -> Vec<(u32, u32)> {
     if !all_conform {
-        return SortedIds::new(replicas.iter().enumerate().map(|(i, r)| (i as u32, r.0)))
-            .duplicates(|p| replicas[p as usize].0);
+        return SortedIds::new(replicas.iter().enumerate().map(|(i, r)| (i as u32, r.0))).duplicates(|p| replicas[p as usize].0);
     }
     let mut out = Vec::new();
     let mut start = 0usize;
@@ -684,156 +671,372 @@ mod tests {
         ("base", |_| {}, &[]),
         ("no applications", |c| c.applications.clear(), &[]),
         ("two applications", add_b, &[]),
-        ("one shard, whole keyspace", |c| {
-            let a = app(c, "A");
-            a.shards.truncate(1);
-            a.shards[0].lower = 0;
-            a.shards[0].upper = u32::MAX;
-        }, &[]),
+        (
+            "one shard, whole keyspace",
+            |c| {
+                let a = app(c, "A");
+                a.shards.truncate(1);
+                a.shards[0].lower = 0;
+                a.shards[0].upper = u32::MAX;
+            },
+            &[],
+        ),
         ("mid-split into 2", |c| start_split(c, "A_00_3f", 2), &[]),
         ("mid-split into 4", |c| start_split(c, "A_c0_ff", 4), &[]),
-        ("two splits at once", |c| { start_split(c, "A_00_3f", 2); start_split(c, "A_c0_ff", 4) }, &[]),
-        ("split finished", |c| { start_split(c, "A_40_7f", 2); finish_split(c, "A_40_7f") }, &[]),
-        ("child of a finished split splitting", |c| {
-            start_split(c, "A_40_7f", 2);
-            finish_split(c, "A_40_7f");
-            start_split(c, "A_40_7f_c1", 2);
-        }, &[]),
-        ("replicas beyond the factor", |c| {
-            let s = shard_mut(c, "A_00_3f");
-            s.replicas.push(Replica { id: "A_00_3f_n4".into(), node_id: "n4".into(), metadata: vec![] });
-        }, &[]),
-        ("split of a shard with 4 replicas", |c| {
-            let s = shard_mut(c, "A_00_3f");
-            s.replicas.push(Replica { id: "A_00_3f_n4".into(), node_id: "n4".into(), metadata: vec![] });
-            start_split(c, "A_00_3f", 2);
-        }, &[]),
-        ("metadata everywhere", |c| {
-            c.metadata = vec![Metadata::new("owner", "ops")];
-            c.nodes[0].metadata = vec![Metadata::new("zone", "a"), Metadata::new("rack", "1")];
-            c.applications[0].metadata = vec![Metadata::new("tier", "gold")];
-            c.applications[0].shards[0].metadata = vec![Metadata::new("hot", "yes")];
-            c.applications[0].shards[0].replicas[0].metadata = vec![Metadata::new("disk", "ssd")];
-        }, &[]),
-        ("replication factor 4 on 4 nodes", |c| {
-            app(c, "A").replication_factor = 4;
-            for s in &mut app(c, "A").shards {
-                let id = s.id.clone();
-                s.replicas.push(Replica { id: format!("{id}_n4"), node_id: "n4".into(), metadata: vec![] });
-            }
-        }, &[]),
+        (
+            "two splits at once",
+            |c| {
+                start_split(c, "A_00_3f", 2);
+                start_split(c, "A_c0_ff", 4)
+            },
+            &[],
+        ),
+        (
+            "split finished",
+            |c| {
+                start_split(c, "A_40_7f", 2);
+                finish_split(c, "A_40_7f")
+            },
+            &[],
+        ),
+        (
+            "child of a finished split splitting",
+            |c| {
+                start_split(c, "A_40_7f", 2);
+                finish_split(c, "A_40_7f");
+                start_split(c, "A_40_7f_c1", 2);
+            },
+            &[],
+        ),
+        (
+            "replicas beyond the factor",
+            |c| {
+                let s = shard_mut(c, "A_00_3f");
+                s.replicas.push(Replica { id: "A_00_3f_n4".into(), node_id: "n4".into(), metadata: vec![] });
+            },
+            &[],
+        ),
+        (
+            "split of a shard with 4 replicas",
+            |c| {
+                let s = shard_mut(c, "A_00_3f");
+                s.replicas.push(Replica { id: "A_00_3f_n4".into(), node_id: "n4".into(), metadata: vec![] });
+                start_split(c, "A_00_3f", 2);
+            },
+            &[],
+        ),
+        (
+            "metadata everywhere",
+            |c| {
+                c.metadata = vec![Metadata::new("owner", "ops")];
+                c.nodes[0].metadata = vec![Metadata::new("zone", "a"), Metadata::new("rack", "1")];
+                c.applications[0].metadata = vec![Metadata::new("tier", "gold")];
+                c.applications[0].shards[0].metadata = vec![Metadata::new("hot", "yes")];
+                c.applications[0].shards[0].replicas[0].metadata = vec![Metadata::new("disk", "ssd")];
+            },
+            &[],
+        ),
+        (
+            "replication factor 4 on 4 nodes",
+            |c| {
+                app(c, "A").replication_factor = 4;
+                for s in &mut app(c, "A").shards {
+                    let id = s.id.clone();
+                    s.replicas.push(Replica { id: format!("{id}_n4"), node_id: "n4".into(), metadata: vec![] });
+                }
+            },
+            &[],
+        ),
         ("node without replicas", |c| c.nodes.push(node("n5")), &[]),
-        ("smallest shard of two keys", |c| {
-            let a = app(c, "A");
-            a.shards[0].upper = 1;
-            a.shards.insert(1, shard("A_x", 2, 0x3fff_ffff, Active, None, &["n1", "n2", "n3"]));
-        }, &[]),
+        (
+            "smallest shard of two keys",
+            |c| {
+                let a = app(c, "A");
+                a.shards[0].upper = 1;
+                a.shards.insert(1, shard("A_x", 2, 0x3fff_ffff, Active, None, &["n1", "n2", "n3"]));
+            },
+            &[],
+        ),
         // ---- invalid ----
         ("version 0", |c| c.version = 0, &[VersionNotPositive]),
-        ("2 nodes", |c| { c.applications.clear(); c.nodes.truncate(2) }, &[TooFewNodes]),
+        (
+            "2 nodes",
+            |c| {
+                c.applications.clear();
+                c.nodes.truncate(2)
+            },
+            &[TooFewNodes],
+        ),
         ("empty node id", |c| c.nodes[3].id.clear(), &[NodeIdEmpty]),
-        ("duplicate node id", |c| { c.nodes[3].id = "n1".into() }, &[NodeIdDuplicate]),
+        ("duplicate node id", |c| c.nodes[3].id = "n1".into(), &[NodeIdDuplicate]),
         ("empty node address", |c| c.nodes[3].grpc_address.clear(), &[NodeAddressEmpty]),
         ("duplicate node address", |c| c.nodes[3].grpc_address = c.nodes[0].grpc_address.clone(), &[NodeAddressDuplicate]),
         ("empty application name", |c| c.applications[0].name.clear(), &[ApplicationNameEmpty]),
-        ("duplicate application name", |c| { add_b(c); c.applications[1].name = "A".into() }, &[ApplicationNameDuplicate]),
+        (
+            "duplicate application name",
+            |c| {
+                add_b(c);
+                c.applications[1].name = "A".into()
+            },
+            &[ApplicationNameDuplicate],
+        ),
         ("empty implementation", |c| c.applications[0].implementation.clear(), &[ImplementationEmpty]),
         ("replication factor 2", |c| c.applications[0].replication_factor = 2, &[ReplicationFactorTooLow]),
-        ("application without shards", |c| { add_b(c); c.applications[1].shards.clear() }, &[ApplicationNoShards]),
+        (
+            "application without shards",
+            |c| {
+                add_b(c);
+                c.applications[1].shards.clear()
+            },
+            &[ApplicationNoShards],
+        ),
         ("empty shard id", |c| c.applications[0].shards[0].id.clear(), &[ShardIdEmpty]),
         ("duplicate shard id", |c| c.applications[0].shards[1].id = "A_00_3f".into(), &[ShardIdDuplicate]),
-        ("duplicate shard id across applications", |c| { add_b(c); c.applications[1].shards[1].id = "A_00_3f".into() }, &[ShardIdDuplicate]),
-        ("too few replicas", |c| { c.applications[0].shards[2].replicas.pop(); }, &[ShardTooFewReplicas]),
-        ("too few replicas on an activating child", |c| {
-            start_split(c, "A_00_3f", 2);
-            shard_mut(c, "A_00_3f_c1").replicas.pop();
-        }, &[ShardTooFewReplicas, SplitChildNodesMismatch]),
-        ("lower equals upper", |c| {
-            let a = app(c, "A");
-            a.shards[0].upper = 0;
-            a.shards.insert(1, shard("A_x", 1, 0x3fff_ffff, Active, None, &["n1", "n2", "n3"]));
-        }, &[ShardBoundsOrder]),
-        ("lower above upper", |c| { let s = &mut app(c, "A").shards[0]; s.lower = 5; s.upper = 2 }, &[ShardBoundsOrder, KeyspaceGap]),
+        (
+            "duplicate shard id across applications",
+            |c| {
+                add_b(c);
+                c.applications[1].shards[1].id = "A_00_3f".into()
+            },
+            &[ShardIdDuplicate],
+        ),
+        (
+            "too few replicas",
+            |c| {
+                c.applications[0].shards[2].replicas.pop();
+            },
+            &[ShardTooFewReplicas],
+        ),
+        (
+            "too few replicas on an activating child",
+            |c| {
+                start_split(c, "A_00_3f", 2);
+                shard_mut(c, "A_00_3f_c1").replicas.pop();
+            },
+            &[ShardTooFewReplicas, SplitChildNodesMismatch],
+        ),
+        (
+            "lower equals upper",
+            |c| {
+                let a = app(c, "A");
+                a.shards[0].upper = 0;
+                a.shards.insert(1, shard("A_x", 1, 0x3fff_ffff, Active, None, &["n1", "n2", "n3"]));
+            },
+            &[ShardBoundsOrder],
+        ),
+        (
+            "lower above upper",
+            |c| {
+                let s = &mut app(c, "A").shards[0];
+                s.lower = 5;
+                s.upper = 2
+            },
+            &[ShardBoundsOrder, KeyspaceGap],
+        ),
         ("empty replica id", |c| c.applications[0].shards[0].replicas[0].id.clear(), &[ReplicaIdEmpty]),
         ("duplicate replica id", |c| c.applications[0].shards[1].replicas[0].id = "A_00_3f_n1".into(), &[ReplicaIdDuplicate]),
-        ("duplicate replica id within a shard", |c| c.applications[0].shards[1].replicas[1].id = "A_40_7f_n1".into(), &[ReplicaIdDuplicate]),
-        ("duplicate replica id, prefix-shaped ids", |c| {
-            // `A_00_3f` + `_n1_x` and `A_00_3f_n1` + `_x` are the same string.
-            let a = app(c, "A");
-            a.shards[0].replicas[0].id = "A_00_3f_n1_x".into();
-            a.shards.push(shard("A_00_3f_n1", 0, 5, Inactive, Some("A_00_3f_n1"), &["n1", "n2", "n3"]));
-            a.shards.last_mut().unwrap().replicas[0].id = "A_00_3f_n1_x".into();
-        }, &[ReplicaIdDuplicate, ShardParentSelf, InactiveShardNoChildren]),
-        ("duplicate replica ids on shards sharing an id", |c| {
-            let a = app(c, "A");
-            a.shards.push(shard("A_00_3f", 0, 5, Inactive, None, &["n1", "n2", "n3"]));
-        }, &[ShardIdDuplicate, ReplicaIdDuplicate, InactiveShardNoChildren]),
+        (
+            "duplicate replica id within a shard",
+            |c| c.applications[0].shards[1].replicas[1].id = "A_40_7f_n1".into(),
+            &[ReplicaIdDuplicate],
+        ),
+        (
+            "duplicate replica id, prefix-shaped ids",
+            |c| {
+                // `A_00_3f` + `_n1_x` and `A_00_3f_n1` + `_x` are the same string.
+                let a = app(c, "A");
+                a.shards[0].replicas[0].id = "A_00_3f_n1_x".into();
+                a.shards.push(shard("A_00_3f_n1", 0, 5, Inactive, Some("A_00_3f_n1"), &["n1", "n2", "n3"]));
+                a.shards.last_mut().unwrap().replicas[0].id = "A_00_3f_n1_x".into();
+            },
+            &[ReplicaIdDuplicate, ShardParentSelf, InactiveShardNoChildren],
+        ),
+        (
+            "duplicate replica ids on shards sharing an id",
+            |c| {
+                let a = app(c, "A");
+                a.shards.push(shard("A_00_3f", 0, 5, Inactive, None, &["n1", "n2", "n3"]));
+            },
+            &[ShardIdDuplicate, ReplicaIdDuplicate, InactiveShardNoChildren],
+        ),
         ("replica on an unknown node", |c| c.applications[0].shards[0].replicas[0].node_id = "n9".into(), &[ReplicaNodeUnknown]),
         ("replicas on the same node", |c| c.applications[0].shards[0].replicas[1].node_id = "n1".into(), &[ReplicaNodeDuplicate]),
         ("gap at ffffffff", |c| app(c, "A").shards[3].upper = 0xffff_fffe, &[KeyspaceGap]),
         ("gap at 00000000", |c| app(c, "A").shards[0].lower = 1, &[KeyspaceGap]),
         ("gap in the middle", |c| app(c, "A").shards[1].upper = 0x7fff_0000, &[KeyspaceGap]),
-        ("no routable shard", |c| { let a = app(c, "A"); a.shards.truncate(1); a.shards[0].state = Activating; a.shards[0].parent_id = None; }, &[ActivatingShardNoParent, KeyspaceGap]),
+        (
+            "no routable shard",
+            |c| {
+                let a = app(c, "A");
+                a.shards.truncate(1);
+                a.shards[0].state = Activating;
+                a.shards[0].parent_id = None;
+            },
+            &[ActivatingShardNoParent, KeyspaceGap],
+        ),
         ("overlap", |c| app(c, "A").shards[1].lower = 0x3f00_0000, &[KeyspaceOverlap]),
-        ("overlap at ffffffff", |c| {
-            app(c, "A").shards.push(shard("A_x", 0xffff_ff00, u32::MAX, Active, None, &["n1", "n2", "n3"]));
-        }, &[KeyspaceOverlap]),
-        ("splitting shard overlapping an active one", |c| {
-            start_split(c, "A_00_3f", 2);
-            shard_mut(c, "A_00_3f").upper = 0x4000_00ff;
-        }, &[KeyspaceOverlap, SplitChildrenGap]),
+        (
+            "overlap at ffffffff",
+            |c| {
+                app(c, "A").shards.push(shard("A_x", 0xffff_ff00, u32::MAX, Active, None, &["n1", "n2", "n3"]));
+            },
+            &[KeyspaceOverlap],
+        ),
+        (
+            "splitting shard overlapping an active one",
+            |c| {
+                start_split(c, "A_00_3f", 2);
+                shard_mut(c, "A_00_3f").upper = 0x4000_00ff;
+            },
+            &[KeyspaceOverlap, SplitChildrenGap],
+        ),
         ("own parent", |c| c.applications[0].shards[0].parent_id = Some("A_00_3f".into()), &[ShardParentSelf]),
         ("unknown parent", |c| c.applications[0].shards[0].parent_id = Some("ghost".into()), &[ShardParentUnknown]),
-        ("parent in another application", |c| { add_b(c); c.applications[1].shards[0].parent_id = Some("A_00_3f".into()) }, &[ShardParentForeign]),
-        ("parent cycle", |c| {
-            let a = app(c, "A");
-            a.shards.push(shard("X", 0, 5, Inactive, Some("Y"), &["n1", "n2", "n3"]));
-            a.shards.push(shard("Y", 0, 5, Inactive, Some("X"), &["n1", "n2", "n3"]));
-        }, &[ShardParentCycle]),
-        ("active shard with a child", |c| {
-            app(c, "A").shards.push(shard("K", 0, 0xff, Activating, Some("A_00_3f"), &["n1", "n2", "n3"]));
-        }, &[ActiveShardHasChildren, ActivatingParentNotSplitting]),
-        ("inactive shard without children", |c| {
-            app(c, "A").shards.push(shard("Z", 0, 0xff, Inactive, None, &["n1", "n2", "n3"]));
-        }, &[InactiveShardNoChildren]),
-        ("splitting with one child", |c| {
-            start_split(c, "A_00_3f", 2);
-            app(c, "A").shards.retain(|s| s.id != "A_00_3f_c1");
-        }, &[SplittingTooFewChildren, SplitChildrenGap]),
+        (
+            "parent in another application",
+            |c| {
+                add_b(c);
+                c.applications[1].shards[0].parent_id = Some("A_00_3f".into())
+            },
+            &[ShardParentForeign],
+        ),
+        (
+            "parent cycle",
+            |c| {
+                let a = app(c, "A");
+                a.shards.push(shard("X", 0, 5, Inactive, Some("Y"), &["n1", "n2", "n3"]));
+                a.shards.push(shard("Y", 0, 5, Inactive, Some("X"), &["n1", "n2", "n3"]));
+            },
+            &[ShardParentCycle],
+        ),
+        (
+            "active shard with a child",
+            |c| {
+                app(c, "A").shards.push(shard("K", 0, 0xff, Activating, Some("A_00_3f"), &["n1", "n2", "n3"]));
+            },
+            &[ActiveShardHasChildren, ActivatingParentNotSplitting],
+        ),
+        (
+            "inactive shard without children",
+            |c| {
+                app(c, "A").shards.push(shard("Z", 0, 0xff, Inactive, None, &["n1", "n2", "n3"]));
+            },
+            &[InactiveShardNoChildren],
+        ),
+        (
+            "splitting with one child",
+            |c| {
+                start_split(c, "A_00_3f", 2);
+                app(c, "A").shards.retain(|s| s.id != "A_00_3f_c1");
+            },
+            &[SplittingTooFewChildren, SplitChildrenGap],
+        ),
         ("splitting without children", |c| shard_mut(c, "A_00_3f").state = Splitting, &[SplittingTooFewChildren]),
-        ("splitting with an active child", |c| {
-            start_split(c, "A_00_3f", 2);
-            shard_mut(c, "A_00_3f_c0").state = Active;
-        }, &[SplittingChildNotActivating, KeyspaceOverlap]),
-        ("split children with a gap", |c| { start_split(c, "A_00_3f", 2); shard_mut(c, "A_00_3f_c1").lower += 0x100 }, &[SplitChildrenGap]),
-        ("split children with a gap at the parent's end", |c| { start_split(c, "A_c0_ff", 4); shard_mut(c, "A_c0_ff_c3").upper = 0xffff_fff0 }, &[SplitChildrenGap]),
-        ("split children overlapping", |c| { start_split(c, "A_00_3f", 4); shard_mut(c, "A_00_3f_c2").lower -= 0x100 }, &[SplitChildrenOverlap]),
-        ("split child out of range", |c| { start_split(c, "A_00_3f", 2); shard_mut(c, "A_00_3f_c1").upper = 0x4000_0fff }, &[SplitChildOutOfRange]),
-        ("split child on other nodes", |c| {
-            start_split(c, "A_00_3f", 2);
-            shard_mut(c, "A_00_3f_c0").replicas[2].node_id = "n4".into();
-        }, &[SplitChildNodesMismatch]),
-        ("split child with an extra node", |c| {
-            start_split(c, "A_00_3f", 2);
-            shard_mut(c, "A_00_3f_c0").replicas.push(Replica { id: "extra".into(), node_id: "n4".into(), metadata: vec![] });
-        }, &[SplitChildNodesMismatch]),
-        ("activating shard with a child", |c| {
-            start_split(c, "A_00_3f", 2);
-            app(c, "A").shards.push(shard("G", 0, 0xff, Activating, Some("A_00_3f_c0"), &["n1", "n2", "n3"]));
-        }, &[ActivatingShardHasChildren, ActivatingParentNotSplitting]),
-        ("activating shard without parent", |c| {
-            app(c, "A").shards.push(shard("K", 0, 0xff, Activating, None, &["n1", "n2", "n3"]));
-        }, &[ActivatingShardNoParent]),
-        ("activating child of an inactive shard", |c| {
-            start_split(c, "A_00_3f", 2);
-            finish_split(c, "A_00_3f");
-            shard_mut(c, "A_00_3f_c0").state = Activating;
-        }, &[ActivatingParentNotSplitting, KeyspaceGap]),
-        ("duplicate node metadata key", |c| c.nodes[0].metadata = vec![Metadata::new("zone", "a"), Metadata::new("zone", "b")], &[MetadataKeyDuplicate]),
-        ("duplicate shard metadata key", |c| c.applications[0].shards[0].metadata = vec![Metadata::new("k", "a"), Metadata::new("k", "a")], &[MetadataKeyDuplicate]),
-        ("duplicate replica metadata key", |c| c.applications[0].shards[0].replicas[0].metadata = vec![Metadata::new("k", "a"), Metadata::new("k", "b")], &[MetadataKeyDuplicate]),
-        ("duplicate application metadata key", |c| c.applications[0].metadata = vec![Metadata::new("k", "a"), Metadata::new("k", "b")], &[MetadataKeyDuplicate]),
-        ("duplicate config metadata key", |c| c.metadata = vec![Metadata::new("k", "a"), Metadata::new("k", "b")], &[MetadataKeyDuplicate]),
+        (
+            "splitting with an active child",
+            |c| {
+                start_split(c, "A_00_3f", 2);
+                shard_mut(c, "A_00_3f_c0").state = Active;
+            },
+            &[SplittingChildNotActivating, KeyspaceOverlap],
+        ),
+        (
+            "split children with a gap",
+            |c| {
+                start_split(c, "A_00_3f", 2);
+                shard_mut(c, "A_00_3f_c1").lower += 0x100
+            },
+            &[SplitChildrenGap],
+        ),
+        (
+            "split children with a gap at the parent's end",
+            |c| {
+                start_split(c, "A_c0_ff", 4);
+                shard_mut(c, "A_c0_ff_c3").upper = 0xffff_fff0
+            },
+            &[SplitChildrenGap],
+        ),
+        (
+            "split children overlapping",
+            |c| {
+                start_split(c, "A_00_3f", 4);
+                shard_mut(c, "A_00_3f_c2").lower -= 0x100
+            },
+            &[SplitChildrenOverlap],
+        ),
+        (
+            "split child out of range",
+            |c| {
+                start_split(c, "A_00_3f", 2);
+                shard_mut(c, "A_00_3f_c1").upper = 0x4000_0fff
+            },
+            &[SplitChildOutOfRange],
+        ),
+        (
+            "split child on other nodes",
+            |c| {
+                start_split(c, "A_00_3f", 2);
+                shard_mut(c, "A_00_3f_c0").replicas[2].node_id = "n4".into();
+            },
+            &[SplitChildNodesMismatch],
+        ),
+        (
+            "split child with an extra node",
+            |c| {
+                start_split(c, "A_00_3f", 2);
+                shard_mut(c, "A_00_3f_c0").replicas.push(Replica { id: "extra".into(), node_id: "n4".into(), metadata: vec![] });
+            },
+            &[SplitChildNodesMismatch],
+        ),
+        (
+            "activating shard with a child",
+            |c| {
+                start_split(c, "A_00_3f", 2);
+                app(c, "A").shards.push(shard("G", 0, 0xff, Activating, Some("A_00_3f_c0"), &["n1", "n2", "n3"]));
+            },
+            &[ActivatingShardHasChildren, ActivatingParentNotSplitting],
+        ),
+        (
+            "activating shard without parent",
+            |c| {
+                app(c, "A").shards.push(shard("K", 0, 0xff, Activating, None, &["n1", "n2", "n3"]));
+            },
+            &[ActivatingShardNoParent],
+        ),
+        (
+            "activating child of an inactive shard",
+            |c| {
+                start_split(c, "A_00_3f", 2);
+                finish_split(c, "A_00_3f");
+                shard_mut(c, "A_00_3f_c0").state = Activating;
+            },
+            &[ActivatingParentNotSplitting, KeyspaceGap],
+        ),
+        (
+            "duplicate node metadata key",
+            |c| c.nodes[0].metadata = vec![Metadata::new("zone", "a"), Metadata::new("zone", "b")],
+            &[MetadataKeyDuplicate],
+        ),
+        (
+            "duplicate shard metadata key",
+            |c| c.applications[0].shards[0].metadata = vec![Metadata::new("k", "a"), Metadata::new("k", "a")],
+            &[MetadataKeyDuplicate],
+        ),
+        (
+            "duplicate replica metadata key",
+            |c| c.applications[0].shards[0].replicas[0].metadata = vec![Metadata::new("k", "a"), Metadata::new("k", "b")],
+            &[MetadataKeyDuplicate],
+        ),
+        (
+            "duplicate application metadata key",
+            |c| c.applications[0].metadata = vec![Metadata::new("k", "a"), Metadata::new("k", "b")],
+            &[MetadataKeyDuplicate],
+        ),
+        (
+            "duplicate config metadata key",
+            |c| c.metadata = vec![Metadata::new("k", "a"), Metadata::new("k", "b")],
+            &[MetadataKeyDuplicate],
+        ),
     ];
 
     #[test]
@@ -881,9 +1084,15 @@ mod tests {
             ("base", |_| {}, true),
             ("mid-split", |c| start_split(c, "A_00_3f", 2), true),
             ("an empty replica id", |c| c.applications[0].shards[0].replicas[0].id.clear(), false),
-            ("two empty replica ids", |c| {
-                for r in &mut c.applications[0].shards[0].replicas[..2] { r.id.clear() }
-            }, false),
+            (
+                "two empty replica ids",
+                |c| {
+                    for r in &mut c.applications[0].shards[0].replicas[..2] {
+                        r.id.clear()
+                    }
+                },
+                false,
+            ),
             ("a repeated id within a shard", |c| c.applications[0].shards[1].replicas[1].id = "A_40_7f_n1".into(), false),
             ("a repeated id across shards", |c| c.applications[0].shards[1].replicas[0].id = "A_00_3f_n1".into(), false),
         ];

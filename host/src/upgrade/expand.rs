@@ -157,8 +157,15 @@ mod tests {
     #[test]
     fn a_contract_step_names_its_gate_in_the_header() {
         assert_eq!(contract_gate("-- contract: gated by node-liveness\nDROP TABLE t;"), Some("node-liveness"));
-        assert_eq!(contract_gate("-- Removes the old column.\n--   contract:   gated by   g2  \n\nALTER TABLE t DROP COLUMN a;"), Some("g2"));
-        assert_eq!(contract_gate("-- contract:\nDROP TABLE t;"), Some(""), "a header without a gate is still a (bad) contract header");
+        assert_eq!(
+            contract_gate("-- Removes the old column.\n--   contract:   gated by   g2  \n\nALTER TABLE t DROP COLUMN a;"),
+            Some("g2")
+        );
+        assert_eq!(
+            contract_gate("-- contract:\nDROP TABLE t;"),
+            Some(""),
+            "a header without a gate is still a (bad) contract header"
+        );
         assert_eq!(contract_gate("DROP TABLE t;\n-- contract: gated by g"), None, "only the header counts");
         assert_eq!(contract_gate("-- an expand step\nCREATE TABLE t (a int);"), None);
     }

@@ -110,7 +110,9 @@ pub struct Finalize {
 pub fn plan_finalize(cluster: Release, target: Release, binary: Release, live: &[Member]) -> Result<Finalize, Vec<String>> {
     let mut why = Vec::new();
     if target > binary {
-        why.push(format!("the asked node runs chitin {BINARY_VERSION}: it cannot finalize at {target}, a release it does not know"));
+        why.push(format!(
+            "the asked node runs chitin {BINARY_VERSION}: it cannot finalize at {target}, a release it does not know"
+        ));
     }
     if target < cluster {
         why.push(format!("the cluster is finalized at {cluster} already; finalize never goes back (to {target})"));
@@ -127,7 +129,11 @@ pub fn plan_finalize(cluster: Release, target: Release, binary: Release, live: &
             Err(e) => why.push(format!("node `{}` ({}) recorded a version that cannot be judged: {e}", m.name, m.id)),
         }
     }
-    if why.is_empty() { Ok(Finalize { from: cluster, to: target, activated: gates::activated(cluster, target) }) } else { Err(why) }
+    if why.is_empty() {
+        Ok(Finalize { from: cluster, to: target, activated: gates::activated(cluster, target) })
+    } else {
+        Err(why)
+    }
 }
 
 /// The lowest protocol node-to-node calls must speak in a cluster at

@@ -125,7 +125,8 @@ pub async fn node_versions(store: &Store) -> Result<HashMap<Uuid, NodeVersion>, 
             for row in sqlx::query($sql.node_versions).fetch_all($pool).await? {
                 let id: String = row.try_get("node_id")?;
                 let protocol: i64 = row.try_get("protocol")?;
-                let id = Uuid::parse_str(&id).map_err(|e| LeaseError::Corrupt(format!("bad node id `{id}` in chitin_node_versions: {e}")))?;
+                let id = Uuid::parse_str(&id)
+                    .map_err(|e| LeaseError::Corrupt(format!("bad node id `{id}` in chitin_node_versions: {e}")))?;
                 let version = NodeVersion { version: row.try_get("version")?, protocol: u32::try_from(protocol).unwrap_or(0) };
                 out.insert(id, version);
             }

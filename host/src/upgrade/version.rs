@@ -113,7 +113,9 @@ mod tests {
 
     #[test]
     fn versions_parse_to_their_release_line() {
-        for (text, line) in [("0.1.0", (0, 1)), ("0.2.0-dev", (0, 2)), ("0.2", (0, 2)), ("1.12.3", (1, 12)), ("0.3.0+build.5", (0, 3))] {
+        for (text, line) in
+            [("0.1.0", (0, 1)), ("0.2.0-dev", (0, 2)), ("0.2", (0, 2)), ("1.12.3", (1, 12)), ("0.3.0+build.5", (0, 3))]
+        {
             assert_eq!(text.parse::<Release>(), Ok(Release::new(line.0, line.1)), "{text}");
         }
         for bad in ["", "0", "x.1", "0.1.x", "0.1.0.0", "v0.1"] {

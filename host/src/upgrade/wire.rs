@@ -143,10 +143,19 @@ mod tests {
     #[test]
     fn callers_are_read_from_their_headers() {
         assert_eq!(Caller::from_headers(&headers(&[])).unwrap(), Caller::unstamped());
-        let c = Caller::from_headers(&headers(&[("chitin-protocol", "3"), ("chitin-protocol-min", "2"), ("chitin-version", "0.3.1")])).unwrap();
+        let c = Caller::from_headers(&headers(&[
+            ("chitin-protocol", "3"),
+            ("chitin-protocol-min", "2"),
+            ("chitin-version", "0.3.1"),
+        ]))
+        .unwrap();
         assert_eq!(c, Caller { min: 2, max: 3, version: Some("0.3.1".into()), stamped: true });
         assert_eq!(Caller::from_headers(&headers(&[("chitin-protocol", "2")])).unwrap().min, 2);
-        for bad in [&[("chitin-protocol", "two")][..], &[("chitin-protocol", "0")], &[("chitin-protocol", "2"), ("chitin-protocol-min", "3")]] {
+        for bad in [
+            &[("chitin-protocol", "two")][..],
+            &[("chitin-protocol", "0")],
+            &[("chitin-protocol", "2"), ("chitin-protocol-min", "3")],
+        ] {
             let e = Caller::from_headers(&headers(bad)).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}: {e:?}");
             assert!(e.message().contains("chitin-protocol"), "{e:?}");
@@ -174,6 +183,9 @@ mod tests {
         assert!(old.message().contains("chitin 0.1.0") && old.message().contains(BINARY_VERSION), "{old:?}");
         assert!(old.message().contains("upgrade it"), "{old:?}");
         let new = judge(&Caller { min: 3, max: 4, version: Some("0.4.0".into()), stamped: true }, w(1, 2)).unwrap_err();
-        assert!(new.message().contains("chitin 0.4.0, speaking protocol 3..=4") && new.message().contains("upgrade this node"), "{new:?}");
+        assert!(
+            new.message().contains("chitin 0.4.0, speaking protocol 3..=4") && new.message().contains("upgrade this node"),
+            "{new:?}"
+        );
     }
 }

@@ -57,26 +57,23 @@
 //! The cases run one at a time, are table-driven, and no assertion depends on
 //! timing.
 
-mod cluster_common;
-mod coord_support;
-
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::*;
+use crate::support::coord::TestNs;
 use anyhow::{Context, Result, bail};
 use chitin::api::grpc::MAX_MESSAGE_BYTES;
 use chitin::api::proto::{
     self, admin_client::AdminClient, coordination_client::CoordinationClient, journal_client::JournalClient,
     ownership_client::OwnershipClient, peer_client::PeerClient,
 };
-use chitin::security::Plane;
 use chitin::coord::Keys;
 use chitin::node::journal::{MAX_PAYLOAD, MAX_REQUEST_ID, MAX_STREAM};
 use chitin::rollout::exec::{Admin, BearerAuth};
-use cluster_common::*;
-use coord_support::TestNs;
+use chitin::security::Plane;
 use prost::bytes::{Buf, BufMut};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
@@ -434,7 +431,12 @@ fn http_cases() -> Vec<(&'static str, String, u16, &'static str)> {
         ("GET /health, the token plus a byte", http("GET", "/health", Some(&longer)), 401, "wrong bearer token"),
         // (A header value's trailing space is not part of it: this is `Bearer`.)
         ("GET /health, empty bearer token", http("GET", "/health", Some("Bearer ")), 401, "missing `Authorization: Bearer"),
-        ("GET /health, Basic auth", http("GET", "/health", Some("Basic c3dlZXA6dG9rZW4=")), 401, "missing `Authorization: Bearer"),
+        (
+            "GET /health, Basic auth",
+            http("GET", "/health", Some("Basic c3dlZXA6dG9rZW4=")),
+            401,
+            "missing `Authorization: Bearer",
+        ),
         ("GET /health, the token without `Bearer`", http("GET", "/health", Some(TOKEN)), 401, "missing `Authorization: Bearer"),
         ("GET /metrics without a token", http("GET", "/metrics", None), 401, "missing `Authorization: Bearer"),
         ("GET /metrics, wrong token", http("GET", "/metrics", Some(&wrong)), 401, "wrong bearer token"),
@@ -625,7 +627,11 @@ impl Interceptor for RawAuthorization {
 
 /// One call of every Admin method: reads, and requests that would change the
 /// node if they ran (Bootstrap again, a newer config, a reload, a drain).
-fn every_admin_call<I>(admin: &AdminClient<InterceptedService<Channel, I>>, config: &str, newer: &str) -> Vec<(&'static str, Call)>
+fn every_admin_call<I>(
+    admin: &AdminClient<InterceptedService<Channel, I>>,
+    config: &str,
+    newer: &str,
+) -> Vec<(&'static str, Call)>
 where
     I: Interceptor + Clone + Send + Sync + 'static,
 {
@@ -761,7 +767,10 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
     let nodes = Nodes {
         journal: JournalClient::new(signed(CLIENT_TOKEN)),
         ownership: OwnershipClient::new(signed(CLIENT_TOKEN)),
-        admin: AdminClient::with_interceptor(chitin::security::tls::NodeChannel::new(main.clone(), None), BearerAuth::new(Some(ADMIN_TOKEN))),
+        admin: AdminClient::with_interceptor(
+            chitin::security::tls::NodeChannel::new(main.clone(), None),
+            BearerAuth::new(Some(ADMIN_TOKEN)),
+        ),
         coord: CoordinationClient::new(signed(CLIENT_TOKEN)),
         metrics: cluster.nodes[0].metrics.clone(),
         ns,
@@ -967,9 +976,19 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
     }
     // The token is checked before the body is decoded.
     for &(path, _, streaming) in METHODS.iter().filter(|(p, _, _)| p.starts_with("/chitin.v1.Admin/")) {
-        cases.push(refused(format!("node-01 {path}: undecodable, without a token"), raw(&main, path, vec![0x0f], streaming, None), Unauthenticated, NEEDS_TOKEN));
+        cases.push(refused(
+            format!("node-01 {path}: undecodable, without a token"),
+            raw(&main, path, vec![0x0f], streaming, None),
+            Unauthenticated,
+            NEEDS_TOKEN,
+        ));
         let wrong = Some("Bearer not-the-admin-token".to_string());
-        cases.push(refused(format!("node-01 {path}: undecodable, a wrong token"), raw(&main, path, vec![0x0f], streaming, wrong), Unauthenticated, WRONG_TOKEN));
+        cases.push(refused(
+            format!("node-01 {path}: undecodable, a wrong token"),
+            raw(&main, path, vec![0x0f], streaming, wrong),
+            Unauthenticated,
+            WRONG_TOKEN,
+        ));
     }
     // Controls: the token is served; the client plane takes the client and
     // the peer token; nodes without `[api] admin_token` ignore a stray one.

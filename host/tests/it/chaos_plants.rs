@@ -52,15 +52,29 @@ fn run_kinds(server: &str, plant: Option<&str>, failpoints: &str, kinds: &str, f
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::Builder::new().prefix("chitin-plant-").tempdir().unwrap();
     let report = dir.path().join("report.json");
-    let mut args =
-        vec!["chaos", "--faults", faults, "--seed", seed, "--kinds", kinds, "--clients", CLIENTS, "--failpoints", failpoints, "--database-url", server];
+    let mut args = vec![
+        "chaos",
+        "--faults",
+        faults,
+        "--seed",
+        seed,
+        "--kinds",
+        kinds,
+        "--clients",
+        CLIENTS,
+        "--failpoints",
+        failpoints,
+        "--database-url",
+        server,
+    ];
     if let Some(p) = plant {
         args.extend(["--plant", p]);
     }
     let run_dir = dir.path().join("run");
     let report_path = report.to_str().unwrap().to_owned();
     args.extend(["--dir", run_dir.to_str().unwrap(), "--report", &report_path]);
-    let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(&args).env("RUST_LOG", "info,sqlx=warn").output().expect("run chitin");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_chitin")).args(&args).env("RUST_LOG", "info,sqlx=warn").output().expect("run chitin");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let text = std::fs::read_to_string(&report)
         .unwrap_or_else(|e| panic!("no report ({e}):\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
@@ -222,7 +236,8 @@ fn the_affinity_claim_plant_is_caught_as_double_owners() {
     assert_eq!(r["passed"], false, "{stdout}");
     assert!(count(&r, "double_owners") > 0, "no target with two owners caught:\n{stdout}");
     assert_eq!(count(&r, "unlogged_fail_opens"), 0, "{stdout}");
-    let double = r["violations"].as_array().unwrap().iter().find(|v| v["kind"] == "double_owner").expect("a double_owner violation");
+    let double =
+        r["violations"].as_array().unwrap().iter().find(|v| v["kind"] == "double_owner").expect("a double_owner violation");
     assert_ne!(double["first"]["instance"], double["second"]["instance"], "{double}");
 }
 
@@ -231,13 +246,25 @@ fn plants_are_listed_and_unknown_ones_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--list-plants"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
-    for name in ["fence", "dedup", "idle-bound", "epoch-bump", "split-retirement", "forward-once", "liveness", "affinity-claim", "append.after_commit", "compiled in: yes"] {
+    for name in [
+        "fence",
+        "dedup",
+        "idle-bound",
+        "epoch-bump",
+        "split-retirement",
+        "forward-once",
+        "liveness",
+        "affinity-claim",
+        "append.after_commit",
+        "compiled in: yes",
+    ] {
         assert!(text.contains(name), "{name} missing from --list-plants:\n{text}");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--plant", "meteor"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no plant `meteor`"), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--failpoints", "append.before_commit=3:1"]).output().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--failpoints", "append.before_commit=3:1"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("outside 0 … 1"), "{}", String::from_utf8_lossy(&out.stderr));
 }

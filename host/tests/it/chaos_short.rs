@@ -80,7 +80,11 @@ const DISPATCH_FLOOR: u64 = 500;
 fn bad_options_are_refused_with_the_reason() {
     let out = chitin(&["chaos", "--nodes", "7", "--faults", "1"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--nodes must be 3, 4 or 5"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--nodes must be 3, 4 or 5"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = chitin(&["chaos", "--kinds", "meteor"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("meteor"));
@@ -89,7 +93,11 @@ fn bad_options_are_refused_with_the_reason() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
     let out = chitin(&["chaos", "--kinds", "move-shard", "--faults", "1"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("add `add-node` to --kinds"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("add `add-node` to --kinds"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// What both runs must show besides their own figures: passed with no
@@ -98,7 +106,17 @@ fn bad_options_are_refused_with_the_reason() {
 fn assert_clean(r: &Value, min_acked: u64, stdout: &str) {
     assert_eq!(r["passed"], true, "{stdout}");
     assert_eq!(r["failures"].as_array().unwrap().len(), 0, "{stdout}");
-    for zero in ["lost", "duplicates", "stale_epoch", "mismatched", "slow_takeovers", "rejected", "not_applied_stored", "double_owners", "unlogged_fail_opens"] {
+    for zero in [
+        "lost",
+        "duplicates",
+        "stale_epoch",
+        "mismatched",
+        "slow_takeovers",
+        "rejected",
+        "not_applied_stored",
+        "double_owners",
+        "unlogged_fail_opens",
+    ] {
         assert_eq!(r[zero], 0, "{zero} in\n{stdout}");
     }
     assert_eq!(r["supervisor_restarts"].as_array().unwrap().len(), 0, "{stdout}");
@@ -123,11 +141,21 @@ fn tail(s: &str, n: usize) -> String {
 #[test]
 fn a_run_against_a_configured_mariadb_passes_and_cleans_up() {
     let url = std::env::var("CHITIN_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
-    let (r, stdout) = run_chaos(&["--faults", "5", "--seed", "9", "--kinds", "kill,pause,restart,drain,redis,database", "--database-url", &url]);
+    let (r, stdout) = run_chaos(&[
+        "--faults",
+        "5",
+        "--seed",
+        "9",
+        "--kinds",
+        "kill,pause,restart,drain,redis,database",
+        "--database-url",
+        &url,
+    ]);
     assert_eq!(r["faults"].as_array().unwrap().len(), 5);
     // 2,909 in 20 s with other builds running beside it.
     assert_clean(&r, 1_500, &stdout);
-    let deaths = r["faults"].as_array().unwrap().iter().filter(|f| ["kill", "pause"].contains(&f["kind"].as_str().unwrap())).count();
+    let deaths =
+        r["faults"].as_array().unwrap().iter().filter(|f| ["kill", "pause"].contains(&f["kind"].as_str().unwrap())).count();
     assert!(deaths == 0 || r["takeovers"].as_u64().unwrap() > 0, "no takeover measured:\n{stdout}");
     // MariaDB keeps no commit times: the report says what it judged by instead, and the limit.
     assert_eq!(r["evidence"]["basis"], "statement_time", "{}", r["evidence"]);

@@ -3,16 +3,14 @@
 //! fail-open counter counts, the log line is rate-limited, and the node's
 //! registration comes back by itself.
 
-mod coord_support;
-
 use std::io::Write;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::coord::{TestNs, eventually};
 use chitin::coord::{Claim, Dispatch, FAIL_OPEN_MESSAGE};
 use chitin::testkit::PrivateRedis;
-use coord_support::{TestNs, eventually};
 
 /// Collects formatted log output.
 #[derive(Clone, Default)]
@@ -38,11 +36,7 @@ impl Capture {
 async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
     let logs = Capture::default();
     let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .init();
+    tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).with_max_level(tracing::Level::INFO).init();
 
     let dir = tempfile::tempdir().unwrap();
     let mut server = PrivateRedis::stopped(dir.path(), None).unwrap();
@@ -80,10 +74,8 @@ async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
     eprintln!("dispatch against a hung Redis failed open after {hung:?}");
     assert_eq!(fail_open(), 2);
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            node.dispatcher.dispatch("t-1").await == Ok(Dispatch::AlreadyOurs)
-        })
-        .await,
+        eventually(Duration::from_secs(10), || async { node.dispatcher.dispatch("t-1").await == Ok(Dispatch::AlreadyOurs) })
+            .await,
         "dispatch never recovered after Redis resumed"
     );
 
@@ -106,7 +98,10 @@ async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
     assert_eq!(d, Dispatch::FailedOpen);
     let w = w.expect("a fail-open answer carries its window");
     assert_eq!(w.start_unix_ms, outage.start_unix_ms);
-    assert!(w.end_unix_ms >= outage.end_unix_ms && w.end_unix_ms <= chitin::coord::fail_open_window::unix_now_ms() + 3_000, "{w:?}");
+    assert!(
+        w.end_unix_ms >= outage.end_unix_ms && w.end_unix_ms <= chitin::coord::fail_open_window::unix_now_ms() + 3_000,
+        "{w:?}"
+    );
 
     // 4. Redis restarts empty on the same port: the registration and claims come back.
     server.up().expect("redis-server must be installed");
@@ -115,10 +110,8 @@ async fn dispatch_fails_open_while_redis_is_down_and_the_node_recovers() {
         eventually(Duration::from_secs(10), || async { is_registered(&server, &t) }).await,
         "the node never re-registered after Redis restarted"
     );
-    let ok = eventually(Duration::from_secs(5), || async {
-        node.dispatcher.dispatch("t-1").await == Ok(Dispatch::Claimed)
-    })
-    .await;
+    let ok =
+        eventually(Duration::from_secs(5), || async { node.dispatcher.dispatch("t-1").await == Ok(Dispatch::Claimed) }).await;
     assert!(ok, "dispatch never claimed after Redis returned");
     assert_eq!(node.dispatcher.fail_open_window(), None, "a claim that reached Redis closes the window");
     assert_eq!(node.affinity.owner("t-1").await.unwrap().as_deref(), Some("fo-node"));
@@ -178,7 +171,6 @@ fn is_registered(server: &PrivateRedis, t: &TestNs) -> bool {
     let Ok(client) = redis::Client::open(server.url("127.0.0.1")) else { return false };
     let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) else { return false };
     let exists: bool = redis::cmd("EXISTS").arg(t.keys.instance("fo-node")).query(&mut c).unwrap_or(false);
-    let member: bool =
-        redis::cmd("SISMEMBER").arg(t.keys.instances_index()).arg("fo-node").query(&mut c).unwrap_or(false);
+    let member: bool = redis::cmd("SISMEMBER").arg(t.keys.instances_index()).arg("fo-node").query(&mut c).unwrap_or(false);
     exists && member
 }

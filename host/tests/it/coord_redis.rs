@@ -2,18 +2,16 @@
 //! `CHITIN_TEST_REDIS_URL`). Each test uses its own random namespace and
 //! deletes its keys at the end.
 
-mod coord_support;
-
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::coord::{TestNs, eventually};
 use chitin::coord::{
-    AffinityError, Claim, DeploymentError, DeploymentState, DeploymentUpdate, HeartbeatOutcome,
-    ListFilter, MonitorError, NewDeployment, Progress,
+    AffinityError, Claim, DeploymentError, DeploymentState, DeploymentUpdate, HeartbeatOutcome, ListFilter, MonitorError,
+    NewDeployment, Progress,
 };
-use coord_support::{TestNs, eventually};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -76,11 +74,7 @@ async fn prefix_rule_n1_never_owns_n10() {
     assert_eq!(n1.claim("target-b").await.unwrap(), Claim::AlreadyOurs);
 
     // A claim value written by an instance whose id merely starts with ours.
-    let _: () = redis::cmd("SET")
-        .arg(format!("{}:affinity:target-c", t.ns))
-        .arg("n-1x:")
-        .query(&mut t.raw())
-        .unwrap();
+    let _: () = redis::cmd("SET").arg(format!("{}:affinity:target-c", t.ns)).arg("n-1x:").query(&mut t.raw()).unwrap();
     assert_eq!(owned_by(&n1.claim("target-c").await.unwrap_err()), "n-1x");
 
     // Releasing our own works; the by-instance sets follow.
@@ -336,9 +330,8 @@ async fn ttl_lapse_after_kill_9_and_reclaim() {
             .unwrap(),
     );
     let stdout = child.0.stdout.take().unwrap();
-    let ready = tokio::task::spawn_blocking(move || {
-        BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.contains("READY"))
-    });
+    let ready =
+        tokio::task::spawn_blocking(move || BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.contains("READY")));
     assert!(tokio::time::timeout(Duration::from_secs(60), ready).await.unwrap().unwrap(), "child never got ready");
 
     let other = t.node("survivor", Duration::from_secs(2));
@@ -467,14 +460,11 @@ async fn orphaned_deployments_are_failed_with_the_exact_message() {
     let done = d.start(NewDeployment::default()).await.unwrap();
     d.finish(&done.deployment_id, DeploymentState::Succeeded, Some("ok".into())).await.unwrap();
     t.affinity(owner, LONG).claim("tgt").await.unwrap();
-    assert_eq!(
-        t.smembers(&t.keys.deployments_active()),
-        {
-            let mut v = vec![pending.deployment_id.clone(), running.deployment_id.clone()];
-            v.sort();
-            v
-        }
-    );
+    assert_eq!(t.smembers(&t.keys.deployments_active()), {
+        let mut v = vec![pending.deployment_id.clone(), running.deployment_id.clone()];
+        v.sort();
+        v
+    });
 
     // Alive: refused.
     let m = t.monitor();
@@ -640,7 +630,14 @@ async fn deployments_lifecycle_and_terminal_refusal() {
 
     // Another instance updates it: the owner stays.
     let u = peer
-        .update(&id, DeploymentUpdate { state: Some(DeploymentState::Running), progress: Some(Progress { completed: 1, total: 2 }), ..Default::default() })
+        .update(
+            &id,
+            DeploymentUpdate {
+                state: Some(DeploymentState::Running),
+                progress: Some(Progress { completed: 1, total: 2 }),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     assert_eq!(u.owner_instance_id, "owner-1");
@@ -672,7 +669,10 @@ async fn deployments_lifecycle_and_terminal_refusal() {
         d.start(NewDeployment { deployment_id: Some(uuid), ..Default::default() }).await,
         Err(DeploymentError::AlreadyExists { .. })
     ));
-    assert!(matches!(d.update(&uuid::Uuid::new_v4().to_string(), DeploymentUpdate::default()).await, Err(DeploymentError::NotFound { .. })));
+    assert!(matches!(
+        d.update(&uuid::Uuid::new_v4().to_string(), DeploymentUpdate::default()).await,
+        Err(DeploymentError::NotFound { .. })
+    ));
     assert!(matches!(d.show("active").await, Err(DeploymentError::InvalidId { .. })));
     assert_eq!(d.show(&uuid::Uuid::new_v4().to_string()).await.unwrap(), None);
 

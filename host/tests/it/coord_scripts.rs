@@ -1,13 +1,11 @@
 //! The operator scripts in `examples/` against chitin's keys on the real
 //! Redis: what `redis-cli` loops find must match what the library wrote.
 
-mod coord_support;
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use coord_support::TestNs;
+use crate::support::coord::TestNs;
 
 const LONG: Duration = Duration::from_secs(60);
 

@@ -5,17 +5,14 @@
 //! exposes. `scripts/ops-tools` installs a missing tool; a check whose tool
 //! cannot be had prints `SKIPPED: …` with the reason.
 
-mod cluster_common;
-mod ops_common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::cluster::*;
+use crate::support::ops::Exposition;
 use chitin::settings::Settings;
 use chitin::topology::{self, ClusterConfig};
-use cluster_common::*;
-use ops_common::Exposition;
 use serde_json::Value;
 
 fn repo() -> PathBuf {
@@ -104,8 +101,10 @@ fn the_configmap_holds_the_files_beside_it() {
 
 #[test]
 fn kubernetes_manifests_validate_and_wire_identity_readiness_and_drain() {
-    let files: Vec<PathBuf> =
-        ["configmap.yaml", "service.yaml", "statefulset.yaml", "pdb.yaml"].iter().map(|f| deploy(&format!("kubernetes/{f}"))).collect();
+    let files: Vec<PathBuf> = ["configmap.yaml", "service.yaml", "statefulset.yaml", "pdb.yaml"]
+        .iter()
+        .map(|f| deploy(&format!("kubernetes/{f}")))
+        .collect();
     if tool("kubernetes-validate") {
         let (ok, out) = run(Command::new("kubernetes-validate").args(["--strict", "-k", "1.30.0"]).args(&files));
         assert!(ok, "{out}");
@@ -115,7 +114,8 @@ fn kubernetes_manifests_validate_and_wire_identity_readiness_and_drain() {
     let sts = &sts[0];
     let spec = &sts["spec"]["template"]["spec"];
     let container = &spec["containers"][0];
-    let env = |name: &str| container["env"].as_array().unwrap().iter().find(|e| e["name"] == name).cloned().unwrap_or(Value::Null);
+    let env =
+        |name: &str| container["env"].as_array().unwrap().iter().find(|e| e["name"] == name).cloned().unwrap_or(Value::Null);
     assert_eq!(env("POD_NAME")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
     assert_eq!(env("CHITIN__CLUSTER__INSTANCE_ID")["value"], "$(POD_NAME)");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
@@ -246,7 +246,8 @@ async fn the_dashboard_and_the_alerts_name_only_metrics_a_node_exposes() -> anyh
         assert!(unknown.is_empty(), "{what} names metrics /metrics does not expose: {unknown:?}\nexposed: {exposed:?}");
     }
     let used = metric_names(&queries.join("\n"));
-    for family in ["chitin_append_duration_seconds_bucket", "chitin_lease_round_duration_seconds_bucket", "chitin_shards_unowned"] {
+    for family in ["chitin_append_duration_seconds_bucket", "chitin_lease_round_duration_seconds_bucket", "chitin_shards_unowned"]
+    {
         assert!(used.contains(family), "the dashboard does not chart {family}");
     }
     c.teardown().await

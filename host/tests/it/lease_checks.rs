@@ -3,16 +3,13 @@
 //! from /usr/lib/postgresql/*/bin, MariaDB from mariadb-install-db/mariadbd),
 //! each on a free loopback port in a temporary directory, stopped at the end.
 
-#[macro_use]
-mod lease_common;
-
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use chitin::lease::checks::{self, Check, ServerFacts, ServerKind, StartCheckError};
 use chitin::lease::{Dialect, Store};
 use chitin::testkit::{PrivatePostgres, free_port};
-use chitin::lease::checks::{self, Check, ServerFacts, ServerKind, StartCheckError};
 
 // ---- the decision ---------------------------------------------------------------
 
@@ -55,10 +52,7 @@ fn mariadb_good() -> ServerFacts {
 }
 
 fn checks_of(f: &ServerFacts, cluster: bool) -> Vec<Check> {
-    checks::evaluate(f, cluster)
-        .into_iter()
-        .map(|r| r.check)
-        .collect()
+    checks::evaluate(f, cluster).into_iter().map(|r| r.check).collect()
 }
 
 #[test]
@@ -66,93 +60,18 @@ fn decision_table() {
     use Check::*;
     let cases: Vec<(&str, ServerFacts, bool, Vec<Check>)> = vec![
         ("pg good", pg_good(), true, vec![]),
-        (
-            "pg 14 good",
-            ServerFacts {
-                version_num: Some("140000".into()),
-                ..pg_good()
-            },
-            true,
-            vec![],
-        ),
-        (
-            "pg 13",
-            ServerFacts {
-                version_num: Some("130012".into()),
-                ..pg_good()
-            },
-            true,
-            vec![Version],
-        ),
-        (
-            "pg version unknown",
-            ServerFacts {
-                version_num: None,
-                ..pg_good()
-            },
-            true,
-            vec![Version],
-        ),
-        (
-            "pg replica",
-            ServerFacts {
-                in_recovery: Some(true),
-                ..pg_good()
-            },
-            true,
-            vec![Replica],
-        ),
-        (
-            "pg recovery unknown",
-            ServerFacts {
-                in_recovery: None,
-                ..pg_good()
-            },
-            true,
-            vec![ReplicationMode],
-        ),
-        (
-            "pg fsync off",
-            ServerFacts {
-                fsync: Some("off".into()),
-                ..pg_good()
-            },
-            true,
-            vec![Durability],
-        ),
-        (
-            "pg fsync unknown",
-            ServerFacts {
-                fsync: None,
-                ..pg_good()
-            },
-            true,
-            vec![Durability],
-        ),
-        (
-            "pg sync commit off",
-            ServerFacts {
-                synchronous_commit: Some("off".into()),
-                ..pg_good()
-            },
-            true,
-            vec![Durability],
-        ),
-        (
-            "pg sync commit local",
-            ServerFacts {
-                synchronous_commit: Some("local".into()),
-                ..pg_good()
-            },
-            true,
-            vec![],
-        ),
+        ("pg 14 good", ServerFacts { version_num: Some("140000".into()), ..pg_good() }, true, vec![]),
+        ("pg 13", ServerFacts { version_num: Some("130012".into()), ..pg_good() }, true, vec![Version]),
+        ("pg version unknown", ServerFacts { version_num: None, ..pg_good() }, true, vec![Version]),
+        ("pg replica", ServerFacts { in_recovery: Some(true), ..pg_good() }, true, vec![Replica]),
+        ("pg recovery unknown", ServerFacts { in_recovery: None, ..pg_good() }, true, vec![ReplicationMode]),
+        ("pg fsync off", ServerFacts { fsync: Some("off".into()), ..pg_good() }, true, vec![Durability]),
+        ("pg fsync unknown", ServerFacts { fsync: None, ..pg_good() }, true, vec![Durability]),
+        ("pg sync commit off", ServerFacts { synchronous_commit: Some("off".into()), ..pg_good() }, true, vec![Durability]),
+        ("pg sync commit local", ServerFacts { synchronous_commit: Some("local".into()), ..pg_good() }, true, vec![]),
         (
             "pg sync commit remote_apply",
-            ServerFacts {
-                synchronous_commit: Some("remote_apply".into()),
-                ..pg_good()
-            },
+            ServerFacts { synchronous_commit: Some("remote_apply".into()), ..pg_good() },
             true,
             vec![],
         ),
@@ -168,256 +87,56 @@ fn decision_table() {
             true,
             vec![Version, Replica, Durability, Durability],
         ),
-        (
-            "pg standalone same rules",
-            ServerFacts {
-                fsync: Some("off".into()),
-                ..pg_good()
-            },
-            false,
-            vec![Durability],
-        ),
+        ("pg standalone same rules", ServerFacts { fsync: Some("off".into()), ..pg_good() }, false, vec![Durability]),
         ("mysql good", mysql_good(), true, vec![]),
-        (
-            "mysql 5.7",
-            ServerFacts {
-                version: Some("5.7.44-log".into()),
-                ..mysql_good()
-            },
-            true,
-            vec![Version],
-        ),
-        (
-            "mysql 8.4",
-            ServerFacts {
-                version: Some("8.4.2".into()),
-                ..mysql_good()
-            },
-            true,
-            vec![],
-        ),
-        (
-            "mysql version unknown",
-            ServerFacts {
-                version: None,
-                ..mysql_good()
-            },
-            true,
-            vec![Version],
-        ),
-        (
-            "mysql read_only",
-            ServerFacts {
-                read_only: Some("ON".into()),
-                ..mysql_good()
-            },
-            true,
-            vec![Replica],
-        ),
-        (
-            "mysql super_read_only",
-            ServerFacts {
-                super_read_only: Some("1".into()),
-                ..mysql_good()
-            },
-            true,
-            vec![Replica],
-        ),
-        (
-            "mysql replicating",
-            ServerFacts {
-                replica_configured: Some(true),
-                ..mysql_good()
-            },
-            true,
-            vec![Replica],
-        ),
-        (
-            "mysql replica status unreadable",
-            ServerFacts {
-                replica_configured: None,
-                ..mysql_good()
-            },
-            true,
-            vec![],
-        ),
-        (
-            "mysql read_only unknown",
-            ServerFacts {
-                read_only: None,
-                ..mysql_good()
-            },
-            true,
-            vec![ReplicationMode],
-        ),
+        ("mysql 5.7", ServerFacts { version: Some("5.7.44-log".into()), ..mysql_good() }, true, vec![Version]),
+        ("mysql 8.4", ServerFacts { version: Some("8.4.2".into()), ..mysql_good() }, true, vec![]),
+        ("mysql version unknown", ServerFacts { version: None, ..mysql_good() }, true, vec![Version]),
+        ("mysql read_only", ServerFacts { read_only: Some("ON".into()), ..mysql_good() }, true, vec![Replica]),
+        ("mysql super_read_only", ServerFacts { super_read_only: Some("1".into()), ..mysql_good() }, true, vec![Replica]),
+        ("mysql replicating", ServerFacts { replica_configured: Some(true), ..mysql_good() }, true, vec![Replica]),
+        ("mysql replica status unreadable", ServerFacts { replica_configured: None, ..mysql_good() }, true, vec![]),
+        ("mysql read_only unknown", ServerFacts { read_only: None, ..mysql_good() }, true, vec![ReplicationMode]),
         (
             "mysql flush 2",
-            ServerFacts {
-                innodb_flush_log_at_trx_commit: Some("2".into()),
-                ..mysql_good()
-            },
+            ServerFacts { innodb_flush_log_at_trx_commit: Some("2".into()), ..mysql_good() },
             true,
             vec![Durability],
         ),
         (
             "mysql flush 0",
-            ServerFacts {
-                innodb_flush_log_at_trx_commit: Some("0".into()),
-                ..mysql_good()
-            },
+            ServerFacts { innodb_flush_log_at_trx_commit: Some("0".into()), ..mysql_good() },
             true,
             vec![Durability],
         ),
-        (
-            "mysql sync_binlog 0",
-            ServerFacts {
-                sync_binlog: Some("0".into()),
-                ..mysql_good()
-            },
-            true,
-            vec![Durability],
-        ),
-        (
-            "mysql sync_binlog 100",
-            ServerFacts {
-                sync_binlog: Some("100".into()),
-                ..mysql_good()
-            },
-            true,
-            vec![Durability],
-        ),
-        (
-            "mysql sync_binlog unknown",
-            ServerFacts {
-                sync_binlog: None,
-                ..mysql_good()
-            },
-            true,
-            vec![Durability],
-        ),
-        (
-            "mysql gtid off",
-            ServerFacts {
-                gtid_mode: Some("OFF".into()),
-                ..mysql_good()
-            },
-            true,
-            vec![Gtid],
-        ),
-        (
-            "mysql gtid on_permissive",
-            ServerFacts {
-                gtid_mode: Some("ON_PERMISSIVE".into()),
-                ..mysql_good()
-            },
-            true,
-            vec![Gtid],
-        ),
-        (
-            "mysql gtid unknown",
-            ServerFacts {
-                gtid_mode: None,
-                ..mysql_good()
-            },
-            true,
-            vec![ReplicationMode],
-        ),
+        ("mysql sync_binlog 0", ServerFacts { sync_binlog: Some("0".into()), ..mysql_good() }, true, vec![Durability]),
+        ("mysql sync_binlog 100", ServerFacts { sync_binlog: Some("100".into()), ..mysql_good() }, true, vec![Durability]),
+        ("mysql sync_binlog unknown", ServerFacts { sync_binlog: None, ..mysql_good() }, true, vec![Durability]),
+        ("mysql gtid off", ServerFacts { gtid_mode: Some("OFF".into()), ..mysql_good() }, true, vec![Gtid]),
+        ("mysql gtid on_permissive", ServerFacts { gtid_mode: Some("ON_PERMISSIVE".into()), ..mysql_good() }, true, vec![Gtid]),
+        ("mysql gtid unknown", ServerFacts { gtid_mode: None, ..mysql_good() }, true, vec![ReplicationMode]),
         ("mariadb good", mariadb_good(), true, vec![]),
-        (
-            "mariadb 10.6",
-            ServerFacts {
-                version: Some("10.6.0-MariaDB".into()),
-                ..mariadb_good()
-            },
-            true,
-            vec![],
-        ),
-        (
-            "mariadb 10.5",
-            ServerFacts {
-                version: Some("10.5.23-MariaDB".into()),
-                ..mariadb_good()
-            },
-            true,
-            vec![Version],
-        ),
-        (
-            "mariadb 11",
-            ServerFacts {
-                version: Some("11.4.2-MariaDB".into()),
-                ..mariadb_good()
-            },
-            true,
-            vec![],
-        ),
-        (
-            "mariadb no gtid",
-            ServerFacts {
-                gtid_domain_id: None,
-                ..mariadb_good()
-            },
-            true,
-            vec![Gtid],
-        ),
-        (
-            "mariadb needs no gtid_mode",
-            ServerFacts {
-                gtid_mode: None,
-                ..mariadb_good()
-            },
-            true,
-            vec![],
-        ),
-        (
-            "mariadb sync_binlog 0",
-            ServerFacts {
-                sync_binlog: Some("0".into()),
-                ..mariadb_good()
-            },
-            true,
-            vec![Durability],
-        ),
+        ("mariadb 10.6", ServerFacts { version: Some("10.6.0-MariaDB".into()), ..mariadb_good() }, true, vec![]),
+        ("mariadb 10.5", ServerFacts { version: Some("10.5.23-MariaDB".into()), ..mariadb_good() }, true, vec![Version]),
+        ("mariadb 11", ServerFacts { version: Some("11.4.2-MariaDB".into()), ..mariadb_good() }, true, vec![]),
+        ("mariadb no gtid", ServerFacts { gtid_domain_id: None, ..mariadb_good() }, true, vec![Gtid]),
+        ("mariadb needs no gtid_mode", ServerFacts { gtid_mode: None, ..mariadb_good() }, true, vec![]),
+        ("mariadb sync_binlog 0", ServerFacts { sync_binlog: Some("0".into()), ..mariadb_good() }, true, vec![Durability]),
         (
             "mariadb without a binary log needs no sync_binlog",
-            ServerFacts {
-                sync_binlog: Some("0".into()),
-                log_bin: Some("OFF".into()),
-                ..mariadb_good()
-            },
+            ServerFacts { sync_binlog: Some("0".into()), log_bin: Some("OFF".into()), ..mariadb_good() },
             true,
             vec![],
         ),
         (
             "mariadb whose binary log is unknown needs sync_binlog",
-            ServerFacts {
-                sync_binlog: Some("0".into()),
-                log_bin: None,
-                ..mariadb_good()
-            },
+            ServerFacts { sync_binlog: Some("0".into()), log_bin: None, ..mariadb_good() },
             true,
             vec![Durability],
         ),
-        (
-            "mariadb read_only",
-            ServerFacts {
-                read_only: Some("ON".into()),
-                ..mariadb_good()
-            },
-            true,
-            vec![Replica],
-        ),
-        (
-            "sqlite cluster",
-            ServerFacts::unknown(ServerKind::Sqlite),
-            true,
-            vec![SqliteInCluster],
-        ),
-        (
-            "sqlite standalone",
-            ServerFacts::unknown(ServerKind::Sqlite),
-            false,
-            vec![],
-        ),
+        ("mariadb read_only", ServerFacts { read_only: Some("ON".into()), ..mariadb_good() }, true, vec![Replica]),
+        ("sqlite cluster", ServerFacts::unknown(ServerKind::Sqlite), true, vec![SqliteInCluster]),
+        ("sqlite standalone", ServerFacts::unknown(ServerKind::Sqlite), false, vec![]),
     ];
     let mut failures = Vec::new();
     for (name, facts, cluster, want) in cases {
@@ -431,44 +150,21 @@ fn decision_table() {
 
 #[test]
 fn refusals_name_reason_and_fix() {
-    let f = ServerFacts {
-        sync_binlog: Some("0".into()),
-        ..mariadb_good()
-    };
+    let f = ServerFacts { sync_binlog: Some("0".into()), ..mariadb_good() };
     let r = checks::evaluate(&f, true);
     assert_eq!(r.len(), 1);
     assert!(r[0].reason.contains("sync_binlog = 0"), "{}", r[0].reason);
-    assert!(
-        r[0].fix.contains("SET GLOBAL sync_binlog = 1"),
-        "{}",
-        r[0].fix
-    );
+    assert!(r[0].fix.contains("SET GLOBAL sync_binlog = 1"), "{}", r[0].fix);
     let text = StartCheckError::Refused(r).to_string();
-    assert!(
-        text.contains("[durability]") && text.contains("Fix:"),
-        "{text}"
-    );
+    assert!(text.contains("[durability]") && text.contains("Fix:"), "{text}");
 
-    let f = ServerFacts {
-        fsync: Some("off".into()),
-        ..pg_good()
-    };
+    let f = ServerFacts { fsync: Some("off".into()), ..pg_good() };
     let r = checks::evaluate(&f, true);
-    assert!(
-        r[0].reason.contains("fsync = off") && r[0].fix.contains("fsync = on"),
-        "{r:?}"
-    );
+    assert!(r[0].reason.contains("fsync = off") && r[0].fix.contains("fsync = on"), "{r:?}");
 
-    let f = ServerFacts {
-        version_num: Some("130000".into()),
-        version: Some("13.0".into()),
-        ..pg_good()
-    };
+    let f = ServerFacts { version_num: Some("130000".into()), version: Some("13.0".into()), ..pg_good() };
     let r = checks::evaluate(&f, true);
-    assert!(
-        r[0].reason.contains("PostgreSQL 13.0 is older than 14"),
-        "{r:?}"
-    );
+    assert!(r[0].reason.contains("PostgreSQL 13.0 is older than 14"), "{r:?}");
 }
 
 #[test]
@@ -484,10 +180,7 @@ fn sqlite_url_refused_in_cluster_mode_before_connecting() {
 
 #[test]
 fn version_parsing() {
-    assert_eq!(
-        checks::parse_version("10.11.19-MariaDB-0+deb12u1"),
-        Some((10, 11, 19))
-    );
+    assert_eq!(checks::parse_version("10.11.19-MariaDB-0+deb12u1"), Some((10, 11, 19)));
     assert_eq!(checks::parse_version("8.0.36"), Some((8, 0, 36)));
     assert_eq!(checks::parse_version("8"), Some((8, 0, 0)));
     assert_eq!(checks::parse_version("x8"), None);
@@ -497,15 +190,11 @@ fn version_parsing() {
 
 #[tokio::test]
 async fn shared_postgres_passes() {
-    let s = Store::connect(&lease_common::postgres_admin_url())
-        .await
-        .unwrap();
+    let s = Store::connect(&crate::support::lease::postgres_admin_url()).await.unwrap();
     let facts = checks::gather(&s).await.unwrap();
     assert_eq!(facts.kind, ServerKind::Postgres);
     assert_eq!(facts.in_recovery, Some(false));
-    assert!(
-        facts.version_num.is_some() && facts.fsync.is_some() && facts.synchronous_commit.is_some()
-    );
+    assert!(facts.version_num.is_some() && facts.fsync.is_some() && facts.synchronous_commit.is_some());
     checks::run(&s, true).await.unwrap();
     s.close().await;
 }
@@ -516,24 +205,16 @@ async fn shared_postgres_passes() {
 /// Debian's MariaDB writes no binary log, and passes whatever `sync_binlog` is.
 #[tokio::test]
 async fn shared_mariadb_facts() {
-    let s = Store::connect(&lease_common::mysql_admin_url())
-        .await
-        .unwrap();
+    let s = Store::connect(&crate::support::lease::mysql_admin_url()).await.unwrap();
     let facts = checks::gather(&s).await.unwrap();
-    assert!(
-        matches!(facts.kind, ServerKind::MariaDb | ServerKind::MySql),
-        "{facts:?}"
-    );
+    assert!(matches!(facts.kind, ServerKind::MariaDb | ServerKind::MySql), "{facts:?}");
     assert!(
         facts.read_only.is_some()
             && facts.innodb_flush_log_at_trx_commit.is_some()
             && facts.sync_binlog.is_some()
             && facts.log_bin.is_some()
     );
-    assert!(
-        facts.replica_configured.is_some(),
-        "root may read SHOW REPLICA STATUS"
-    );
+    assert!(facts.replica_configured.is_some(), "root may read SHOW REPLICA STATUS");
     if facts.kind == ServerKind::MariaDb {
         assert!(facts.gtid_domain_id.is_some());
     }
@@ -553,16 +234,13 @@ async fn shared_mariadb_facts() {
 #[tokio::test]
 async fn checks_run_on_an_empty_database() {
     for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
-        lease_common::run(dialect, |url| async move {
+        crate::support::lease::run(dialect, |url| async move {
             let s = Store::connect(&url).await?;
             let cluster = dialect != Dialect::Sqlite;
             let facts = checks::gather(&s).await?;
             let refusals = checks::evaluate(&facts, cluster);
             // The shared MariaDB may run with sync_binlog != 1 (see shared_mariadb_facts).
-            ensure!(
-                refusals.iter().all(|r| r.reason.contains("sync_binlog")),
-                "{dialect}: {refusals:?}"
-            );
+            ensure!(refusals.iter().all(|r| r.reason.contains("sync_binlog")), "{dialect}: {refusals:?}");
             if refusals.is_empty() {
                 checks::run(&s, cluster).await?;
             }
@@ -594,15 +272,8 @@ async fn refused_checks(store: &Store) -> Result<Vec<Check>> {
 }
 
 /// Reloads the server configuration and waits until `setting` reads `want`.
-async fn pg_reload_until(
-    store: &Store,
-    admin: &sqlx::PgPool,
-    setting: &str,
-    want: &str,
-) -> Result<()> {
-    sqlx::query("SELECT pg_reload_conf()")
-        .execute(admin)
-        .await?;
+async fn pg_reload_until(store: &Store, admin: &sqlx::PgPool, setting: &str, want: &str) -> Result<()> {
+    sqlx::query("SELECT pg_reload_conf()").execute(admin).await?;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let facts = checks::gather(store).await?;
@@ -633,32 +304,20 @@ async fn private_postgres_bad_states() -> Result<()> {
     ensure!(facts.fsync.as_deref() == Some("off"), "{facts:?}");
     match checks::run(&store, true).await {
         Err(StartCheckError::Refused(r)) => {
-            ensure!(
-                r.len() == 1 && r[0].check == Check::Durability && r[0].reason.contains("fsync"),
-                "{r:?}"
-            )
+            ensure!(r.len() == 1 && r[0].check == Check::Durability && r[0].reason.contains("fsync"), "{r:?}")
         }
         other => bail!("fsync = off must be refused, got {other:?}"),
     }
 
-    sqlx::query("ALTER SYSTEM SET fsync = on")
-        .execute(&admin)
-        .await?;
-    sqlx::query("ALTER SYSTEM SET synchronous_commit = off")
-        .execute(&admin)
-        .await?;
+    sqlx::query("ALTER SYSTEM SET fsync = on").execute(&admin).await?;
+    sqlx::query("ALTER SYSTEM SET synchronous_commit = off").execute(&admin).await?;
     pg_reload_until(&store, &admin, "fsync", "on").await?;
     pg_reload_until(&store, &admin, "synchronous_commit", "off").await?;
     ensure!(refused_checks(&store).await? == vec![Check::Durability]);
 
-    sqlx::query("ALTER SYSTEM RESET synchronous_commit")
-        .execute(&admin)
-        .await?;
+    sqlx::query("ALTER SYSTEM RESET synchronous_commit").execute(&admin).await?;
     pg_reload_until(&store, &admin, "synchronous_commit", "on").await?;
-    ensure!(
-        refused_checks(&store).await?.is_empty(),
-        "a healthy primary passes"
-    );
+    ensure!(refused_checks(&store).await?.is_empty(), "a healthy primary passes");
     store.close().await;
     admin.close().await;
 
@@ -684,9 +343,7 @@ struct PrivateMariaDb {
 
 impl PrivateMariaDb {
     fn start(extra_args: &[&str]) -> Result<PrivateMariaDb> {
-        let dir = tempfile::Builder::new()
-            .prefix("chitin-mariadb-")
-            .tempdir()?;
+        let dir = tempfile::Builder::new().prefix("chitin-mariadb-").tempdir()?;
         let data = dir.path().join("data");
         let out = Command::new("mariadb-install-db")
             .arg("--no-defaults")
@@ -697,27 +354,15 @@ impl PrivateMariaDb {
             .output()
             .context("run mariadb-install-db")?;
         if !out.status.success() {
-            bail!(
-                "mariadb-install-db failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            bail!("mariadb-install-db failed: {}", String::from_utf8_lossy(&out.stderr));
         }
         let port = free_port()?;
         let child = Command::new("mariadbd")
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
-            .arg(format!(
-                "--socket={}",
-                dir.path().join("mysqld.sock").display()
-            ))
-            .arg(format!(
-                "--pid-file={}",
-                dir.path().join("mysqld.pid").display()
-            ))
-            .arg(format!(
-                "--log-error={}",
-                dir.path().join("error.log").display()
-            ))
+            .arg(format!("--socket={}", dir.path().join("mysqld.sock").display()))
+            .arg(format!("--pid-file={}", dir.path().join("mysqld.pid").display()))
+            .arg(format!("--log-error={}", dir.path().join("error.log").display()))
             .arg(format!("--port={port}"))
             .arg("--bind-address=127.0.0.1")
             .arg("--user=root")
@@ -728,11 +373,7 @@ impl PrivateMariaDb {
             .stderr(Stdio::null())
             .spawn()
             .context("start mariadbd")?;
-        let db = PrivateMariaDb {
-            child,
-            port,
-            _dir: dir,
-        };
+        let db = PrivateMariaDb { child, port, _dir: dir };
         let deadline = Instant::now() + Duration::from_secs(60);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if Instant::now() > deadline {
@@ -772,33 +413,17 @@ async fn private_mariadb_bad_states() -> Result<()> {
     );
     match checks::run(&store, true).await {
         Err(StartCheckError::Refused(r)) => {
-            ensure!(
-                r.len() == 1
-                    && r[0].check == Check::Durability
-                    && r[0].reason.contains("sync_binlog"),
-                "{r:?}"
-            )
+            ensure!(r.len() == 1 && r[0].check == Check::Durability && r[0].reason.contains("sync_binlog"), "{r:?}")
         }
         other => bail!("sync_binlog = 0 must be refused, got {other:?}"),
     }
     let admin = sqlx::MySqlPool::connect(&db.url()).await?;
-    sqlx::raw_sql("SET GLOBAL innodb_flush_log_at_trx_commit = 2")
-        .execute(&admin)
-        .await?;
+    sqlx::raw_sql("SET GLOBAL innodb_flush_log_at_trx_commit = 2").execute(&admin).await?;
     ensure!(refused_checks(&store).await? == vec![Check::Durability, Check::Durability]);
-    sqlx::raw_sql("SET GLOBAL innodb_flush_log_at_trx_commit = 1")
-        .execute(&admin)
-        .await?;
-    sqlx::raw_sql("SET GLOBAL sync_binlog = 1")
-        .execute(&admin)
-        .await?;
-    ensure!(
-        refused_checks(&store).await?.is_empty(),
-        "a durable source passes"
-    );
-    sqlx::raw_sql("SET GLOBAL read_only = 1")
-        .execute(&admin)
-        .await?;
+    sqlx::raw_sql("SET GLOBAL innodb_flush_log_at_trx_commit = 1").execute(&admin).await?;
+    sqlx::raw_sql("SET GLOBAL sync_binlog = 1").execute(&admin).await?;
+    ensure!(refused_checks(&store).await?.is_empty(), "a durable source passes");
+    sqlx::raw_sql("SET GLOBAL read_only = 1").execute(&admin).await?;
     ensure!(refused_checks(&store).await? == vec![Check::Replica]);
     admin.close().await;
     store.close().await;

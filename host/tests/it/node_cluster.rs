@@ -4,16 +4,14 @@
 //! handovers, and `examples/stale-instances.sh` against the cluster's Redis registry.
 //! Lease timing: a 2 s TTL renewed every 0.5 s.
 
-mod cluster_common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::*;
 use anyhow::Result;
 use chitin::api::proto;
-use cluster_common::*;
 
 /// Cluster tests run one at a time: each starts three processes with a 2 s
 /// lease TTL, and on two cores several at once would starve each other.
@@ -89,7 +87,13 @@ async fn a_paused_holder_commits_nothing_under_its_stale_epoch() {
     let store = c.store().await;
     let n = assert_epochs_current(&store, &stream).await.unwrap();
     assert!(n >= 2);
-    let stale: Vec<_> = store.read(&stream, 1, 1000).await.unwrap().into_iter().filter(|e| e.request_id == "parked" && e.epoch <= lease.epoch as i64).collect();
+    let stale: Vec<_> = store
+        .read(&stream, 1, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.request_id == "parked" && e.epoch <= lease.epoch as i64)
+        .collect();
     assert!(stale.is_empty(), "the parked append committed under the stale epoch: {stale:?}\n{}", c.logs());
     store.close().await;
     c.teardown().await.unwrap();
@@ -176,8 +180,16 @@ async fn client(
         loop {
             let (_, api) = &nodes[next % nodes.len()];
             let result = async {
-                let mut j = proto::journal_client::JournalClient::connect(format!("http://{api}")).await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-                j.append(proto::AppendRequest { stream: stream.clone(), request_id: request_id.clone(), payload: b"x".to_vec(), forwarded: false }).await
+                let mut j = proto::journal_client::JournalClient::connect(format!("http://{api}"))
+                    .await
+                    .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+                j.append(proto::AppendRequest {
+                    stream: stream.clone(),
+                    request_id: request_id.clone(),
+                    payload: b"x".to_vec(),
+                    forwarded: false,
+                })
+                .await
             }
             .await;
             match result {
@@ -218,7 +230,11 @@ async fn drain_and_graceful_stop_lose_no_acknowledged_append() {
     let drained = admin.drain(proto::DrainRequest {}).await.unwrap().into_inner();
     assert!(drained.handed_over > 0, "{drained:?}");
     let s = c.status().await.unwrap();
-    assert!(s.leases.iter().all(|l| l.holder != drained_name), "{drained_name} still holds shards after its drain: {:?}", s.leases);
+    assert!(
+        s.leases.iter().all(|l| l.holder != drained_name),
+        "{drained_name} still holds shards after its drain: {:?}",
+        s.leases
+    );
     let (code, _) = http_get(&c.nodes[d].metrics, "/readyz", None).await.unwrap();
     assert_eq!(code, 503, "a drained node is not ready");
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -280,7 +296,9 @@ async fn a_joining_node_receives_at_most_four_shards_per_round_across_the_databa
     // node-03 took up each lease handed to it in its next round: none lapsed
     // unserved and had to be acquired again under the next epoch.
     for h in history.iter().filter(|h| h.via == "handover" && h.holder_name == "node-03" && h.acquired_at > joined_at) {
-        let lapsed = history.iter().any(|n| n.shard == h.shard && n.epoch == h.epoch + 1 && n.via == "acquire" && n.holder_name == "node-03");
+        let lapsed = history
+            .iter()
+            .any(|n| n.shard == h.shard && n.epoch == h.epoch + 1 && n.via == "acquire" && n.holder_name == "node-03");
         assert!(!lapsed, "{} was handed to node-03 at epoch {} but lapsed unserved\n{}", h.shard, h.epoch, c.logs());
     }
     let total: usize = from_holder.values().map(Vec::len).sum();
@@ -308,8 +326,15 @@ async fn a_watcher_sees_draining_then_lost_for_every_shard_handed_away() {
     let mut watch = ownership.watch_ownership(proto::WatchRequest {}).await.unwrap().into_inner();
     // What the node holds once the watch is in place: every one of these
     // must be reported draining, then lost, whoever hands it over.
-    let mine: HashMap<String, u64> =
-        ownership.held(proto::HeldRequest {}).await.unwrap().into_inner().leases.into_iter().map(|l| (l.shard, l.epoch)).collect();
+    let mine: HashMap<String, u64> = ownership
+        .held(proto::HeldRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .leases
+        .into_iter()
+        .map(|l| (l.shard, l.epoch))
+        .collect();
     assert!(!mine.is_empty());
     c.nodes[w].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap();
     let mut events: Vec<proto::OwnershipEvent> = Vec::new();
@@ -368,7 +393,8 @@ impl RedisNs {
         self.index()
             .into_iter()
             .filter_map(|id| {
-                let raw: Option<String> = redis::cmd("GET").arg(format!("{}:instances:{id}", self.ns)).query(&mut self.conn).unwrap();
+                let raw: Option<String> =
+                    redis::cmd("GET").arg(format!("{}:instances:{id}", self.ns)).query(&mut self.conn).unwrap();
                 raw.map(|r| (id, serde_json::from_str(&r).unwrap()))
             })
             .collect()
@@ -410,7 +436,10 @@ async fn stale_instances_script_names_exactly_the_killed_node() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let uuid_of = |api: &str| -> String {
-        let (id, _) = registered.iter().find(|(_, info)| info["grpc_address"] == api).unwrap_or_else(|| panic!("no instance at {api}: {registered:?}"));
+        let (id, _) = registered
+            .iter()
+            .find(|(_, info)| info["grpc_address"] == api)
+            .unwrap_or_else(|| panic!("no instance at {api}: {registered:?}"));
         id.clone()
     };
     let uuids: Vec<String> = c.nodes.iter().map(|n| uuid_of(&n.api)).collect();

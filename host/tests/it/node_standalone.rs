@@ -1,13 +1,11 @@
 //! A standalone node: SQLite in its data dir, every shard its own, the
 //! journal and status through the real binary.
 
-mod cluster_common;
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use cluster_common::*;
+use crate::support::cluster::*;
 
 fn chitin(args: &[&str]) -> (bool, String) {
     chitin_with_token(args, Some(ADMIN_TOKEN))

@@ -3,15 +3,12 @@
 //! cluster mode and unprovisioned, always behind the metrics token; and
 //! `/metrics` scraped and parsed after real appends, forwards and handoffs.
 
-mod cluster_common;
-mod ops_common;
-
 use std::time::Duration;
 
+use crate::support::cluster::*;
+use crate::support::ops::{Exposition, check_histogram};
 use anyhow::Result;
 use chitin::proto;
-use cluster_common::*;
-use ops_common::{Exposition, check_histogram};
 use serde_json::Value;
 
 const TOKEN: &str = "m3trics";
@@ -312,7 +309,12 @@ async fn the_status_page_renders_nodes_and_holders_in_headless_chromium() -> Res
     // A screenshot, kept for a person to look at.
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
     let _ = std::fs::remove_file(&shot);
-    chromium(&["--window-size=1280,1000".into(), "--virtual-time-budget=3000".into(), format!("--screenshot={}", shot.display()), url]);
+    chromium(&[
+        "--window-size=1280,1000".into(),
+        "--virtual-time-budget=3000".into(),
+        format!("--screenshot={}", shot.display()),
+        url,
+    ]);
     let png = std::fs::read(&shot)?;
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "{} is not a real screenshot", shot.display());
     eprintln!("status page screenshot: {}", shot.display());
@@ -358,7 +360,10 @@ async fn dev_cluster_starts_serves_appends_and_stops_everything_on_sigint() -> R
         panic!("no usage printed ({read:?}):\n{}\n{}", usage.join("\n"), err_lines.await?.join("\n"));
     }
     let text = usage.join("\n");
-    assert!(text.contains("3 node(s) up") && text.contains("private redis-server") && text.contains("private PostgreSQL"), "{text}");
+    assert!(
+        text.contains("3 node(s) up") && text.contains("private redis-server") && text.contains("private PostgreSQL"),
+        "{text}"
+    );
     // "  node-01  gRPC 127.0.0.1:P  status page http://127.0.0.1:Q/"
     let nodes: Vec<(String, String)> = usage
         .iter()
@@ -404,7 +409,8 @@ async fn dev_cluster_starts_serves_appends_and_stops_everything_on_sigint() -> R
             assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "{addr} still answers after the stop");
         }
     }
-    let logs: String = (1..=3).map(|k| std::fs::read_to_string(dir.path().join(format!("node-0{k}.log"))).unwrap_or_default()).collect();
+    let logs: String =
+        (1..=3).map(|k| std::fs::read_to_string(dir.path().join(format!("node-0{k}.log"))).unwrap_or_default()).collect();
     assert!(logs.contains("drained") || logs.contains("handed over"), "no node drained on its way out:\n{logs}");
     Ok(())
 }

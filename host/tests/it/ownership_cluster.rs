@@ -15,19 +15,17 @@
 //! - a paused holder stalls a client for about a TTL, not for the takeover
 //!   budget.
 
-mod cluster_common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::*;
 use anyhow::Result;
 use chitin::lease::{Dialect as SqlDialect, Store};
 use chitin::node::shard_map::{ShardMap, stream_key};
 use chitin::proto;
 use chitin::topology::ClusterConfig;
-use cluster_common::*;
 
 /// One cluster at a time: each runs several processes with a 2 s TTL.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -42,8 +40,6 @@ async fn chitin_ok(args: &[&str]) -> String {
 fn config_of(c: &Cluster) -> ClusterConfig {
     ClusterConfig::from_json(&std::fs::read_to_string(&c.config).unwrap()).unwrap()
 }
-
-
 
 /// What a client of the journal saw.
 #[derive(Debug, Default)]
@@ -78,8 +74,12 @@ async fn client(apis: Vec<String>, streams: Vec<String>, stop: Arc<AtomicBool>) 
                 }
                 continue;
             };
-            let request =
-                proto::AppendRequest { stream: stream.clone(), request_id: request_id.clone(), payload: b"x".to_vec(), forwarded: false };
+            let request = proto::AppendRequest {
+                stream: stream.clone(),
+                request_id: request_id.clone(),
+                payload: b"x".to_vec(),
+                forwarded: false,
+            };
             match j.append(request).await {
                 Ok(_) => {
                     load.acked += 1;
@@ -196,10 +196,22 @@ impl Probe {
 /// parent and child with its range), no key of the application's table was
 /// written under two shards' tokens at once, no append failed, and there
 /// was enough load to show it.
-async fn assert_one_holder_per_key(config: &ClusterConfig, samples: &[Vec<chitin::lease::LeaseRow>], load: &Load, written: usize, url: &str) {
+async fn assert_one_holder_per_key(
+    config: &ClusterConfig,
+    samples: &[Vec<chitin::lease::LeaseRow>],
+    load: &Load,
+    written: usize,
+    url: &str,
+) {
     let overlapping: Vec<_> = samples.iter().map(|rows| overlaps(config, rows)).filter(|o| !o.is_empty()).collect();
     assert!(samples.len() > 50, "too few samples: {}", samples.len());
-    assert!(overlapping.is_empty(), "two live leases covered the same keys in {} of {} samples: {:?}", overlapping.len(), samples.len(), overlapping.first());
+    assert!(
+        overlapping.is_empty(),
+        "two live leases covered the same keys in {} of {} samples: {:?}",
+        overlapping.len(),
+        samples.len(),
+        overlapping.first()
+    );
     assert!(load.failed.is_empty(), "failed appends: {:?}", load.failed);
     assert!(load.acked > 50 && written > 20, "too little load to prove anything: {load:?}, {written} fenced writes");
     // Each (shard, epoch) an application write passed the fence with was
@@ -235,7 +247,19 @@ async fn a_split_leaves_exactly_one_valid_token_per_key() {
     let probe = Probe::start(url.clone(), apis.clone(), streams.clone(), keys.clone());
     tokio::time::sleep(Duration::from_millis(500)).await;
     chitin_ok(&["cluster", "split-shard", "--config", &config_path, "--shard-id", parents[0], "--bake-secs", "1"]).await;
-    chitin_ok(&["cluster", "split-shard", "--config", &config_path, "--shard-id", parents[1], "--children", "4", "--bake-secs", "1"]).await;
+    chitin_ok(&[
+        "cluster",
+        "split-shard",
+        "--config",
+        &config_path,
+        "--shard-id",
+        parents[1],
+        "--children",
+        "4",
+        "--bake-secs",
+        "1",
+    ])
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await; // past a TTL: a parent still renewed would show
     let (load, written, samples) = probe.finish().await;
 
@@ -247,15 +271,24 @@ async fn a_split_leaves_exactly_one_valid_token_per_key() {
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     for t in &parent_tokens {
         let holder = uuid::Uuid::parse_str(&t.holder_uuid).unwrap();
-        let row = sqlx::query(SqlDialect::Postgres.fence_sql()).bind(&t.shard).bind(holder).bind(t.epoch as i64).fetch_optional(&pool).await.unwrap();
+        let row = sqlx::query(SqlDialect::Postgres.fence_sql())
+            .bind(&t.shard)
+            .bind(holder)
+            .bind(t.epoch as i64)
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
         assert!(row.is_none(), "the retired parent's token {t:?} still passes the fence");
     }
     let store = c.store().await;
     let retired: Vec<String> = store.retirements().await.unwrap().into_iter().map(|r| r.shard).collect();
     assert_eq!(retired, parents.iter().map(|p| p.to_string()).collect::<Vec<_>>());
     // Every fenced write after the retirement went to a child.
-    let children: Vec<String> =
-        after.shards().filter(|(_, s)| s.parent_id.as_deref().is_some_and(|p| parents.contains(&p))).map(|(_, s)| s.id.clone()).collect();
+    let children: Vec<String> = after
+        .shards()
+        .filter(|(_, s)| s.parent_id.as_deref().is_some_and(|p| parents.contains(&p)))
+        .map(|(_, s)| s.id.clone())
+        .collect();
     assert_eq!(children.len(), 2 + 4, "{children:?}");
     let shards: Vec<String> = sqlx::query_scalar("SELECT DISTINCT shard FROM app_writes").fetch_all(&pool).await.unwrap();
     assert!(shards.iter().any(|s| children.contains(s)), "no fenced write reached a child: {shards:?}");
@@ -360,8 +393,14 @@ async fn a_split_interrupted_between_versions_keeps_one_holder_per_key() {
 
 /// Handovers recorded after `since`, by time, from the lease history.
 async fn handover_times(store: &Store, since: chrono::DateTime<chrono::Utc>) -> Vec<chrono::DateTime<chrono::Utc>> {
-    let mut times: Vec<_> =
-        store.history(None).await.unwrap().into_iter().filter(|h| h.via == "handover" && h.acquired_at > since).map(|h| h.acquired_at).collect();
+    let mut times: Vec<_> = store
+        .history(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|h| h.via == "handover" && h.acquired_at > since)
+        .map(|h| h.acquired_at)
+        .collect();
     times.sort();
     times
 }
@@ -459,7 +498,12 @@ async fn drain_stop_and_a_rolling_restart_fail_no_append() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
     let load = load.await.unwrap();
-    eprintln!("drain, stop and rolling restart: {} acknowledged, {} failed, longest {:?}", load.acked, load.failed.len(), load.longest);
+    eprintln!(
+        "drain, stop and rolling restart: {} acknowledged, {} failed, longest {:?}",
+        load.acked,
+        load.failed.len(),
+        load.longest
+    );
     assert!(load.failed.is_empty(), "failed appends: {:?}\n{}", load.failed, c.logs());
     assert!(load.acked > 100, "too little load to prove anything: {load:?}");
     // A planned handoff never waits for a lease to expire.
@@ -479,7 +523,12 @@ async fn a_paused_holder_stalls_a_client_for_about_a_ttl() {
     let stream = stream_on(&map, &shard, "p");
     let other = c.nodes[(v + 1) % 3].api.clone();
     let mut j = proto::journal_client::JournalClient::connect(format!("http://{other}")).await.unwrap();
-    let append = |id: &str| proto::AppendRequest { stream: stream.clone(), request_id: id.into(), payload: b"x".to_vec(), forwarded: false };
+    let append = |id: &str| proto::AppendRequest {
+        stream: stream.clone(),
+        request_id: id.into(),
+        payload: b"x".to_vec(),
+        forwarded: false,
+    };
     j.append(append("before")).await.unwrap();
 
     c.nodes[v].pause().unwrap();

@@ -17,8 +17,6 @@ use chitin::policy::{Plugin, PluginSource, Policies, Slot};
 use chitin::rollout::plan;
 use chitin::topology::ClusterConfig;
 
-mod cluster_common;
-
 /// (crate directory under `plugins/`, component file stem, slot).
 const EXAMPLES: [(&str, &str, Slot); 4] = [
     ("zone-placement", "zone_placement", Slot::Placement),
@@ -81,10 +79,7 @@ fn chitin(args: &[&str]) -> Output {
 }
 
 fn fixture_count(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
-        .count()
+    std::fs::read_dir(dir).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json")).count()
 }
 
 /// Runs `chitin policy test` and asserts every fixture of `fixtures` passed.
@@ -92,12 +87,7 @@ fn assert_fixtures_pass(wasm: &Path, fixtures: &Path) {
     assert!(wasm.is_file(), "no component at {}", wasm.display());
     let out = chitin(&["policy", "test", "--plugin", wasm.to_str().unwrap(), fixtures.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}:\n{stdout}\n{}",
-        wasm.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}:\n{stdout}\n{}", wasm.display(), String::from_utf8_lossy(&out.stderr));
     let n = fixture_count(fixtures);
     assert!(n >= 1, "no fixtures in {}", fixtures.display());
     let summary = stdout.lines().last().unwrap_or_default();
@@ -293,7 +283,10 @@ fn add_application_places_with_the_placement_plugin_of_the_settings_file() {
     let with_plugin = zones_of_every_shard(&zoned_config(&dir.path().join("plugin.json"), &six_zoned_nodes(), Some(&settings)));
     assert!(with_plugin.iter().all(|&z| z == 3), "the zone plugin left shards in fewer zones: {with_plugin:?}");
     let with_defaults = zones_of_every_shard(&zoned_config(&dir.path().join("defaults.json"), &six_zoned_nodes(), None));
-    assert!(with_defaults.iter().any(|&z| z < 3), "the defaults spread every shard too; the test shows nothing: {with_defaults:?}");
+    assert!(
+        with_defaults.iter().any(|&z| z < 3),
+        "the defaults spread every shard too; the test shows nothing: {with_defaults:?}"
+    );
 }
 
 /// Node processes on a fresh PostgreSQL database, all running the zone
@@ -301,8 +294,8 @@ fn add_application_places_with_the_placement_plugin_of_the_settings_file() {
 /// the config file, its shards placed by the defaults (so that some sit
 /// twice in one zone), and serve it; the others run unprovisioned, for
 /// `add-node`.
-async fn zoned_cluster(zones: &[&str], in_config: usize) -> cluster_common::Cluster {
-    use cluster_common::*;
+async fn zoned_cluster(zones: &[&str], in_config: usize) -> crate::support::cluster::Cluster {
+    use crate::support::cluster::*;
     let wasm = zone_wasm();
     let names: Vec<String> = (1..=zones.len()).map(|i| format!("node-{i:02}")).collect();
     let mut c = Cluster::new(Dialect::Postgres, zones.len(), 16, 0, |name, s| {
@@ -331,13 +324,18 @@ async fn zoned_cluster(zones: &[&str], in_config: usize) -> cluster_common::Clus
 
 /// Every shard of the cluster takes an append (through node-01, which
 /// forwards to the holder).
-async fn every_shard_appends(c: &cluster_common::Cluster) {
+async fn every_shard_appends(c: &crate::support::cluster::Cluster) {
     let map = c.shard_map();
     for shard in map.shards() {
-        let stream = cluster_common::stream_on(&map, &shard.id, "zoned");
-        cluster_common::append_until_acked(vec![c.nodes[0].api.clone()], stream, format!("after-{}", shard.id), Duration::from_secs(10))
-            .await
-            .unwrap();
+        let stream = crate::support::cluster::stream_on(&map, &shard.id, "zoned");
+        crate::support::cluster::append_until_acked(
+            vec![c.nodes[0].api.clone()],
+            stream,
+            format!("after-{}", shard.id),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
     }
 }
 
@@ -386,7 +384,8 @@ async fn add_node_rebalances_with_the_placement_plugin_of_the_settings_file() {
 
     let settings = c.nodes[0].settings.display().to_string();
     let config = c.config_path().display().to_string();
-    let args = ["cluster", "add-node", "--config", &config, "--node-id", &new.name, "--node-address", &new.api, "--metadata", "zone=z3"];
+    let args =
+        ["cluster", "add-node", "--config", &config, "--node-id", &new.name, "--node-address", &new.api, "--metadata", "zone=z3"];
     let mut args = args.to_vec();
     args.extend(["--rebalance", "--settings", &settings, "--bake-secs", "0"]);
     ok(chitin(&args));
@@ -418,7 +417,7 @@ fn ok(out: Output) -> Output {
 /// plugin of `--settings` as samples.
 #[tokio::test(flavor = "multi_thread")]
 async fn split_shard_hands_the_counted_load_to_the_split_plugin() {
-    use cluster_common::*;
+    use crate::support::cluster::*;
     let split = examples_built().join("load_split.wasm").display().to_string();
     let c = Cluster::new(Dialect::Postgres, 3, 4, 3, |_, s| s.policies.split = split.clone()).await.unwrap();
     c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
@@ -442,7 +441,18 @@ async fn split_shard_hands_the_counted_load_to_the_split_plugin() {
 
     let settings = c.nodes[0].settings.display().to_string();
     let config = c.config_path().display().to_string();
-    let out = chitin(&["cluster", "split-shard", "--config", &config, "--shard-id", &shard.id, "--settings", &settings, "--bake-secs", "0"]);
+    let out = chitin(&[
+        "cluster",
+        "split-shard",
+        "--config",
+        &config,
+        "--shard-id",
+        &shard.id,
+        "--settings",
+        &settings,
+        "--bake-secs",
+        "0",
+    ]);
     ok(out);
     let after = c.shard_map();
     let cut = after.shards().iter().filter(|s| s.parent.as_deref() == Some(shard.id.as_str())).map(|s| s.lower).max().unwrap();

@@ -5,13 +5,11 @@
 //! a drain of another node hands it nothing, and `policies.allow_mismatch`
 //! lets the node take leases anyway.
 
-mod cluster_common;
-
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::*;
 use chitin::api::proto;
-use cluster_common::*;
 
 fn other_drain() -> String {
     PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR")).join("drain_one_round.wasm").display().to_string()

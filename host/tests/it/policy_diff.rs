@@ -6,20 +6,18 @@
 //! through `policy diff` and `policy fixture` → `policy test`, and a
 //! malformed snapshot is refused saying where.
 
-mod cluster_common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::support::cluster::*;
 use chitin::policy::shadow::Report;
 use chitin::policy::{Limits, Plugin, PluginSource, Slot, SlotRunner, sdk};
 use chitin::topology::ClusterConfig;
 use chitin::topology::model::Metadata;
 use chitin::topology::snapshot::{Snapshot, SnapshotLease, SnapshotLoad, SnapshotNode, VERSION};
-use cluster_common::*;
 
 const GUEST_TARGET: &str = "wasm32-wasip2";
 
@@ -92,7 +90,13 @@ fn zoned_snapshot() -> Snapshot {
     let leases = config
         .shards()
         .enumerate()
-        .map(|(i, (_, s))| SnapshotLease { shard: s.id.clone(), holder: pairs[i % 6].0.clone(), holder_id: String::new(), epoch: 1, live: true })
+        .map(|(i, (_, s))| SnapshotLease {
+            shard: s.id.clone(),
+            holder: pairs[i % 6].0.clone(),
+            holder_id: String::new(),
+            epoch: 1,
+            live: true,
+        })
         .collect();
     let hot = config.applications[0].shards[0].clone();
     let load = vec![SnapshotLoad {
@@ -164,7 +168,13 @@ fn placed_by(plugin: Arc<Plugin>, snap: &Snapshot) -> BTreeMap<String, BTreeSet<
     let shards: Vec<sdk::Shard> = snap
         .config
         .shards()
-        .map(|(a, s)| sdk::Shard { id: s.id.clone(), application: a.name.clone(), lower: s.lower, upper: s.upper, ..Default::default() })
+        .map(|(a, s)| sdk::Shard {
+            id: s.id.clone(),
+            application: a.name.clone(),
+            lower: s.lower,
+            upper: s.upper,
+            ..Default::default()
+        })
         .collect();
     let request = sdk::PlacementRequest {
         new_shards: shards.iter().map(|s| s.id.clone()).collect(),
@@ -234,7 +244,10 @@ fn a_malformed_snapshot_or_component_is_refused_saying_what_is_wrong() {
         (good.replacen("\"epoch\": 1", "\"epoch\": -1", 1), vec!["invalid value: integer `-1`", "line "]),
         (good.replacen("\"version\": 1,", "\"version\": 7,", 1), vec!["layout version 7 is not supported"]),
         (good.replacen("\"lower_bound\": \"10\"", "\"lower_bound\": \"1g\"", 1), vec!["lower_bound `1g`", "line "]),
-        (good.replacen("\"holder\": \"node-01\"", "\"holder\": \"node-01\", \"shard\": \"nope\"", 1), vec!["duplicate field `shard`"]),
+        (
+            good.replacen("\"holder\": \"node-01\"", "\"holder\": \"node-01\", \"shard\": \"nope\"", 1),
+            vec!["duplicate field `shard`"],
+        ),
         (good[..good.len() / 3].to_string(), vec!["EOF"]),
     ];
     for (i, (text, needles)) in cases.iter().enumerate() {
@@ -265,7 +278,16 @@ fn fixtures_from_a_snapshot_pass_for_their_component_and_catch_another() {
     let tmp = tempfile::tempdir().unwrap();
     let snap = write(tmp.path(), "snap.json", &zoned_snapshot().to_json());
     // One call to stdout, TOML, accepted by `policy test`.
-    let one = ok(&chitin(&["policy", "fixture", "--from", snap.to_str().unwrap(), "--call", "split-points", "--subject", "journal_00_0f"]));
+    let one = ok(&chitin(&[
+        "policy",
+        "fixture",
+        "--from",
+        snap.to_str().unwrap(),
+        "--call",
+        "split-points",
+        "--subject",
+        "journal_00_0f",
+    ]));
     assert!(one.contains("call = \"split-points\""), "{one}");
     let file = write(tmp.path(), "split.toml", &one);
     let test = ok(&chitin(&["policy", "test", "--plugin", "default", file.to_str().unwrap()]));
@@ -287,7 +309,16 @@ fn fixtures_from_a_snapshot_pass_for_their_component_and_catch_another() {
     }
     // The placement fixture catches the zone-aware component's other placement.
     let dir = tmp.path().join("place");
-    ok(&chitin(&["policy", "fixture", "--from", snap.to_str().unwrap(), "--call", "place-replicas", "--out", dir.to_str().unwrap()]));
+    ok(&chitin(&[
+        "policy",
+        "fixture",
+        "--from",
+        snap.to_str().unwrap(),
+        "--call",
+        "place-replicas",
+        "--out",
+        dir.to_str().unwrap(),
+    ]));
     let out = chitin(&["policy", "test", "--plugin", zone_placement().to_str().unwrap(), dir.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success() && stdout.contains("0 passed, 1 failed"), "{stdout}");
@@ -299,7 +330,9 @@ async fn a_snapshot_of_a_running_cluster_round_trips_through_diff_and_fixtures()
     let status = c.wait_settled(Duration::from_secs(60)).await.unwrap();
     let api = c.nodes[0].api.clone();
     for i in 0..40 {
-        append_until_acked(vec![api.clone()], format!("stream-{}", i % 4), format!("req-{i}"), Duration::from_secs(20)).await.unwrap();
+        append_until_acked(vec![api.clone()], format!("stream-{}", i % 4), format!("req-{i}"), Duration::from_secs(20))
+            .await
+            .unwrap();
     }
     let out = chitin(&["cluster", "snapshot", "--node", &api]);
     let text = ok(&out);
@@ -354,15 +387,21 @@ fn a_drain_component_ignoring_the_round_cap_is_shown_as_the_node_would_carry_it_
     let snap = write(tmp.path(), "snap.json", &snapshot.to_json());
     let guest = PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR")).join("drain_one_round.wasm");
     let out = chitin(&[
-        "policy", "diff", "--plugin", guest.to_str().unwrap(), "--max-handoffs-per-round", "1", "--json", snap.to_str().unwrap(),
+        "policy",
+        "diff",
+        "--plugin",
+        guest.to_str().unwrap(),
+        "--max-handoffs-per-round",
+        "1",
+        "--json",
+        snap.to_str().unwrap(),
     ]);
     let report: Report = serde_json::from_str(&ok(&out)).unwrap();
     assert!(!report.drains.is_empty(), "{report:#?}");
     // The guest sends each held shard to its first other replica node in
     // one round; the host cuts that into rounds of one, in shard order.
     for d in &report.drains {
-        let mut held: Vec<&str> =
-            snapshot.leases.iter().filter(|l| l.holder == d.node).map(|l| l.shard.as_str()).collect();
+        let mut held: Vec<&str> = snapshot.leases.iter().filter(|l| l.holder == d.node).map(|l| l.shard.as_str()).collect();
         held.sort();
         let expected: Vec<Vec<(String, String)>> = held
             .iter()
@@ -380,6 +419,14 @@ fn a_drain_component_ignoring_the_round_cap_is_shown_as_the_node_would_carry_it_
     }
     let drains = report.calls.iter().find(|c| c.call == "plan-drain").unwrap();
     assert_eq!((drains.cases, drains.differing), (6, report.drains.len()));
-    let human = ok(&chitin(&["policy", "diff", "--plugin", guest.to_str().unwrap(), "--max-handoffs-per-round", "1", snap.to_str().unwrap()]));
+    let human = ok(&chitin(&[
+        "policy",
+        "diff",
+        "--plugin",
+        guest.to_str().unwrap(),
+        "--max-handoffs-per-round",
+        "1",
+        snap.to_str().unwrap(),
+    ]));
     assert!(human.contains(&format!("drains changed ({} nodes)", report.drains.len())) && human.contains("round 2: "), "{human}");
 }

@@ -6,10 +6,8 @@ use std::process::Command;
 #[test]
 fn every_default_policy_fixture_passes_through_the_cli() {
     let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/policies");
-    let out = Command::new(env!("CARGO_BIN_EXE_chitin"))
-        .args(["policy", "test", "--plugin", "default", fixtures])
-        .output()
-        .unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_chitin")).args(["policy", "test", "--plugin", "default", fixtures]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let summary = stdout.lines().last().unwrap_or_default();
@@ -29,11 +27,8 @@ fn a_failing_fixture_shows_a_diff_and_fails_the_command() {
             "expect": {"ok": [1]}}"#,
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_chitin"))
-        .args(["policy", "test", "--plugin", "default"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_chitin")).args(["policy", "test", "--plugin", "default"]).arg(&path).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success());
     assert!(stdout.contains("FAIL"), "{stdout}");
@@ -43,10 +38,7 @@ fn a_failing_fixture_shows_a_diff_and_fails_the_command() {
 
 #[test]
 fn inspect_lists_the_slots_of_a_component() {
-    let out = Command::new(env!("CARGO_BIN_EXE_chitin"))
-        .args(["policy", "inspect", "default"])
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["policy", "inspect", "default"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     for slot in ["instance-id", "placement", "split", "drain"] {

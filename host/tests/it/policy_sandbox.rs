@@ -4,18 +4,16 @@
 //! memory, the node's environment, files and sockets) has a guest under
 //! `tests/guests` that tries it; the sleeping and the leaking ones also run in a real node.
 
-mod cluster_common;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::{NodeClients, NodeProc, free_ports, http_get, node_settings};
 use chitin::policy::sdk::{
     InstanceContext, Node, NodeState, PlacementRequest, PolicyError, RankingRequest, RebalanceRequest, Replica, Shard,
     SplitRequest,
 };
 use chitin::policy::{Limits, Plugin, PluginSource, PolicyCallError, PolicyLoadError, Slot, SlotRunner};
-use cluster_common::{NodeClients, NodeProc, free_ports, http_get, node_settings};
 
 fn guest(name: &str) -> PathBuf {
     PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR")).join(format!("{name}.wasm"))
@@ -43,12 +41,7 @@ fn request() -> PlacementRequest {
                 ..Node::default()
             })
             .collect(),
-        shards: vec![Shard {
-            id: "s".into(),
-            application: "app".into(),
-            upper: u32::MAX,
-            ..Shard::default()
-        }],
+        shards: vec![Shard { id: "s".into(), application: "app".into(), upper: u32::MAX, ..Shard::default() }],
         new_shards: vec!["s".into()],
         replication_factor: 3,
         ..PlacementRequest::default()
@@ -179,12 +172,7 @@ fn a_refusal_names_plugin_and_slot() {
     let defaults = chitin::policy::Policies::embedded_defaults().unwrap();
     let err = defaults
         .split_points(SplitRequest {
-            shard: Shard {
-                id: "one".into(),
-                lower: 7,
-                upper: 7,
-                ..Shard::default()
-            },
+            shard: Shard { id: "one".into(), lower: 7, upper: 7, ..Shard::default() },
             children: 2,
             ..SplitRequest::default()
         })
@@ -391,14 +379,13 @@ fn standalone(dir: &std::path::Path, name: &str, edit: impl FnOnce(&mut chitin::
     edit(&mut s);
     let settings = dir.join("chitin.toml");
     node_settings::write(&settings, &s).unwrap();
-    NodeProc::new(cluster_common::CHITIN, name, api, metrics, settings, dir.join("node.log"))
+    NodeProc::new(crate::support::cluster::CHITIN, name, api, metrics, settings, dir.join("node.log"))
 }
 
 /// Each held lease as `shard holder epoch`.
 async fn leases(node: &NodeProc) -> (String, Vec<String>) {
     let status = node.admin().await.unwrap().status(chitin::api::proto::StatusRequest {}).await.unwrap().into_inner();
-    let mut held: Vec<String> =
-        status.leases.iter().map(|l| format!("{} {} {}", l.shard, l.holder_uuid, l.epoch)).collect();
+    let mut held: Vec<String> = status.leases.iter().map(|l| format!("{} {} {}", l.shard, l.holder_uuid, l.epoch)).collect();
     held.sort();
     (status.node, held)
 }
@@ -418,10 +405,7 @@ async fn holding(node: &NodeProc, count: usize) -> (String, Vec<String>) {
 
 /// The value of the sample `name` in a Prometheus text exposition.
 fn sample(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0.0)
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok()).unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -43,7 +43,9 @@ fn a_plugin_built_against_another_version_is_refused_naming_both_versions() {
     assert_eq!(found, "chitin:policy/placement@0.2.0");
     assert_eq!(supported, "chitin:policy/placement@0.1.0");
     let text = err.to_string();
-    for part in [path.to_str().unwrap(), "`placement`", "exports chitin:policy/placement@0.2.0", "supports chitin:policy/placement@0.1.0"] {
+    for part in
+        [path.to_str().unwrap(), "`placement`", "exports chitin:policy/placement@0.2.0", "supports chitin:policy/placement@0.1.0"]
+    {
         assert!(text.contains(part), "{text:?} does not name {part:?}");
     }
 }
@@ -51,11 +53,7 @@ fn a_plugin_built_against_another_version_is_refused_naming_both_versions() {
 #[test]
 fn the_cli_names_both_versions_too() {
     let wasm = future_version();
-    let inspect = Command::new(env!("CARGO_BIN_EXE_chitin"))
-        .args(["policy", "inspect"])
-        .arg(&wasm)
-        .output()
-        .unwrap();
+    let inspect = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["policy", "inspect"]).arg(&wasm).output().unwrap();
     let stdout = String::from_utf8_lossy(&inspect.stdout);
     let line = stdout.lines().find(|l| l.starts_with("placement")).unwrap_or_default();
     assert!(line.contains("unsupported"), "{stdout}");

@@ -36,7 +36,10 @@ fn venv(python3: &str) -> PathBuf {
         if !python.exists() {
             run(Command::new(python3).args(["-m", "venv"]).arg(&dir), "python3 -m venv");
         }
-        run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(PIP_PACKAGES), "pip install");
+        run(
+            Command::new(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(PIP_PACKAGES),
+            "pip install",
+        );
         std::fs::write(&ready, &wanted).expect("mark the venv ready");
     }
     python

@@ -7,8 +7,6 @@
 //! invalid transition pushed straight to a node.
 //! Lease timing: a 2 s TTL renewed every 0.5 s.
 
-mod cluster_common;
-
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -16,11 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::*;
 use anyhow::{Context, Result};
 use chitin::api::proto;
 use chitin::node::shard_map::ShardMap;
 use chitin::topology::{ClusterConfig, ShardState};
-use cluster_common::*;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// One cluster at a time: each runs several processes with a 2 s TTL.
@@ -123,8 +121,6 @@ async fn assert_all_at(c: &Cluster, extra: &[&NodeProc], version: u64) {
     assert!(v.iter().all(|(_, ver, _)| *ver == version), "not all nodes at version {version}: {v:?}");
 }
 
-
-
 /// A client appending round-robin over `streams` until `stop`; on failure it
 /// retries the same request id on the next node. Returns the acknowledged
 /// (stream, request id, shard) and the longest time one append took.
@@ -193,7 +189,12 @@ async fn check_journal(c: &Cluster, streams: &[String], acked: &[(String, String
             assert!(granted.is_some(), "entry {} of {stream}: epoch {} of {} never granted", e.seq, e.epoch, e.shard);
             assert!(granted.unwrap().acquired_at <= e.committed_at, "entry {} committed before its epoch", e.seq);
             if let Some(next) = history.iter().find(|h| h.epoch > e.epoch) {
-                assert!(e.committed_at <= next.acquired_at, "entry {} of {stream} committed under a stale epoch {}", e.seq, e.epoch);
+                assert!(
+                    e.committed_at <= next.acquired_at,
+                    "entry {} of {stream} committed under a stale epoch {}",
+                    e.seq,
+                    e.epoch
+                );
             }
         }
     }
@@ -274,7 +275,8 @@ async fn bootstrap_add_move_split_under_load() {
     wait_admin(&n4.api, Duration::from_secs(60)).await.unwrap();
     let n4_api = n4.api.clone();
     under_load(&c, apis.clone(), streams.clone(), || async {
-        let out = chitin_ok(&["cluster", "add-node", "--config", &config, "--node-id", "node-04", "--node-address", &n4_api]).await;
+        let out =
+            chitin_ok(&["cluster", "add-node", "--config", &config, "--node-id", "node-04", "--node-address", &n4_api]).await;
         assert!(out.contains("step 1/1: version 2") && out.contains("converged"), "{out}");
     })
     .await;
@@ -285,8 +287,18 @@ async fn bootstrap_add_move_split_under_load() {
     // Move journal_00_1f from node-01 to node-04.
     under_load(&c, apis.clone(), streams.clone(), || async {
         let out = chitin_ok(&[
-            "cluster", "move-shard", "--config", &config, "--shard-id", "journal_00_1f", "--from-node", "node-01", "--to-node", "node-04",
-            "--bake-secs", "2",
+            "cluster",
+            "move-shard",
+            "--config",
+            &config,
+            "--shard-id",
+            "journal_00_1f",
+            "--from-node",
+            "node-01",
+            "--to-node",
+            "node-04",
+            "--bake-secs",
+            "2",
         ])
         .await;
         assert!(out.contains("step 1/2: version 3") && out.contains("step 2/2: version 4"), "{out}");
@@ -303,8 +315,19 @@ async fn bootstrap_add_move_split_under_load() {
 
     // Split journal_20_3f in two at 30000000.
     let acked = under_load(&c, apis.clone(), streams.clone(), || async {
-        let out = chitin_ok(&["cluster", "split-shard", "--config", &config, "--shard-id", "journal_20_3f", "--split-at", "30000000", "--bake-secs", "1"])
-            .await;
+        let out = chitin_ok(&[
+            "cluster",
+            "split-shard",
+            "--config",
+            &config,
+            "--shard-id",
+            "journal_20_3f",
+            "--split-at",
+            "30000000",
+            "--bake-secs",
+            "1",
+        ])
+        .await;
         assert!(out.contains("step 2/2: version 6"), "{out}");
     })
     .await;
@@ -335,16 +358,25 @@ async fn bootstrap_add_move_split_under_load() {
 
     // Split journal_40_5f in four (the split policy chooses).
     under_load(&c, apis.clone(), streams.clone(), || async {
-        let out = chitin_ok(&["cluster", "split-shard", "--config", &config, "--shard-id", "journal_40_5f", "--children", "4", "--bake-secs", "1"]).await;
+        let out = chitin_ok(&[
+            "cluster",
+            "split-shard",
+            "--config",
+            &config,
+            "--shard-id",
+            "journal_40_5f",
+            "--children",
+            "4",
+            "--bake-secs",
+            "1",
+        ])
+        .await;
         assert!(out.contains("step 2/2: version 8"), "{out}");
     })
     .await;
     let after = load(&c.config);
-    let kids: Vec<&str> = after
-        .shards()
-        .filter(|(_, s)| s.parent_id.as_deref() == Some("journal_40_5f"))
-        .map(|(_, s)| s.id.as_str())
-        .collect();
+    let kids: Vec<&str> =
+        after.shards().filter(|(_, s)| s.parent_id.as_deref() == Some("journal_40_5f")).map(|(_, s)| s.id.as_str()).collect();
     assert_eq!(kids, ["journal_40_47", "journal_48_4f", "journal_50_57", "journal_58_5f"]);
     assert_all_at(&c, &[&n4], 8).await;
     let s = c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
@@ -368,8 +400,18 @@ async fn an_interrupted_sequence_resumes_and_blocks_others() {
     // Start a move with a long bake and kill the CLI once step 1 converged.
     let move_args = |bake: &str| -> Vec<String> {
         [
-            "cluster", "move-shard", "--config", &config, "--shard-id", "journal_80_9f", "--from-node", "node-02", "--to-node", "node-04",
-            "--bake-secs", bake,
+            "cluster",
+            "move-shard",
+            "--config",
+            &config,
+            "--shard-id",
+            "journal_80_9f",
+            "--from-node",
+            "node-02",
+            "--to-node",
+            "node-04",
+            "--bake-secs",
+            bake,
         ]
         .iter()
         .map(|a| a.to_string())
@@ -405,7 +447,10 @@ async fn an_interrupted_sequence_resumes_and_blocks_others() {
     // Another sequence is refused, naming the unfinished one.
     let (ok, out, err) = chitin(&["cluster", "split-shard", "--config", &config, "--shard-id", "journal_00_1f"]).await;
     assert!(!ok, "{out}");
-    assert!(err.contains("move-shard --shard-id journal_80_9f --from-node node-02 --to-node node-04") && err.contains("unfinished"), "{err}");
+    assert!(
+        err.contains("move-shard --shard-id journal_80_9f --from-node node-02 --to-node node-04") && err.contains("unfinished"),
+        "{err}"
+    );
     assert_all_at(&c, &[&n4], 3).await;
 
     // Restart node-03: it comes back with its stored config.
@@ -467,7 +512,8 @@ async fn invalid_transitions_are_refused() {
     let mut stale = base.clone();
     stale.version = 5;
     std::fs::write(&c.config, stale.to_json()).unwrap();
-    let (ok, _, err) = chitin(&["cluster", "split-shard", "--config", &config, "--shard-id", &base.applications[0].shards[0].id]).await;
+    let (ok, _, err) =
+        chitin(&["cluster", "split-shard", "--config", &config, "--shard-id", &base.applications[0].shards[0].id]).await;
     assert!(!ok && err.contains("do not all run the config file's version 5"), "{err}");
     assert!(!Path::new(&format!("{config}.rollout.json")).exists(), "a refused start left a checkpoint");
     c.teardown().await.unwrap();
@@ -482,8 +528,19 @@ async fn add_node_with_rebalance() {
     let (c, config) = bootstrapped_cluster(4).await;
     let n4 = started_extra_node(&c, "node-04").await;
     let out = chitin_ok(&[
-        "cluster", "add-node", "--config", &config, "--node-id", "node-04", "--node-address", &n4.api.clone(), "--rebalance",
-        "--max-handoffs-per-round", "2", "--bake-secs", "0",
+        "cluster",
+        "add-node",
+        "--config",
+        &config,
+        "--node-id",
+        "node-04",
+        "--node-address",
+        &n4.api.clone(),
+        "--rebalance",
+        "--max-handoffs-per-round",
+        "2",
+        "--bake-secs",
+        "0",
     ])
     .await;
     // 12 replicas over 4 nodes: 3 move to node-04, in rounds of 2 and 1.

@@ -4,15 +4,13 @@
 //! answer that names the holder, fenced transactions, and an ownership watch
 //! that resubscribes after its node restarts.
 
-mod cluster_common;
-
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::cluster::*;
 use chitin_client::fence::{self, FenceError, LeaseToken};
 use chitin_client::{AppendOutcome, Client, Nodes, Options, WatchEvent};
-use cluster_common::*;
 
 /// An address nothing listens on.
 fn dead_address() -> String {

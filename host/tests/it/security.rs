@@ -10,14 +10,12 @@
 //!
 //! Every-method token checks are in `api_bad_input.rs`.
 
-mod cluster_common;
-
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::*;
 use anyhow::{Context, Result, bail};
 use chitin::api::proto::{self, admin_client::AdminClient, journal_client::JournalClient};
 use chitin::security::BearerAuth;
-use cluster_common::*;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
@@ -164,7 +162,12 @@ async fn no_secret_appears_in_logs_health_or_status() {
     for i in 0..40 {
         let via = i % 2;
         let mut journal = JournalClient::new(signed(&api[via], CLIENT));
-        let request = proto::AppendRequest { stream: format!("s-{i}"), request_id: format!("r-{i}"), payload: b"p".to_vec(), forwarded: false };
+        let request = proto::AppendRequest {
+            stream: format!("s-{i}"),
+            request_id: format!("r-{i}"),
+            payload: b"p".to_vec(),
+            forwarded: false,
+        };
         let ack = journal.append(request).await.with_context(|| cluster_logs(&cluster)).unwrap().into_inner();
         forwarded += usize::from(ack.holder != cluster.nodes[via].name);
     }

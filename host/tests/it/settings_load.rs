@@ -22,12 +22,7 @@ fn problems(text: &str, env: &[(&str, &str)]) -> Vec<Problem> {
 fn bad_value(text: &str, env: &[(&str, &str)], key: &str) -> (String, String, String) {
     let p = problems(text, env);
     for problem in &p {
-        if let Problem::Refused {
-            key: k,
-            value,
-            rule,
-            origin,
-        } = problem
+        if let Problem::Refused { key: k, value, rule, origin } = problem
             && k == key
         {
             return (value.clone(), rule.clone(), origin.clone());
@@ -109,21 +104,12 @@ fn full_file() {
     let s = load(FULL, &[]).unwrap();
     assert_eq!(s.node.data_dir, PathBuf::from("/var/lib/chitin"));
     assert!(s.cluster.enabled);
-    assert_eq!(
-        s.cluster.redis_url.as_deref(),
-        Some("redis://127.0.0.1:6379/0")
-    );
+    assert_eq!(s.cluster.redis_url.as_deref(), Some("redis://127.0.0.1:6379/0"));
     assert_eq!(s.heartbeat_interval(), Duration::from_millis(500));
     assert_eq!(s.liveness_timeout(), Duration::from_millis(1500));
     assert_eq!(s.cluster.instance_id.as_deref(), Some("node-01"));
-    assert_eq!(
-        s.cluster.advertise.as_deref(),
-        Some("node-01.internal:7946")
-    );
-    assert_eq!(
-        s.cluster.config_file,
-        Some(PathBuf::from("/etc/chitin/cluster_config.json"))
-    );
+    assert_eq!(s.cluster.advertise.as_deref(), Some("node-01.internal:7946"));
+    assert_eq!(s.cluster.config_file, Some(PathBuf::from("/etc/chitin/cluster_config.json")));
     assert_eq!(s.database_url(), "postgres://chitin@db/chitin");
     assert_eq!(s.lease_ttl(), Duration::from_secs(2));
     assert_eq!(s.renew_interval(), Duration::from_millis(500));
@@ -166,21 +152,14 @@ fn environment_overrides() {
     assert_eq!(s.policies.instance_id, "/plugins/name.wasm");
     assert_eq!(s.leases.max_handoffs_per_round, 8);
     assert_eq!(s.node.data_dir, PathBuf::from("/tmp/d"));
-    assert_eq!(
-        Settings::default().database_url(),
-        "sqlite://./chitin-data/chitin.db"
-    );
+    assert_eq!(Settings::default().database_url(), "sqlite://./chitin-data/chitin.db");
 }
 
 #[test]
 fn empty_environment_value_resets_a_key_to_its_default() {
     let s = load(
         "[cluster]\ninstance_id = \"a\"\nnamespace = \"prod\"\n[policies]\ninstance-id = \"x.wasm\"\n",
-        &[
-            ("CHITIN__CLUSTER__INSTANCE_ID", ""),
-            ("CHITIN__CLUSTER__NAMESPACE", ""),
-            ("CHITIN__POLICIES__INSTANCE_ID", ""),
-        ],
+        &[("CHITIN__CLUSTER__INSTANCE_ID", ""), ("CHITIN__CLUSTER__NAMESPACE", ""), ("CHITIN__POLICIES__INSTANCE_ID", "")],
     )
     .unwrap();
     assert_eq!(s.cluster.instance_id, None);
@@ -227,20 +206,12 @@ fn unknown_keys_are_refused_by_name() {
         );
     }
     let text = load("[leases]\nttl = 3\n", &[]).unwrap_err().to_string();
-    assert!(
-        text.contains("`leases.ttl` = 3") && text.contains("unknown field `ttl`") && text.contains("ttl_secs"),
-        "{text}"
-    );
+    assert!(text.contains("`leases.ttl` = 3") && text.contains("unknown field `ttl`") && text.contains("ttl_secs"), "{text}");
 }
 
 #[test]
 fn unknown_environment_variables_are_refused_by_name() {
-    for var in [
-        "CHITIN__LEASES__TTL",
-        "CHITIN__LEASE__TTL_SECS",
-        "CHITIN__LEASES",
-        "CHITIN__A__B__C",
-    ] {
+    for var in ["CHITIN__LEASES__TTL", "CHITIN__LEASE__TTL_SECS", "CHITIN__LEASES", "CHITIN__A__B__C"] {
         let p = problems("", &[(var, "2")]);
         assert_eq!(p.len(), 1, "{var}: {p:?}");
         let text = SettingsError::Invalid(p).to_string();
@@ -250,120 +221,50 @@ fn unknown_environment_variables_are_refused_by_name() {
 
 #[test]
 fn bad_values_name_key_value_and_rule() {
-    let (value, rule, origin) = bad_value(
-        "[leases]\nttl_secs = 0.5\nrenew_interval_secs = 0.1\n",
-        &[],
-        "leases.ttl_secs",
-    );
+    let (value, rule, origin) = bad_value("[leases]\nttl_secs = 0.5\nrenew_interval_secs = 0.1\n", &[], "leases.ttl_secs");
     assert_eq!(value, "0.5");
     assert!(rule.contains("at least 1 second"), "{rule}");
     assert!(origin.contains("chitin.toml"), "{origin}");
 
-    let (value, rule, _) = bad_value(
-        "[leases]\nrenew_interval_secs = 8\n",
-        &[],
-        "leases.renew_interval_secs",
-    );
+    let (value, rule, _) = bad_value("[leases]\nrenew_interval_secs = 8\n", &[], "leases.renew_interval_secs");
     assert_eq!(value, "8");
-    assert!(
-        rule.contains("less than half of leases.ttl_secs (15)"),
-        "{rule}"
-    );
+    assert!(rule.contains("less than half of leases.ttl_secs (15)"), "{rule}");
     // Exactly half is refused too.
-    bad_value(
-        "[leases]\nttl_secs = 2\nrenew_interval_secs = 1\n",
-        &[],
-        "leases.renew_interval_secs",
-    );
+    bad_value("[leases]\nttl_secs = 2\nrenew_interval_secs = 1\n", &[], "leases.renew_interval_secs");
 
-    let (value, rule, _) = bad_value(
-        "[cluster]\nliveness_timeout_secs = 20\n",
-        &[],
-        "cluster.liveness_timeout_secs",
-    );
+    let (value, rule, _) = bad_value("[cluster]\nliveness_timeout_secs = 20\n", &[], "cluster.liveness_timeout_secs");
     assert_eq!(value, "20");
-    assert!(
-        rule.contains("exceed 2 × cluster.heartbeat_interval_secs (10)"),
-        "{rule}"
-    );
-    bad_value(
-        "[cluster]\nheartbeat_interval_secs = 5\nliveness_timeout_secs = 10\n",
-        &[],
-        "cluster.liveness_timeout_secs",
-    );
-    load(
-        "[cluster]\nheartbeat_interval_secs = 5\nliveness_timeout_secs = 10.5\n",
-        &[],
-    )
-    .unwrap();
+    assert!(rule.contains("exceed 2 × cluster.heartbeat_interval_secs (10)"), "{rule}");
+    bad_value("[cluster]\nheartbeat_interval_secs = 5\nliveness_timeout_secs = 10\n", &[], "cluster.liveness_timeout_secs");
+    load("[cluster]\nheartbeat_interval_secs = 5\nliveness_timeout_secs = 10.5\n", &[]).unwrap();
 
     let (value, rule, _) = bad_value("[leases]\nttl_secs = \"fifteen\"\n", &[], "leases.ttl_secs");
     assert_eq!(value, "\"fifteen\"");
     assert!(rule.contains("number of seconds"), "{rule}");
 
-    let (value, rule, origin) = bad_value(
-        "",
-        &[("CHITIN__LEASES__TTL_SECS", "abc")],
-        "leases.ttl_secs",
-    );
+    let (value, rule, origin) = bad_value("", &[("CHITIN__LEASES__TTL_SECS", "abc")], "leases.ttl_secs");
     assert_eq!(value, "\"abc\"");
     assert!(rule.contains("number of seconds"));
     assert!(origin.contains("CHITIN__LEASES__TTL_SECS"), "{origin}");
 
-    let (_, _, origin) = bad_value(
-        "",
-        &[("CHITIN__LEASES__TTL_SECS", "0.2")],
-        "leases.ttl_secs",
-    );
+    let (_, _, origin) = bad_value("", &[("CHITIN__LEASES__TTL_SECS", "0.2")], "leases.ttl_secs");
     assert!(origin.contains("CHITIN__LEASES__TTL_SECS"), "{origin}");
 
-    bad_value(
-        "",
-        &[("CHITIN__CLUSTER__ENABLED", "maybe")],
-        "cluster.enabled",
-    );
-    bad_value(
-        "[leases]\nmax_handoffs_per_round = 0\n",
-        &[],
-        "leases.max_handoffs_per_round",
-    );
-    bad_value(
-        "[leases]\nmax_handoffs_per_round = -1\n",
-        &[],
-        "leases.max_handoffs_per_round",
-    );
-    bad_value(
-        "[leases]\nmax_handoffs_per_round = 1.5\n",
-        &[],
-        "leases.max_handoffs_per_round",
-    );
+    bad_value("", &[("CHITIN__CLUSTER__ENABLED", "maybe")], "cluster.enabled");
+    bad_value("[leases]\nmax_handoffs_per_round = 0\n", &[], "leases.max_handoffs_per_round");
+    bad_value("[leases]\nmax_handoffs_per_round = -1\n", &[], "leases.max_handoffs_per_round");
+    bad_value("[leases]\nmax_handoffs_per_round = 1.5\n", &[], "leases.max_handoffs_per_round");
     bad_value("[api]\nlisten = \"localhost\"\n", &[], "api.listen");
     bad_value("[metrics]\nlisten = \"0.0.0.0\"\n", &[], "metrics.listen");
     bad_value("[metrics]\nauth_token = \"\"\n", &[], "metrics.auth_token");
     bad_value("[cluster]\nlisten = \"x\"\n", &[], "cluster.listen");
-    bad_value(
-        "[cluster]\nadvertise = \"no-port\"\n",
-        &[],
-        "cluster.advertise",
-    );
+    bad_value("[cluster]\nadvertise = \"no-port\"\n", &[], "cluster.advertise");
     load("[cluster]\nadvertise = \"[::1]:7946\"\n", &[]).unwrap();
-    let (value, _, _) = bad_value(
-        "[cluster]\ninstance_id = \"a:b\"\n",
-        &[],
-        "cluster.instance_id",
-    );
+    let (value, _, _) = bad_value("[cluster]\ninstance_id = \"a:b\"\n", &[], "cluster.instance_id");
     assert_eq!(value, "\"a:b\"");
-    bad_value(
-        "[cluster]\ninstance_id = \"\"\n",
-        &[],
-        "cluster.instance_id",
-    );
+    bad_value("[cluster]\ninstance_id = \"\"\n", &[], "cluster.instance_id");
     bad_value("[cluster]\nnamespace = \"a:b\"\n", &[], "cluster.namespace");
-    bad_value(
-        "[cluster]\nheartbeat_interval_secs = 0\n",
-        &[],
-        "cluster.heartbeat_interval_secs",
-    );
+    bad_value("[cluster]\nheartbeat_interval_secs = 0\n", &[], "cluster.heartbeat_interval_secs");
     bad_value("[database]\nurl = \"http://db\"\n", &[], "database.url");
     bad_value("[policies]\ndrain = \"\"\n", &[], "policies.drain");
     bad_value("[node]\ndata_dir = \"\"\n", &[], "node.data_dir");
@@ -376,54 +277,31 @@ fn cluster_mode_needs_redis_and_database() {
     let p = problems("[cluster]\nenabled = true\n", &[]);
     let keys: Vec<&str> = p.iter().map(Problem::key).collect();
     assert_eq!(keys, vec!["cluster.redis_url", "database.url"], "{p:?}");
-    let (value, rule, _) = bad_value(
-        "[cluster]\nredis_url = \"http://u:pw@h\"\n",
-        &[],
-        "cluster.redis_url",
-    );
+    let (value, rule, _) = bad_value("[cluster]\nredis_url = \"http://u:pw@h\"\n", &[], "cluster.redis_url");
     assert!(!value.contains("pw"), "passwords are not echoed: {value}");
     assert!(rule.contains("redis://"));
-    let (value, _, _) = bad_value(
-        "[database]\nurl = \"oracle://u:pw@h/db\"\n",
-        &[],
-        "database.url",
-    );
+    let (value, _, _) = bad_value("[database]\nurl = \"oracle://u:pw@h/db\"\n", &[], "database.url");
     assert!(!value.contains("pw"), "{value}");
 }
 
 #[test]
 fn every_problem_is_reported_at_once() {
-    let p = problems(
-        "[leases]\nttl_secs = 0\nbogus = 1\n[api]\nlisten = \"x\"\n",
-        &[("CHITIN__NOPE__X", "1")],
-    );
+    let p = problems("[leases]\nttl_secs = 0\nbogus = 1\n[api]\nlisten = \"x\"\n", &[("CHITIN__NOPE__X", "1")]);
     let keys: Vec<&str> = p.iter().map(Problem::key).collect();
-    assert!(
-        keys.contains(&"leases.bogus") && keys.contains(&"nope.x"),
-        "{keys:?}"
-    );
+    assert!(keys.contains(&"leases.bogus") && keys.contains(&"nope.x"), "{keys:?}");
     let text = SettingsError::Invalid(p).to_string();
     assert!(text.contains("environment variable CHITIN__NOPE__X"), "{text}");
     // Unknown keys stop before value rules, so fix those first; value rules all at once:
-    let p = problems(
-        "[leases]\nttl_secs = 0\n[api]\nlisten = \"x\"\n[metrics]\nlisten = \"y\"\n",
-        &[],
-    );
+    let p = problems("[leases]\nttl_secs = 0\n[api]\nlisten = \"x\"\n[metrics]\nlisten = \"y\"\n", &[]);
     let keys: Vec<&str> = p.iter().map(Problem::key).collect();
-    assert_eq!(
-        keys,
-        vec!["leases.ttl_secs", "api.listen", "metrics.listen"]
-    );
+    assert_eq!(keys, vec!["leases.ttl_secs", "api.listen", "metrics.listen"]);
     let text = SettingsError::Invalid(p).to_string();
     assert!(text.contains("`api.listen` = \"x\""), "{text}");
 }
 
 #[test]
 fn syntax_errors_and_files() {
-    assert!(matches!(
-        load("[leases\n", &[]),
-        Err(SettingsError::Syntax { .. })
-    ));
+    assert!(matches!(load("[leases\n", &[]), Err(SettingsError::Syntax { .. })));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("chitin.toml");
     std::fs::write(&path, "[leases]\nttl_secs = 4\nrenew_interval_secs = 1.5\n").unwrap();
@@ -432,10 +310,7 @@ fn syntax_errors_and_files() {
     assert_eq!(s.renew_interval(), Duration::from_secs(1));
     let missing = dir.path().join("missing.toml");
     let e = Settings::load(Some(&missing), NO_ENV).unwrap_err();
-    assert!(
-        matches!(e, SettingsError::Read { .. }) && e.to_string().contains("missing.toml"),
-        "{e}"
-    );
+    assert!(matches!(e, SettingsError::Read { .. }) && e.to_string().contains("missing.toml"), "{e}");
     // The file's name appears in messages about its values.
     std::fs::write(&path, "[leases]\nttl_secs = 0\n").unwrap();
     let e = Settings::load(Some(&path), NO_ENV).unwrap_err().to_string();
@@ -453,7 +328,8 @@ fn a_reachable_listener_needs_a_token_on_every_plane_or_insecure_listen() {
     let guarded = format!("{exposed}admin_token = \"adm-1\"\nclient_token_file = \"/run/secrets/client\"\n");
     load(&guarded, &[]).unwrap();
     // Cluster mode has a third plane.
-    let cluster = format!("{guarded}[cluster]\nenabled = true\nredis_url = \"redis://r\"\n[database]\nurl = \"postgres://h/db\"\n");
+    let cluster =
+        format!("{guarded}[cluster]\nenabled = true\nredis_url = \"redis://r\"\n[database]\nurl = \"postgres://h/db\"\n");
     let (_, rule, _) = bad_value(&cluster, &[], "api.listen");
     assert!(rule.contains("set cluster.peer_token"), "{rule}");
     load(&cluster, &[("CHITIN__CLUSTER__PEER_TOKEN", "peer-1")]).unwrap();
@@ -469,9 +345,12 @@ fn a_reachable_listener_needs_a_token_on_every_plane_or_insecure_listen() {
 
 #[test]
 fn tokens_are_never_echoed() {
-    let text = load("[api]\nclient_token = \"dup-secret\"\n[cluster]\npeer_token = \"dup-secret\"\n[metrics]\nauth_token = \"two words\"\n", &[])
-        .unwrap_err()
-        .to_string();
+    let text = load(
+        "[api]\nclient_token = \"dup-secret\"\n[cluster]\npeer_token = \"dup-secret\"\n[metrics]\nauth_token = \"two words\"\n",
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
     assert!(text.contains("`cluster.peer_token` = (hidden)") && text.contains("must differ from api.client_token"), "{text}");
     assert!(text.contains("`metrics.auth_token` = (hidden)"), "{text}");
     assert!(!text.contains("dup-secret") && !text.contains("two words"), "{text}");
@@ -483,11 +362,7 @@ fn policies_accept_both_spellings_of_instance_id() {
     assert_eq!(s.policies.instance_id, "a.wasm");
     let s = load("[policies]\ninstance-id = \"b.wasm\"\n", &[]).unwrap();
     assert_eq!(s.policies.instance_id, "b.wasm");
-    let (_, rule, _) = bad_value(
-        "[policies]\ninstance-id = \"a\"\ninstance_id = \"b\"\n",
-        &[],
-        "policies",
-    );
+    let (_, rule, _) = bad_value("[policies]\ninstance-id = \"a\"\ninstance_id = \"b\"\n", &[], "policies");
     assert!(rule.contains("duplicate field `instance_id`"), "{rule}");
 }
 
@@ -498,10 +373,7 @@ fn policies_accept_both_spellings_of_instance_id() {
 fn golden_rejections() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/settings");
     let bless = std::env::var("CHITIN_BLESS").is_ok_and(|v| v == "1");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     let mut failures = Vec::new();
     let mut cases = 0;
@@ -544,11 +416,7 @@ fn golden_rejections() {
         }
     }
     assert!(cases > 0, "no cases in {}", dir.display());
-    assert!(
-        failures.is_empty(),
-        "{}\n(CHITIN_BLESS=1 rewrites the .err files)",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{}\n(CHITIN_BLESS=1 rewrites the .err files)", failures.join("\n"));
 }
 
 #[test]

@@ -17,18 +17,16 @@
 //!   (`--tls-port`) over verified TLS, and refuses to start, naming the
 //!   setting, when the CA does not match.
 
-mod cluster_common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::*;
 use anyhow::{Context, Result, bail};
 use chitin::api::proto::{self, admin_client::AdminClient, journal_client::JournalClient, peer_client::PeerClient};
 use chitin::security::BearerAuth;
 use chitin::settings::Settings;
 use chitin::testkit::{PrivatePostgres, PrivateRedis, https_get};
-use cluster_common::*;
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -206,7 +204,8 @@ async fn a_tls_node_serves_grpc_and_http_over_tls_only() {
 
     // The CLI, with --ca, and with CHITIN_CA.
     let ca_file = ca.file.to_str().unwrap();
-    let (ok, out) = chitin(&["--ca", ca_file, "journal", "append", "--node", &node.api, "--stream", "tls-s", "--payload", "x"], &[]);
+    let (ok, out) =
+        chitin(&["--ca", ca_file, "journal", "append", "--node", &node.api, "--stream", "tls-s", "--payload", "x"], &[]);
     assert!(ok, "{out}");
     let (ok, out) = chitin(&["journal", "read", "--node", &node.api, "--stream", "tls-s"], &[("CHITIN_CA", ca_file)]);
     assert!(ok && out.contains('x'), "{out}");
@@ -291,7 +290,8 @@ async fn peers_call_each_other_over_mutual_tls_and_strangers_cannot_forward() {
     let e = journal.append(append("s-x", "r-x", true)).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
     assert!(e.message().contains("[tls] peer_ca_file"), "{}", e.message());
-    let notice = proto::OwnershipNotice { shard: "x".into(), epoch: 1, holder_uuid: uuid::Uuid::nil().to_string(), holder: "x".into() };
+    let notice =
+        proto::OwnershipNotice { shard: "x".into(), epoch: 1, holder_uuid: uuid::Uuid::nil().to_string(), holder: "x".into() };
     // Stamped with this release's protocol, as nodes' calls are, so that
     // the refusal is the guard's and not the protocol check's.
     let stamped = InterceptedService::new(channel(&api[0], Some(grpc_tls(&ca, None))).await.unwrap(), BearerAuth::new(None));
@@ -369,7 +369,8 @@ async fn assert_forwards(cluster: &Cluster, ca: &Ca, identity: Option<&Leaf>) {
     for i in 0..40 {
         let via = i % 2;
         let mut journal = JournalClient::new(channel(&cluster.nodes[via].api, Some(grpc_tls(ca, identity))).await.unwrap());
-        let ack = journal.append(append(&format!("s-{i}"), &format!("r-{i}"), false)).await.with_context(|| cluster.logs()).unwrap();
+        let ack =
+            journal.append(append(&format!("s-{i}"), &format!("r-{i}"), false)).await.with_context(|| cluster.logs()).unwrap();
         forwarded += usize::from(ack.into_inner().holder != cluster.nodes[via].name);
     }
     assert!(forwarded > 0, "no append was forwarded; the peers never called each other");
@@ -407,14 +408,21 @@ async fn a_node_uses_postgres_and_redis_over_verified_tls() {
     let (api, metrics) = (format!("127.0.0.1:{}", ports[0]), format!("127.0.0.1:{}", ports[1]));
     let config = dir.path().join("cluster_config.json");
     // Three nodes in the config, as every config must have; one runs.
-    let others: Vec<(String, String)> = (2..=3).map(|i| (format!("tls-0{i}"), format!("127.0.0.1:{}", free_port().unwrap()))).collect();
+    let others: Vec<(String, String)> =
+        (2..=3).map(|i| (format!("tls-0{i}"), format!("127.0.0.1:{}", free_port().unwrap()))).collect();
     let nodes = [vec![("tls-01".to_string(), api.clone())], others].concat();
     std::fs::write(&config, cluster_config(&nodes, 2)).unwrap();
     let namespace = format!("chitin-tls-{}", uuid::Uuid::new_v4().simple());
     let redis_url = redis.url("127.0.0.1");
     let pg_url = pg.url("127.0.0.1");
     let shared = ClusterShared { redis_url: &redis_url, namespace: &namespace, database_url: &pg_url, ttl: TTL, renew: RENEW };
-    let me = ClusterNode { name: "tls-01", api: &api, metrics: &metrics, data_dir: dir.path().join("data"), config_file: Some(&config) };
+    let me = ClusterNode {
+        name: "tls-01",
+        api: &api,
+        metrics: &metrics,
+        data_dir: dir.path().join("data"),
+        config_file: Some(&config),
+    };
     let settings = dir.path().join("tls-01.toml");
     let write = |db_ca: &Path, redis_ca: &Path| {
         let mut s = node_settings::cluster_node(&me, &shared);

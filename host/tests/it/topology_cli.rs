@@ -48,10 +48,9 @@ struct Expect {
 }
 
 fn run_case(dir: &Path) -> Result<(), String> {
-    let expect: Expect = toml::from_str(
-        &std::fs::read_to_string(dir.join("expect.toml")).map_err(|e| format!("expect.toml: {e}"))?,
-    )
-    .map_err(|e| format!("expect.toml: {e}"))?;
+    let expect: Expect =
+        toml::from_str(&std::fs::read_to_string(dir.join("expect.toml")).map_err(|e| format!("expect.toml: {e}"))?)
+            .map_err(|e| format!("expect.toml: {e}"))?;
     let single = dir.join("config.json");
     let output = if single.exists() {
         chitin(&["config", "validate", single.to_str().unwrap()])
@@ -146,20 +145,41 @@ fn the_reference_walkthrough() {
     let s = Scratch::new("walk");
     let cfg = s.path("cluster_config.json");
     ok(chitin(&[
-        "config", "init",
-        "--node-id=node-01", "--node-address=ip-10-0-10-14.us-west-2.compute.internal:7000",
-        "--node-id=node-02", "--node-address=ip-10-0-10-63.us-west-2.compute.internal:7000",
-        "--node-id=node-03", "--node-address=ip-10-0-10-78.us-west-2.compute.internal:7000",
+        "config",
+        "init",
+        "--node-id=node-01",
+        "--node-address=ip-10-0-10-14.us-west-2.compute.internal:7000",
+        "--node-id=node-02",
+        "--node-address=ip-10-0-10-63.us-west-2.compute.internal:7000",
+        "--node-id=node-03",
+        "--node-address=ip-10-0-10-78.us-west-2.compute.internal:7000",
         &format!("--output={cfg}"),
     ]));
     let v1 = std::fs::read_to_string(&cfg).unwrap();
     assert!(v1.contains("\"version\": 1"), "{v1}");
     // init refuses to overwrite.
-    let again = chitin(&["config", "init", "--node-id=a", "--node-address=a:1", "--node-id=b", "--node-address=b:1", "--node-id=c", "--node-address=c:1", &format!("--output={cfg}")]);
+    let again = chitin(&[
+        "config",
+        "init",
+        "--node-id=a",
+        "--node-address=a:1",
+        "--node-id=b",
+        "--node-address=b:1",
+        "--node-id=c",
+        "--node-address=c:1",
+        &format!("--output={cfg}"),
+    ]);
     assert!(!again.status.success());
     std::fs::copy(&cfg, s.path("v1.json")).unwrap();
 
-    ok(chitin(&["config", "add-application", &format!("--config={cfg}"), "--name=MyFirstApplication", "--implementation=MyFirstApplication", "--shards-count=16"]));
+    ok(chitin(&[
+        "config",
+        "add-application",
+        &format!("--config={cfg}"),
+        "--name=MyFirstApplication",
+        "--implementation=MyFirstApplication",
+        "--shards-count=16",
+    ]));
     let v2 = std::fs::read_to_string(&cfg).unwrap();
     assert!(v2.contains("\"id\": \"MyFirstApplication_00_0f\""), "{v2}");
     assert!(v2.contains("\"id\": \"MyFirstApplication_f0_ff\""), "{v2}");
@@ -168,11 +188,44 @@ fn the_reference_walkthrough() {
 
     // Reproducible: the same command on the same config writes the same file.
     std::fs::copy(s.path("v1.json"), s.path("again.json")).unwrap();
-    ok(chitin(&["config", "add-application", "--config", &s.path("again.json"), "--name", "MyFirstApplication", "--implementation", "MyFirstApplication", "--shards-count", "16"]));
+    ok(chitin(&[
+        "config",
+        "add-application",
+        "--config",
+        &s.path("again.json"),
+        "--name",
+        "MyFirstApplication",
+        "--implementation",
+        "MyFirstApplication",
+        "--shards-count",
+        "16",
+    ]));
     assert_eq!(std::fs::read_to_string(s.path("again.json")).unwrap(), v2);
 
-    ok(chitin(&["config", "add-application", "--config", &cfg, "--name", "MySecondApplication", "--implementation", "MySecondApplication", "--shards-count", "32"]));
-    ok(chitin(&["config", "add-node", "--config", &cfg, "--node-id", "node-04", "--node-address", "ip-10-0-10-90.us-west-2.compute.internal:7000", "--metadata", "zone=us-west-2b"]));
+    ok(chitin(&[
+        "config",
+        "add-application",
+        "--config",
+        &cfg,
+        "--name",
+        "MySecondApplication",
+        "--implementation",
+        "MySecondApplication",
+        "--shards-count",
+        "32",
+    ]));
+    ok(chitin(&[
+        "config",
+        "add-node",
+        "--config",
+        &cfg,
+        "--node-id",
+        "node-04",
+        "--node-address",
+        "ip-10-0-10-90.us-west-2.compute.internal:7000",
+        "--metadata",
+        "zone=us-west-2b",
+    ]));
     let v4 = std::fs::read_to_string(&cfg).unwrap();
     assert!(v4.contains("\"version\": 4") && v4.contains("\"zone\""), "{v4}");
 
@@ -181,11 +234,17 @@ fn the_reference_walkthrough() {
     let t = ok(chitin(&["config", "validate-transition", "--from", &s.path("v1.json"), "--to", &cfg]));
     assert!(t.contains("valid transition"), "{t}");
     let t = ok(chitin(&["config", "diff", &s.path("v2.json"), &cfg]));
-    assert!(t.contains("version 2 → 4") && t.contains("+ node        node-04") && t.contains("+ application MySecondApplication"), "{t}");
+    assert!(
+        t.contains("version 2 → 4") && t.contains("+ node        node-04") && t.contains("+ application MySecondApplication"),
+        "{t}"
+    );
     assert!(t.contains("transition: valid"), "{t}");
 
     let t = ok(chitin(&["config", "show", &cfg]));
-    assert!(t.contains("NODE") && t.contains("APPLICATION") && t.contains("MySecondApplication  MySecondApplication  3   32"), "{t}");
+    assert!(
+        t.contains("NODE") && t.contains("APPLICATION") && t.contains("MySecondApplication  MySecondApplication  3   32"),
+        "{t}"
+    );
     let t = ok(chitin(&["config", "show", "--json", &cfg]));
     let v: serde_json::Value = serde_json::from_str(&t).unwrap();
     assert_eq!(v["version"], 4);
@@ -199,14 +258,44 @@ fn writing_verbs_refuse_invalid_results() {
     let s = Scratch::new("refuse");
     let cfg = s.path("c.json");
     // Two nodes: invalid, nothing written.
-    let o = chitin(&["config", "init", "--node-id", "a", "--node-address", "a:1", "--node-id", "b", "--node-address", "b:1", "--output", &cfg]);
+    let o = chitin(&[
+        "config",
+        "init",
+        "--node-id",
+        "a",
+        "--node-address",
+        "a:1",
+        "--node-id",
+        "b",
+        "--node-address",
+        "b:1",
+        "--output",
+        &cfg,
+    ]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("error[too-few-nodes]"));
     assert!(!Path::new(&cfg).exists());
     // Unpaired flags are a usage error.
     let o = chitin(&["config", "init", "--node-id", "a", "--node-id", "b", "--node-address", "b:1", "--output", &cfg]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    ok(chitin(&["config", "init", "--node-id", "a", "--node-address", "a:1", "--node-id", "b", "--node-address", "b:1", "--node-id", "c", "--node-address", "c:1", "--output", &cfg]));
+    ok(chitin(&[
+        "config",
+        "init",
+        "--node-id",
+        "a",
+        "--node-address",
+        "a:1",
+        "--node-id",
+        "b",
+        "--node-address",
+        "b:1",
+        "--node-id",
+        "c",
+        "--node-address",
+        "c:1",
+        "--output",
+        &cfg,
+    ]));
     let before = std::fs::read_to_string(&cfg).unwrap();
     // Duplicate address.
     let o = chitin(&["config", "add-node", "--config", &cfg, "--node-id", "d", "--node-address", "a:1"]);
@@ -248,9 +337,13 @@ fn json_output_of_validation() {
     assert!(v["violations"].as_array().unwrap().len() >= 5);
     let dir = fixtures_dir().join("transition-invalid-replica-moved");
     let o = chitin(&[
-        "config", "validate-transition", "--json",
-        "--from", dir.join("old.json").to_str().unwrap(),
-        "--to", dir.join("new.json").to_str().unwrap(),
+        "config",
+        "validate-transition",
+        "--json",
+        "--from",
+        dir.join("old.json").to_str().unwrap(),
+        "--to",
+        dir.join("new.json").to_str().unwrap(),
     ]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["violations"][0]["scope"], "transition");
@@ -265,11 +358,8 @@ fn a_closed_stdout_ends_the_command_quietly() {
     assert!(config.exists(), "fixture {} is missing", config.display());
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let out = Command::new(BIN)
-        .args(["config", "validate", config.to_str().unwrap()])
-        .stdout(writer)
-        .output()
-        .expect("run chitin");
+    let out =
+        Command::new(BIN).args(["config", "validate", config.to_str().unwrap()]).stdout(writer).output().expect("run chitin");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(141), "{:?} {stderr}", out.status);

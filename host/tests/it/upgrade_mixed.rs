@@ -25,8 +25,6 @@
 //! node replacement's longest append stall under a TTL (the planned-handoff
 //! target of `ownership_cluster.rs`); the stalls are printed.
 
-mod cluster_common;
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,12 +32,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::*;
 use anyhow::{Context, Result, anyhow, bail};
 use chitin::node::shard_map::ShardMap;
 use chitin::proto;
 use chitin::topology::ClusterConfig;
 use chitin::upgrade::{self, BINARY_VERSION};
-use cluster_common::*;
 
 /// One cluster at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -78,7 +76,8 @@ fn require_commit(root: &Path, version: &str, commit: &str) -> Result<()> {
     if found.status.success() {
         return Ok(());
     }
-    let shallow = git(root, &["rev-parse", "--is-shallow-repository"]).map(|o| String::from_utf8_lossy(&o.stdout).trim() == "true");
+    let shallow =
+        git(root, &["rev-parse", "--is-shallow-repository"]).map(|o| String::from_utf8_lossy(&o.stdout).trim() == "true");
     bail!(
         "release {version} (commit {commit}, from RELEASES) is not in this clone{}. The mixed-version test builds it: \
          fetch the history with `git fetch --unshallow` (or `git fetch origin {commit}`); a CI checkout needs the full \
@@ -164,9 +163,19 @@ fn seeded_build_dir(base: &Path) -> Result<PathBuf> {
 
 /// The environment cargo gives a test that would mislead a nested build.
 fn set_by_cargo_for_this_test(key: &str) -> bool {
-    ["CARGO_PKG_", "CARGO_BIN_", "CARGO_MANIFEST_", "CARGO_CRATE_", "CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "CARGO_TARGET_DIR", "CARGO_BUILD_BUILD_DIR", "OUT_DIR"]
-        .iter()
-        .any(|p| key.starts_with(p))
+    [
+        "CARGO_PKG_",
+        "CARGO_BIN_",
+        "CARGO_MANIFEST_",
+        "CARGO_CRATE_",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_BUILD_DIR",
+        "OUT_DIR",
+    ]
+    .iter()
+    .any(|p| key.starts_with(p))
 }
 
 /// Builds the release's `chitin`; returns `(version, binary)`.
@@ -201,7 +210,11 @@ fn build_previous() -> Result<(String, PathBuf)> {
         "release {version}: built in {:.1?}, {} crates compiled{}",
         started.elapsed(),
         compiled.len(),
-        if compiled.is_empty() { String::new() } else { format!(": {}", compiled.iter().map(|l| l.trim().trim_start_matches("Compiling ")).collect::<Vec<_>>().join(", ")) }
+        if compiled.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", compiled.iter().map(|l| l.trim().trim_start_matches("Compiling ")).collect::<Vec<_>>().join(", "))
+        }
     );
     let exe = out_dir.join("debug").join("chitin");
     if !exe.exists() {
@@ -239,20 +252,36 @@ async fn cluster_of(exe: &Path) -> Result<Cluster> {
     let dir = tempfile::tempdir()?;
     let db = TestDb::create(Dialect::Postgres).await?;
     let ports = free_ports(6)?;
-    let names: Vec<(String, String, String)> =
-        (0..3).map(|i| (format!("node-{:02}", i + 1), format!("127.0.0.1:{}", ports[2 * i]), format!("127.0.0.1:{}", ports[2 * i + 1]))).collect();
+    let names: Vec<(String, String, String)> = (0..3)
+        .map(|i| (format!("node-{:02}", i + 1), format!("127.0.0.1:{}", ports[2 * i]), format!("127.0.0.1:{}", ports[2 * i + 1])))
+        .collect();
     let config = dir.path().join("cluster_config.json");
     let pairs: Vec<(String, String)> = names.iter().map(|(n, a, _)| (n.clone(), a.clone())).collect();
     std::fs::write(&config, cluster_config(&pairs, 8))?;
     let namespace = format!("chitin-test-{}", uuid::Uuid::new_v4().simple());
-    let shared = ClusterShared { redis_url: "redis://127.0.0.1:6379", namespace: &namespace, database_url: &db.url, ttl: TTL, renew: RENEW };
+    let shared = ClusterShared {
+        redis_url: "redis://127.0.0.1:6379",
+        namespace: &namespace,
+        database_url: &db.url,
+        ttl: TTL,
+        renew: RENEW,
+    };
     let default = toml::Value::try_from(chitin::settings::Settings::default())?;
     let mut nodes = Vec::new();
     for (name, api, metrics) in names {
-        let node = ClusterNode { name: &name, api: &api, metrics: &metrics, data_dir: dir.path().join(&name), config_file: Some(&config) };
+        let node = ClusterNode {
+            name: &name,
+            api: &api,
+            metrics: &metrics,
+            data_dir: dir.path().join(&name),
+            config_file: Some(&config),
+        };
         let full = toml::Value::try_from(node_settings::cluster_node(&node, &shared))?;
         let settings = dir.path().join(format!("{name}.toml"));
-        std::fs::write(&settings, toml::to_string(&differing(&full, &default).unwrap_or(toml::Value::Table(Default::default())))?)?;
+        std::fs::write(
+            &settings,
+            toml::to_string(&differing(&full, &default).unwrap_or(toml::Value::Table(Default::default())))?,
+        )?;
         let log = dir.path().join(format!("{name}.log"));
         nodes.push(NodeProc::new(exe, name, api, metrics, settings, log));
     }
@@ -284,7 +313,8 @@ async fn replace(c: &mut Cluster, i: usize, exe: &Path, to: &str) -> Result<Repl
     if !exit.success() {
         bail!("graceful stop of {}: {exit:?}\n{}", old.name, old.log_tail(40));
     }
-    let mut new = NodeProc::new(exe, old.name.clone(), old.api.clone(), old.metrics.clone(), old.settings.clone(), old.log.clone());
+    let mut new =
+        NodeProc::new(exe, old.name.clone(), old.api.clone(), old.metrics.clone(), old.settings.clone(), old.log.clone());
     new.start()?;
     new.wait_ready(Duration::from_secs(60)).await?;
     let node = new.name.clone();
@@ -313,7 +343,12 @@ struct Load {
 impl Load {
     /// The longest stall of an append that was in flight during `window`.
     fn stall_in(&self, (from, to): (Instant, Instant)) -> Duration {
-        self.latencies.iter().filter(|(at, took)| *at <= to && *at + *took >= from).map(|(_, took)| *took).max().unwrap_or_default()
+        self.latencies
+            .iter()
+            .filter(|(at, took)| *at <= to && *at + *took >= from)
+            .map(|(_, took)| *took)
+            .max()
+            .unwrap_or_default()
     }
 }
 
@@ -338,14 +373,25 @@ async fn client(apis: Vec<String>, streams: Vec<String>, stop: Arc<AtomicBool>) 
                 }
                 continue;
             };
-            let request = proto::AppendRequest { stream: stream.clone(), request_id: request_id.clone(), payload: b"u".to_vec(), forwarded: false };
+            let request = proto::AppendRequest {
+                stream: stream.clone(),
+                request_id: request_id.clone(),
+                payload: b"u".to_vec(),
+                forwarded: false,
+            };
             match j.append(request).await {
                 Ok(ack) => {
-                    load.acked.push(Acked { stream: stream.clone(), request_id: request_id.clone(), sequence: ack.into_inner().sequence });
+                    load.acked.push(Acked {
+                        stream: stream.clone(),
+                        request_id: request_id.clone(),
+                        sequence: ack.into_inner().sequence,
+                    });
                     load.latencies.push((started, started.elapsed()));
                     break;
                 }
-                Err(s) if s.metadata().get(proto::outcome::KEY).is_none() && started.elapsed() < Duration::from_secs(30) => next += 1,
+                Err(s) if s.metadata().get(proto::outcome::KEY).is_none() && started.elapsed() < Duration::from_secs(30) => {
+                    next += 1
+                }
                 Err(s) => {
                     load.failed.push(format!("{request_id} via {api}: {s}"));
                     break;
@@ -356,19 +402,21 @@ async fn client(apis: Vec<String>, streams: Vec<String>, stop: Arc<AtomicBool>) 
     load
 }
 
-
 /// Every acknowledged append is in the journal once, at its sequence
 /// number, and every stream's sequence numbers are gapless.
 async fn check_nothing_lost(url: &str, load: &Load) -> Result<()> {
     let pool = sqlx::PgPool::connect(url).await?;
-    let rows: Vec<(String, String, i64)> = sqlx::query_as("SELECT stream, request_id, seq FROM chitin_journal").fetch_all(&pool).await?;
+    let rows: Vec<(String, String, i64)> =
+        sqlx::query_as("SELECT stream, request_id, seq FROM chitin_journal").fetch_all(&pool).await?;
     pool.close().await;
     let stored: HashMap<(&str, &str), i64> = rows.iter().map(|(s, r, q)| ((s.as_str(), r.as_str()), *q)).collect();
     let mut problems = Vec::new();
     for a in &load.acked {
         match stored.get(&(a.stream.as_str(), a.request_id.as_str())) {
             None => problems.push(format!("lost: {} {} (acknowledged at {})", a.stream, a.request_id, a.sequence)),
-            Some(&seq) if seq as u64 != a.sequence => problems.push(format!("{} {}: acknowledged at {}, stored at {seq}", a.stream, a.request_id, a.sequence)),
+            Some(&seq) if seq as u64 != a.sequence => {
+                problems.push(format!("{} {}: acknowledged at {}, stored at {seq}", a.stream, a.request_id, a.sequence))
+            }
             Some(_) => {}
         }
     }
@@ -408,7 +456,10 @@ async fn finalize_refused(c: &Cluster, i: usize, older: &[&str], version: &str) 
     let e = admin(c, i).await.finalize_upgrade(proto::FinalizeUpgradeRequest::default()).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
     for name in older {
-        assert!(e.message().contains(&format!("node `{name}`")) && e.message().contains(&format!("runs chitin {version}")), "{name}: {e:?}");
+        assert!(
+            e.message().contains(&format!("node `{name}`")) && e.message().contains(&format!("runs chitin {version}")),
+            "{name}: {e:?}"
+        );
     }
     let s = upgrade_status(c, i).await;
     assert_eq!(s.cluster_version, "0.1", "a refused finalize changed the cluster version: {s:?}");
@@ -456,7 +507,13 @@ where
 
     eprintln!("{what}: {} appends acknowledged, {} failed", load.acked.len(), load.failed.len());
     for r in &replacements {
-        eprintln!("{what}: {} → {}: longest append stall {:?} (replacement took {:?})", r.node, r.to, load.stall_in(r.window), r.window.1 - r.window.0);
+        eprintln!(
+            "{what}: {} → {}: longest append stall {:?} (replacement took {:?})",
+            r.node,
+            r.to,
+            load.stall_in(r.window),
+            r.window.1 - r.window.0
+        );
     }
     if !load.failed.is_empty() {
         bail!("{what}: failed appends: {:?}\n{}", load.failed, c.logs());
@@ -469,7 +526,12 @@ where
         let stall = load.stall_in(r.window);
         // A planned handoff never waits for a lease to expire.
         if stall >= TTL {
-            bail!("{what}: replacing {} with {} stalled an append {stall:?} (target: under the {TTL:?} TTL)\n{}", r.node, r.to, c.logs());
+            bail!(
+                "{what}: replacing {} with {} stalled an append {stall:?} (target: under the {TTL:?} TTL)\n{}",
+                r.node,
+                r.to,
+                c.logs()
+            );
         }
     }
     Ok(())
@@ -485,7 +547,9 @@ async fn a_rolling_upgrade_from_the_previous_release_fails_no_append() {
         let mut done = vec![replace(c, 0, &new, BINARY_VERSION).await?];
         let seen = versions(c, 0).await;
         let want: BTreeMap<String, String> =
-            [("node-01", BINARY_VERSION), ("node-02", old_version.as_str()), ("node-03", old_version.as_str())].map(|(n, v)| (n.into(), v.into())).into();
+            [("node-01", BINARY_VERSION), ("node-02", old_version.as_str()), ("node-03", old_version.as_str())]
+                .map(|(n, v)| (n.into(), v.into()))
+                .into();
         assert_eq!(seen, want, "cluster status during the roll");
         finalize_refused(c, 0, &["node-02", "node-03"], &old_version).await;
         done.push(replace(c, 1, &new, BINARY_VERSION).await?);
@@ -501,7 +565,11 @@ async fn a_rolling_upgrade_from_the_previous_release_fails_no_append() {
             if own == 0 && on_liveness > 0 {
                 break;
             }
-            assert!(std::time::Instant::now() < deadline, "{own} leases still carry their own expiry after finalize\n{}", c.logs());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{own} leases still carry their own expiry after finalize\n{}",
+                c.logs()
+            );
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         store.close().await;
@@ -524,7 +592,11 @@ async fn a_node_rolled_back_before_finalize_fails_no_append() {
         done.push(replace(c, 0, &old, &old_version).await?);
         // The release started on a schema with a migration it does not know.
         let log = c.nodes[0].log_text();
-        assert!(log.contains("the schema has a migration this binary does not know"), "the rolled-back node did not log the newer schema:\n{}", c.nodes[0].log_tail(60));
+        assert!(
+            log.contains("the schema has a migration this binary does not know"),
+            "the rolled-back node did not log the newer schema:\n{}",
+            c.nodes[0].log_tail(60)
+        );
         finalize_refused(c, 1, &["node-01", "node-03"], &old_version).await;
         done.push(replace(c, 0, &new, BINARY_VERSION).await?);
         done.push(replace(c, 2, &new, BINARY_VERSION).await?);

@@ -13,15 +13,13 @@
 //!
 //! The mixed-version cluster (0.1.0 and this build) is `upgrade_mixed.rs`.
 
-mod cluster_common;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::*;
 use chitin::lease::Store;
 use chitin::proto::{self, journal_client::JournalClient, peer_client::PeerClient};
 use chitin::upgrade::{self, BINARY_VERSION, expand, gates};
-use cluster_common::*;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -51,7 +49,12 @@ fn with_metadata<T>(message: T, metadata: &[(&'static str, &'static str)]) -> to
 }
 
 fn notice() -> proto::OwnershipNotice {
-    proto::OwnershipNotice { shard: "none".into(), epoch: 1, holder_uuid: uuid::Uuid::new_v4().to_string(), holder: "elsewhere".into() }
+    proto::OwnershipNotice {
+        shard: "none".into(),
+        epoch: 1,
+        holder_uuid: uuid::Uuid::new_v4().to_string(),
+        holder: "elsewhere".into(),
+    }
 }
 
 fn append(id: &str) -> proto::AppendRequest {
@@ -75,7 +78,8 @@ async fn every_call_is_judged_by_its_protocol() {
     let newer = [("chitin-protocol", "4"), ("chitin-protocol-min", "3"), ("chitin-version", "0.4.0")];
     let e = journal.append(with_metadata(append("newer"), &newer)).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
-    for says in ["chitin 0.4.0, speaking protocol 3..=4", &format!("this node runs chitin {BINARY_VERSION}"), "upgrade this node"] {
+    for says in ["chitin 0.4.0, speaking protocol 3..=4", &format!("this node runs chitin {BINARY_VERSION}"), "upgrade this node"]
+    {
         assert!(e.message().contains(says), "`{says}` missing: {e:?}");
     }
     for bad in [&[("chitin-protocol", "two")][..], &[("chitin-protocol", "2"), ("chitin-protocol-min", "5")]] {

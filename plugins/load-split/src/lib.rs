@@ -89,22 +89,12 @@ mod tests {
     use chitin_policy_sdk::Shard;
 
     fn sample(lower: u32, upper: u32, ops: f64) -> RangeLoad {
-        RangeLoad {
-            lower,
-            upper,
-            ops_per_sec: ops,
-            ..RangeLoad::default()
-        }
+        RangeLoad { lower, upper, ops_per_sec: ops, ..RangeLoad::default() }
     }
 
     fn request(samples: Vec<RangeLoad>, children: u32) -> SplitRequest {
         SplitRequest {
-            shard: Shard {
-                id: "s".into(),
-                lower: 0,
-                upper: u32::MAX,
-                ..Shard::default()
-            },
+            shard: Shard { id: "s".into(), lower: 0, upper: u32::MAX, ..Shard::default() },
             children,
             samples,
             ..SplitRequest::default()
@@ -133,9 +123,8 @@ mod tests {
 
     #[test]
     fn each_of_four_children_gets_a_quarter_of_the_load() {
-        let samples: Vec<RangeLoad> = (0..16u32)
-            .map(|i| sample(i << 28, ((i + 1) << 28).wrapping_sub(1), f64::from(i + 1)))
-            .collect();
+        let samples: Vec<RangeLoad> =
+            (0..16u32).map(|i| sample(i << 28, ((i + 1) << 28).wrapping_sub(1), f64::from(i + 1))).collect();
         let points = split_points(&request(samples.clone(), 4)).unwrap();
         let total: f64 = (1..=16).map(f64::from).sum();
         for (k, p) in points.iter().enumerate() {

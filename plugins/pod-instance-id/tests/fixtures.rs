@@ -6,8 +6,6 @@ use pod_instance_id::PodInstanceId;
 
 #[test]
 fn fixtures_hold_natively() {
-    let n = Fixtures::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures"))
-        .instance_id::<PodInstanceId>()
-        .assert_all_hold();
+    let n = Fixtures::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures")).instance_id::<PodInstanceId>().assert_all_hold();
     assert!(n >= 4, "only {n} fixtures");
 }

@@ -23,10 +23,7 @@ chitin_policy_sdk::export_policies!(PriorityDrain: drain);
 /// Lightest first; shards without a figure last, then by shard id.
 fn order(a: (&str, Option<&ShardLoad>), b: (&str, Option<&ShardLoad>)) -> Ordering {
     match (a.1, b.1) {
-        (Some(x), Some(y)) => x
-            .ops_per_sec
-            .total_cmp(&y.ops_per_sec)
-            .then(x.bytes.cmp(&y.bytes)),
+        (Some(x), Some(y)) => x.ops_per_sec.total_cmp(&y.ops_per_sec).then(x.bytes.cmp(&y.bytes)),
         (Some(_), None) => Ordering::Less,
         (None, Some(_)) => Ordering::Greater,
         (None, None) => Ordering::Equal,
@@ -38,22 +35,15 @@ fn order(a: (&str, Option<&ShardLoad>), b: (&str, Option<&ShardLoad>)) -> Orderi
 pub fn plan_drain(req: &DrainRequest) -> Result<Vec<Vec<Handoff>>, PolicyError> {
     // Recipients and every refusal are the default's: plan in one round…
     let max = req.max_per_round;
-    let one_round = DrainRequest {
-        max_per_round: u32::MAX,
-        ..req.clone()
-    };
+    let one_round = DrainRequest { max_per_round: u32::MAX, ..req.clone() };
     if max == 0 {
         return defaults::plan_drain(req);
     }
     let mut handoffs: Vec<Handoff> = defaults::plan_drain(&one_round)?.into_iter().flatten().collect();
     // …then reorder by load and cut into rounds.
     let load: HashMap<&str, &ShardLoad> = req.load.iter().map(|l| (l.shard.as_str(), l)).collect();
-    handoffs.sort_by(|a, b| {
-        order(
-            (&a.shard, load.get(a.shard.as_str()).copied()),
-            (&b.shard, load.get(b.shard.as_str()).copied()),
-        )
-    });
+    handoffs
+        .sort_by(|a, b| order((&a.shard, load.get(a.shard.as_str()).copied()), (&b.shard, load.get(b.shard.as_str()).copied())));
     Ok(handoffs.chunks(max as usize).map(<[Handoff]>::to_vec).collect())
 }
 
@@ -110,9 +100,7 @@ mod tests {
         let req = request(&[("s3", 1.0)], 4);
         let mine = plan_drain(&req).unwrap();
         let theirs = defaults::plan_drain(&req).unwrap();
-        let target = |rounds: &[Vec<Handoff>], s: &str| {
-            rounds.iter().flatten().find(|h| h.shard == s).unwrap().target.clone()
-        };
+        let target = |rounds: &[Vec<Handoff>], s: &str| rounds.iter().flatten().find(|h| h.shard == s).unwrap().target.clone();
         for s in ["s1", "s2", "s3", "s4", "s5"] {
             assert_eq!(target(&mine, s), target(&theirs, s));
         }

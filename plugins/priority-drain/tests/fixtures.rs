@@ -6,8 +6,6 @@ use priority_drain::PriorityDrain;
 
 #[test]
 fn fixtures_hold_natively() {
-    let n = Fixtures::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures"))
-        .drain::<PriorityDrain>()
-        .assert_all_hold();
+    let n = Fixtures::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures")).drain::<PriorityDrain>().assert_all_hold();
     assert!(n >= 4, "only {n} fixtures");
 }

@@ -18,11 +18,7 @@ pub fn even_split_points(lower: u32, upper: u32, parts: u32) -> Option<Vec<u32>>
     if parts < 2 || total < u64::from(parts) {
         return None;
     }
-    Some(
-        (1..u64::from(parts))
-            .map(|i| (u64::from(lower) + total * i / u64::from(parts)) as u32)
-            .collect(),
-    )
+    Some((1..u64::from(parts)).map(|i| (u64::from(lower) + total * i / u64::from(parts)) as u32).collect())
 }
 
 #[cfg(test)]
@@ -32,10 +28,7 @@ mod tests {
     #[test]
     fn halves_of_the_full_range() {
         assert_eq!(even_split_points(0, u32::MAX, 2), Some(vec![0x8000_0000]));
-        assert_eq!(
-            even_split_points(0, u32::MAX, 4),
-            Some(vec![0x4000_0000, 0x8000_0000, 0xc000_0000])
-        );
+        assert_eq!(even_split_points(0, u32::MAX, 4), Some(vec![0x4000_0000, 0x8000_0000, 0xc000_0000]));
     }
 
     #[test]

@@ -44,9 +44,7 @@ pub struct Weigher {
 impl Weigher {
     /// Prepares the weights for `key`.
     pub fn new(key: &str) -> Self {
-        Weigher {
-            prefix: fnv1a64_extend(fnv1a64(key.as_bytes()), &[0]),
-        }
+        Weigher { prefix: fnv1a64_extend(fnv1a64(key.as_bytes()), &[0]) }
     }
 
     /// The rendezvous weight of `node` for this key (same as [`weight`]).
@@ -66,8 +64,7 @@ where
     I: IntoIterator<Item = &'a str>,
 {
     let weigher = Weigher::new(key);
-    let mut weighted: Vec<(u64, &str)> =
-        nodes.into_iter().map(|n| (weigher.weight(n), n)).collect();
+    let mut weighted: Vec<(u64, &str)> = nodes.into_iter().map(|n| (weigher.weight(n), n)).collect();
     weighted.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
     weighted.into_iter().map(|(_, n)| n).collect()
 }
@@ -85,18 +82,9 @@ mod tests {
     #[test]
     fn weights_follow_the_definition() {
         // mix64(fnv1a64(key ++ 0x00 ++ node)), computed the long way.
-        for (key, node) in [
-            ("", ""),
-            ("s1", "n1"),
-            ("app_00042", "node-017"),
-            ("ключ", "узел"),
-        ] {
+        for (key, node) in [("", ""), ("s1", "n1"), ("app_00042", "node-017"), ("ключ", "узел")] {
             let bytes = [key.as_bytes(), &[0], node.as_bytes()].concat();
-            assert_eq!(
-                weight(key, node),
-                mix64(fnv1a64(&bytes)),
-                "{key:?} {node:?}"
-            );
+            assert_eq!(weight(key, node), mix64(fnv1a64(&bytes)), "{key:?} {node:?}");
             assert_eq!(Weigher::new(key).weight(node), weight(key, node));
         }
         assert_eq!(fnv1a64_extend(fnv1a64(b"ab"), b"cd"), fnv1a64(b"abcd"));

@@ -91,13 +91,7 @@ fn drain<T: DrainPolicy>(call: &str, v: &Value) -> Outcome {
 impl Fixtures {
     /// The fixtures (`*.json`) directly in `dir`.
     pub fn new(dir: impl AsRef<Path>) -> Self {
-        Fixtures {
-            dir: dir.as_ref().to_path_buf(),
-            instance_id: None,
-            placement: None,
-            split: None,
-            drain: None,
-        }
+        Fixtures { dir: dir.as_ref().to_path_buf(), instance_id: None, placement: None, split: None, drain: None }
     }
 
     /// Checks `instance-id` fixtures against `T`.
@@ -133,19 +127,9 @@ impl Fixtures {
             .collect();
         paths.sort();
         let bless = std::env::var_os("CHITIN_BLESS").is_some_and(|v| v == "1");
-        let failures: Vec<String> = paths
-            .iter()
-            .filter_map(|p| {
-                self.check_file(p, bless)
-                    .err()
-                    .map(|e| format!("{}: {e}", p.display()))
-            })
-            .collect();
-        if failures.is_empty() {
-            Ok(paths.len())
-        } else {
-            Err(failures.join("\n"))
-        }
+        let failures: Vec<String> =
+            paths.iter().filter_map(|p| self.check_file(p, bless).err().map(|e| format!("{}: {e}", p.display()))).collect();
+        if failures.is_empty() { Ok(paths.len()) } else { Err(failures.join("\n")) }
     }
 
     /// [`check`](Self::check), panicking with the failures; returns how many

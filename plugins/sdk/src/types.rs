@@ -158,11 +158,9 @@ pub enum PolicyError {
 impl std::fmt::Display for PolicyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PolicyError::InsufficientNodes(s) => write!(
-                f,
-                "insufficient nodes: {} needed, {} eligible (joining or active)",
-                s.needed, s.eligible
-            ),
+            PolicyError::InsufficientNodes(s) => {
+                write!(f, "insufficient nodes: {} needed, {} eligible (joining or active)", s.needed, s.eligible)
+            }
             PolicyError::UnknownShard(id) => write!(f, "unknown shard `{id}`"),
             PolicyError::UnknownNode(id) => write!(f, "unknown node `{id}`"),
             PolicyError::InvalidSplit(why) => write!(f, "invalid split: {why}"),

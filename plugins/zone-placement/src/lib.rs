@@ -27,8 +27,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chitin_default_policies::placement as defaults;
 use chitin_policy_sdk::{
-    HolderRanking, Node, NodeShortage, PlacementPolicy, PlacementRequest, PolicyError, RankingRequest,
-    RebalanceRequest, ReplicaMove, ShardPlacement, ShardState,
+    HolderRanking, Node, NodeShortage, PlacementPolicy, PlacementRequest, PolicyError, RankingRequest, RebalanceRequest,
+    ReplicaMove, ShardPlacement, ShardState,
 };
 
 /// The plugin: implements [`PlacementPolicy`].
@@ -46,11 +46,7 @@ pub fn zone_of(node: &Node) -> String {
 
 /// Eligible nodes by id, with their zone.
 fn eligible(nodes: &[Node]) -> BTreeMap<&str, String> {
-    nodes
-        .iter()
-        .filter(|n| n.state.is_eligible())
-        .map(|n| (n.id.as_str(), zone_of(n)))
-        .collect()
+    nodes.iter().filter(|n| n.state.is_eligible()).map(|n| (n.id.as_str(), zone_of(n))).collect()
 }
 
 /// Picks `count` more nodes for one shard, avoiding the zones in `used_zones`
@@ -65,17 +61,14 @@ fn pick(
 ) -> Vec<String> {
     let mut picked = Vec::with_capacity(count);
     for _ in 0..count {
-        let best = nodes
-            .iter()
-            .filter(|(id, _)| !used_nodes.contains(**id))
-            .min_by_key(|(id, zone)| {
-                (
-                    used_zones.get(*zone).copied().unwrap_or(0),
-                    load.get(**id).copied().unwrap_or(0),
-                    zone_load.get(*zone).copied().unwrap_or(0),
-                    **id,
-                )
-            });
+        let best = nodes.iter().filter(|(id, _)| !used_nodes.contains(**id)).min_by_key(|(id, zone)| {
+            (
+                used_zones.get(*zone).copied().unwrap_or(0),
+                load.get(**id).copied().unwrap_or(0),
+                zone_load.get(*zone).copied().unwrap_or(0),
+                **id,
+            )
+        });
         let Some((id, zone)) = best else { break };
         used_nodes.insert(id.to_string());
         *used_zones.entry(zone.clone()).or_default() += 1;
@@ -102,25 +95,16 @@ pub fn place_replicas(req: &PlacementRequest) -> Result<Vec<ShardPlacement>, Pol
     }
     let mut out = Vec::with_capacity(req.new_shards.len());
     for id in &req.new_shards {
-        let shard = req
-            .shards
-            .iter()
-            .find(|s| &s.id == id)
-            .ok_or_else(|| PolicyError::UnknownShard(id.clone()))?;
+        let shard = req.shards.iter().find(|s| &s.id == id).ok_or_else(|| PolicyError::UnknownShard(id.clone()))?;
         let chosen = if shard.state == ShardState::Activating {
-            let parent = shard.parent.as_deref().ok_or_else(|| {
-                PolicyError::InvalidInput(format!("activating shard {id} names no parent"))
-            })?;
-            let parent_nodes: BTreeSet<String> = req
-                .replicas
-                .iter()
-                .filter(|r| r.shard == parent)
-                .map(|r| r.node.clone())
-                .collect();
+            let parent = shard
+                .parent
+                .as_deref()
+                .ok_or_else(|| PolicyError::InvalidInput(format!("activating shard {id} names no parent")))?;
+            let parent_nodes: BTreeSet<String> =
+                req.replicas.iter().filter(|r| r.shard == parent).map(|r| r.node.clone()).collect();
             if parent_nodes.is_empty() {
-                return Err(PolicyError::InvalidInput(format!(
-                    "activating shard {id}: its parent {parent} has no replicas"
-                )));
+                return Err(PolicyError::InvalidInput(format!("activating shard {id}: its parent {parent} has no replicas")));
             }
             parent_nodes.into_iter().collect()
         } else {
@@ -136,10 +120,7 @@ pub fn place_replicas(req: &PlacementRequest) -> Result<Vec<ShardPlacement>, Pol
         for node in &chosen {
             add(node, &mut load, &mut zone_load);
         }
-        out.push(ShardPlacement {
-            shard: id.clone(),
-            nodes: chosen,
-        });
+        out.push(ShardPlacement { shard: id.clone(), nodes: chosen });
     }
     Ok(out)
 }
@@ -148,10 +129,7 @@ pub fn place_replicas(req: &PlacementRequest) -> Result<Vec<ShardPlacement>, Pol
 pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError> {
     let nodes = eligible(&req.nodes);
     if nodes.is_empty() {
-        return Err(PolicyError::InsufficientNodes(NodeShortage {
-            needed: 1,
-            eligible: 0,
-        }));
+        return Err(PolicyError::InsufficientNodes(NodeShortage { needed: 1, eligible: 0 }));
     }
     let known: BTreeMap<&str, &Node> = req.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
     let zone = |node: &str| known.get(node).map(|n| zone_of(n)).unwrap_or_default();
@@ -195,11 +173,7 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
         if nodes.contains_key(at[i].2.as_str()) {
             continue;
         }
-        let target = nodes
-            .keys()
-            .filter(|n| fits(&at, i, n))
-            .min_by_key(|n| (count(&at, n), **n))
-            .map(|n| n.to_string());
+        let target = nodes.keys().filter(|n| fits(&at, i, n)).min_by_key(|n| (count(&at, n), **n)).map(|n| n.to_string());
         match target {
             Some(t) => record(&mut moves, &mut at, i, &t),
             None => {
@@ -211,12 +185,8 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
             }
         }
     }
-    let active: BTreeSet<&str> = req
-        .shards
-        .iter()
-        .filter(|s| matches!(s.state, ShardState::Active))
-        .map(|s| s.id.as_str())
-        .collect();
+    let active: BTreeSet<&str> =
+        req.shards.iter().filter(|s| matches!(s.state, ShardState::Active)).map(|s| s.id.as_str()).collect();
     // 2. Spread: while a shard's replicas share a zone and an eligible node
     //    sits in a zone the shard lacks, move the replica on the fuller node
     //    of a shared zone to the emptiest node of a missing zone.
@@ -263,8 +233,7 @@ pub fn rebalance(req: &RebalanceRequest) -> Result<Vec<ReplicaMove>, PolicyError
                 }
                 if let Some(i) = (0..at.len()).find(|&i| {
                     at[i].2 == *src && active.contains(at[i].0.as_str()) && !moved(&moves, &at[i].1) && fits(&at, i, dst)
-                })
-                {
+                }) {
                     planned = Some((i, dst.to_string()));
                     break 'search;
                 }
@@ -298,27 +267,15 @@ mod tests {
     use chitin_policy_sdk::{NodeState, Replica, Shard};
 
     fn node(id: &str, zone: Option<&str>) -> Node {
-        Node {
-            id: id.into(),
-            zone: zone.map(Into::into),
-            state: NodeState::Active,
-            ..Node::default()
-        }
+        Node { id: id.into(), zone: zone.map(Into::into), state: NodeState::Active, ..Node::default() }
     }
 
     fn shard(id: &str) -> Shard {
-        Shard {
-            id: id.into(),
-            upper: u32::MAX,
-            ..Shard::default()
-        }
+        Shard { id: id.into(), upper: u32::MAX, ..Shard::default() }
     }
 
     fn zones_of(req: &PlacementRequest, p: &ShardPlacement) -> BTreeSet<String> {
-        p.nodes
-            .iter()
-            .map(|n| zone_of(req.nodes.iter().find(|x| &x.id == n).unwrap()))
-            .collect()
+        p.nodes.iter().map(|n| zone_of(req.nodes.iter().find(|x| &x.id == n).unwrap())).collect()
     }
 
     fn six_nodes_three_zones() -> Vec<Node> {
@@ -376,10 +333,7 @@ mod tests {
             replication_factor: 2,
             ..PlacementRequest::default()
         };
-        assert_eq!(
-            place_replicas(&req),
-            Err(PolicyError::InsufficientNodes(NodeShortage { needed: 2, eligible: 1 }))
-        );
+        assert_eq!(place_replicas(&req), Err(PolicyError::InsufficientNodes(NodeShortage { needed: 2, eligible: 1 })));
     }
 
     #[test]
@@ -391,19 +345,10 @@ mod tests {
         let replicas: Vec<Replica> = shards
             .iter()
             .flat_map(|s| {
-                ["a1", "b1", "c1"].map(|n| Replica {
-                    id: format!("{}@{n}", s.id),
-                    shard: s.id.clone(),
-                    node: n.into(),
-                })
+                ["a1", "b1", "c1"].map(|n| Replica { id: format!("{}@{n}", s.id), shard: s.id.clone(), node: n.into() })
             })
             .collect();
-        let req = RebalanceRequest {
-            nodes,
-            shards,
-            replicas,
-            ..RebalanceRequest::default()
-        };
+        let req = RebalanceRequest { nodes, shards, replicas, ..RebalanceRequest::default() };
         let moves = rebalance(&req).unwrap();
         // Only a1's replicas may go to a2 (same zone); a1 and a2 end 2 and 2.
         assert_eq!(moves.len(), 2, "{moves:?}");
@@ -419,23 +364,11 @@ mod tests {
         let replicas: Vec<Replica> = shards
             .iter()
             .zip(placed)
-            .flat_map(|(s, on)| {
-                on.map(|n| Replica {
-                    id: format!("{}@{n}", s.id),
-                    shard: s.id.clone(),
-                    node: n.into(),
-                })
-            })
+            .flat_map(|(s, on)| on.map(|n| Replica { id: format!("{}@{n}", s.id), shard: s.id.clone(), node: n.into() }))
             .collect();
-        let req = RebalanceRequest {
-            nodes: nodes.clone(),
-            shards,
-            replicas: replicas.clone(),
-            ..RebalanceRequest::default()
-        };
+        let req = RebalanceRequest { nodes: nodes.clone(), shards, replicas: replicas.clone(), ..RebalanceRequest::default() };
         let moves = rebalance(&req).unwrap();
-        let mut at: BTreeMap<String, (String, String)> =
-            replicas.into_iter().map(|r| (r.id, (r.shard, r.node))).collect();
+        let mut at: BTreeMap<String, (String, String)> = replicas.into_iter().map(|r| (r.id, (r.shard, r.node))).collect();
         let mut seen = BTreeSet::new();
         for m in &moves {
             assert!(seen.insert(m.replica.clone()), "{} moved twice: {moves:?}", m.replica);
@@ -443,8 +376,7 @@ mod tests {
         }
         let zone = |id: &str| zone_of(nodes.iter().find(|n| n.id == id).unwrap());
         for s in 0..4 {
-            let zones: BTreeSet<String> =
-                at.values().filter(|(sh, _)| *sh == format!("s{s}")).map(|(_, n)| zone(n)).collect();
+            let zones: BTreeSet<String> = at.values().filter(|(sh, _)| *sh == format!("s{s}")).map(|(_, n)| zone(n)).collect();
             assert_eq!(zones.len(), 3, "s{s} in {zones:?} after {moves:?}");
         }
         let mut load: BTreeMap<&str, usize> = BTreeMap::new();

@@ -6,8 +6,6 @@ use zone_placement::ZonePlacement;
 
 #[test]
 fn fixtures_hold_natively() {
-    let n = Fixtures::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures"))
-        .placement::<ZonePlacement>()
-        .assert_all_hold();
+    let n = Fixtures::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures")).placement::<ZonePlacement>().assert_all_hold();
     assert!(n >= 4, "only {n} fixtures");
 }

@@ -115,20 +115,13 @@ impl tcp_create_socket::Host for Denied {
 }
 
 impl sockets::udp_create_socket::Host for Denied {
-    fn create_udp_socket(
-        &mut self,
-        _family: sockets::udp_create_socket::IpAddressFamily,
-    ) -> SocketResult<Resource<UdpSocket>> {
+    fn create_udp_socket(&mut self, _family: sockets::udp_create_socket::IpAddressFamily) -> SocketResult<Resource<UdpSocket>> {
         denied()
     }
 }
 
 impl ip_name_lookup::Host for Denied {
-    fn resolve_addresses(
-        &mut self,
-        _network: Resource<Network>,
-        _name: String,
-    ) -> SocketResult<Resource<ResolveAddressStream>> {
+    fn resolve_addresses(&mut self, _network: Resource<Network>, _name: String) -> SocketResult<Resource<ResolveAddressStream>> {
         denied()
     }
 }

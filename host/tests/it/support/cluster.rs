@@ -1,10 +1,6 @@
 //! Real multi-process clusters for the node tests: a fresh database, a
 //! cluster config, and `chitin node` processes on free loopback ports, all
 //! from the library's kit (`chitin::testkit`).
-#![allow(dead_code)]
-
-#[path = "../lease_common/mod.rs"]
-pub mod lease_common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -14,9 +10,9 @@ use chitin::api::proto::{self, admin_client::AdminClient, journal_client::Journa
 pub use chitin::lease::Dialect;
 pub use chitin::testkit::settings::{self as node_settings, ClusterNode, ClusterShared};
 // Each test binary uses a different part of the kit.
+pub use super::lease::TestDb;
 #[allow(unused_imports)]
 pub use chitin::testkit::{NodeProc, free_port, free_ports, http_get};
-pub use lease_common::TestDb;
 
 /// Lease timing of the tests: a 2 s TTL renewed every 0.5 s.
 pub const TTL: Duration = Duration::from_secs(2);
@@ -192,10 +188,22 @@ impl Cluster {
         let pairs: Vec<(String, String)> = names.iter().map(|(n, a, _)| (n.clone(), a.clone())).collect();
         std::fs::write(&config, cluster_config(&pairs, shards))?;
         let namespace = format!("chitin-test-{}", uuid::Uuid::new_v4().simple());
-        let shared = ClusterShared { redis_url: "redis://127.0.0.1:6379", namespace: &namespace, database_url: &db.url, ttl: TTL, renew: RENEW };
+        let shared = ClusterShared {
+            redis_url: "redis://127.0.0.1:6379",
+            namespace: &namespace,
+            database_url: &db.url,
+            ttl: TTL,
+            renew: RENEW,
+        };
         let mut nodes = Vec::new();
         for (name, api, metrics) in names.into_iter().take(count) {
-            let node = ClusterNode { name: &name, api: &api, metrics: &metrics, data_dir: dir.path().join(&name), config_file: Some(&config) };
+            let node = ClusterNode {
+                name: &name,
+                api: &api,
+                metrics: &metrics,
+                data_dir: dir.path().join(&name),
+                config_file: Some(&config),
+            };
             let mut s = node_settings::cluster_node(&node, &shared);
             edit(&name, &mut s);
             let settings = dir.path().join(format!("{name}.toml"));
@@ -287,7 +295,12 @@ impl Cluster {
                 for shard in map.shards() {
                     match s.leases.iter().find(|l| l.shard == shard.id) {
                         Some(l) if shard.replica_nodes.contains(&l.holder) => {}
-                        other => behind.push(format!("{} held by {:?}, replicas {:?}", shard.id, other.map(|l| &l.holder), shard.replica_nodes)),
+                        other => behind.push(format!(
+                            "{} held by {:?}, replicas {:?}",
+                            shard.id,
+                            other.map(|l| &l.holder),
+                            shard.replica_nodes
+                        )),
                     }
                 }
                 if behind.is_empty() && s.unowned.is_empty() {

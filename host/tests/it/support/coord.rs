@@ -1,12 +1,11 @@
 //! Shared helpers for the coord_* tests: a private namespace per test on the
 //! real Redis (127.0.0.1:6379, or `CHITIN_TEST_REDIS_URL`), removed on drop.
-#![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 
 use chitin::coord::{
-    Affinity, CoordConfig, Coordinator, Deployments, FailOpenPolicy, InstanceInfo, Keys, Monitor,
-    RedisConn, RedisSettings, Registry,
+    Affinity, CoordConfig, Coordinator, Deployments, FailOpenPolicy, InstanceInfo, Keys, Monitor, RedisConn, RedisSettings,
+    Registry,
 };
 
 pub fn redis_url() -> String {
@@ -43,11 +42,7 @@ impl TestNs {
         c.heartbeat_interval = liveness / 3;
         c.monitor_interval = liveness / 3;
         c.redis = RedisSettings::new(&self.url);
-        c.fail_open = FailOpenPolicy {
-            attempts: 3,
-            backoff: Duration::from_millis(20),
-            log_every: Duration::from_secs(3600),
-        };
+        c.fail_open = FailOpenPolicy { attempts: 3, backoff: Duration::from_millis(20), log_every: Duration::from_secs(3600) };
         c
     }
 

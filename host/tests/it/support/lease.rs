@@ -6,7 +6,6 @@
 //! `postgres://postgres@127.0.0.1:5432/postgres`) and `CHITIN_TEST_MYSQL_URL`
 //! (default `mysql://root@127.0.0.1:3306/test`); the test databases are
 //! created beside the one named.
-#![allow(dead_code)]
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,23 +17,15 @@ use chitin::testkit::FreshDb;
 use sqlx::Connection;
 
 pub fn postgres_admin_url() -> String {
-    std::env::var("CHITIN_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+    std::env::var("CHITIN_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
 
 pub fn mysql_admin_url() -> String {
-    std::env::var("CHITIN_TEST_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
-}
-
-/// `url` with its database (path) replaced by `db`.
-pub fn with_database(url: &str, db: &str) -> String {
-    chitin::testkit::with_database(url, db)
+    std::env::var("CHITIN_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
 }
 
 /// A fresh database for one test.
 pub struct TestDb {
-    pub dialect: Dialect,
     pub url: String,
     /// The server's database (PostgreSQL, MariaDB); `None` for SQLite.
     fresh: Option<FreshDb>,
@@ -49,7 +40,7 @@ impl TestDb {
             Dialect::Sqlite => {
                 let dir = tempfile::tempdir()?;
                 let url = format!("sqlite://{}", dir.path().join("chitin.db").display());
-                return Ok(TestDb { dialect, url, fresh: None, _dir: Some(dir) });
+                return Ok(TestDb { url, fresh: None, _dir: Some(dir) });
             }
         };
         TestDb::create_on(dialect, &admin).await
@@ -58,7 +49,7 @@ impl TestDb {
     /// A fresh database on the server of `admin_url` (a private server).
     pub async fn create_on(dialect: Dialect, admin_url: &str) -> Result<TestDb> {
         let fresh = FreshDb::create(admin_url, "chitin_t_").await.with_context(|| format!("a fresh {dialect:?} database"))?;
-        Ok(TestDb { dialect, url: fresh.url.clone(), fresh: Some(fresh), _dir: None })
+        Ok(TestDb { url: fresh.url.clone(), fresh: Some(fresh), _dir: None })
     }
 
     pub async fn drop_db(self) -> Result<()> {
@@ -76,9 +67,7 @@ where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = Result<()>> + Send + 'static,
 {
-    let db = TestDb::create(dialect)
-        .await
-        .expect("create a test database");
+    let db = TestDb::create(dialect).await.expect("create a test database");
     let outcome = tokio::spawn(scenario(db.url.clone())).await;
     let dropped = db.drop_db().await;
     match outcome {
@@ -105,7 +94,8 @@ pub async fn store(url: &str, ttl_ms: u64, liveness_ms: u64) -> Result<Store> {
 }
 
 async fn store_with(url: &str, options: StoreOptions) -> Result<Store> {
-    let s = Store::connect_with(url, StoreOptions { max_connections: 4, acquire_timeout: Duration::from_secs(30), ..options }).await?;
+    let s = Store::connect_with(url, StoreOptions { max_connections: 4, acquire_timeout: Duration::from_secs(30), ..options })
+        .await?;
     s.migrate().await?;
     Ok(s)
 }
@@ -192,12 +182,7 @@ pub async fn registration(url: String) -> Result<()> {
     let s = store(&url, 2_000, 3_000).await?;
     let a1 = s.register_node("node-a", "127.0.0.1:7001").await?;
     match s.register_node("node-a", "127.0.0.1:7009").await {
-        Err(LeaseError::NameInUse {
-            name,
-            holder,
-            address,
-            ..
-        }) => {
+        Err(LeaseError::NameInUse { name, holder, address, .. }) => {
             ensure!(name == "node-a" && holder == a1 && address == "127.0.0.1:7001");
         }
         other => bail!("expected NameInUse, got {other:?}"),
@@ -212,55 +197,31 @@ pub async fn registration(url: String) -> Result<()> {
     ensure!(a2 != a1, "a restart must get a fresh UUID");
     ensure!(matches!(s.heartbeat(a1, 1).await, Err(LeaseError::NodeNotRegistered(id)) if id == a1));
     s.heartbeat(a2, 1).await?;
-    s.set_node_state(a2, chitin::lease::NodeState::Active)
-        .await?;
+    s.set_node_state(a2, chitin::lease::NodeState::Active).await?;
 
     // A crashed registration (no heartbeats) is free again after the liveness timeout.
     tokio::time::sleep(Duration::from_millis(4_000)).await;
     let a3 = s.register_node("node-a", "127.0.0.1:7001").await?;
     ensure!(a3 != a2);
-    ensure!(matches!(
-        s.heartbeat(a2, 1).await,
-        Err(LeaseError::NodeNotRegistered(_))
-    ));
+    ensure!(matches!(s.heartbeat(a2, 1).await, Err(LeaseError::NodeNotRegistered(_))));
 
     let nodes = s.nodes().await?;
-    let find = |id| {
-        nodes
-            .iter()
-            .find(|n| n.id == id)
-            .ok_or_else(|| anyhow!("node {id} missing"))
-    };
+    let find = |id| nodes.iter().find(|n| n.id == id).ok_or_else(|| anyhow!("node {id} missing"));
     ensure!(find(a1)?.state == chitin::lease::NodeState::Down);
-    ensure!(
-        find(a2)?.state == chitin::lease::NodeState::Down,
-        "the stale registration is marked down"
-    );
+    ensure!(find(a2)?.state == chitin::lease::NodeState::Down, "the stale registration is marked down");
     ensure!(find(a3)?.live && find(a3)?.state == chitin::lease::NodeState::Joining);
-    ensure!(
-        !find(b1)?.live,
-        "node-b sent no heartbeat within the liveness timeout"
-    );
+    ensure!(!find(b1)?.live, "node-b sent no heartbeat within the liveness timeout");
     ensure!(nodes.len() == 4);
 
     // Names are validated.
-    ensure!(matches!(
-        s.register_node("", "x").await,
-        Err(LeaseError::InvalidArgument(_))
-    ));
-    ensure!(matches!(
-        s.register_node("a:b", "x").await,
-        Err(LeaseError::InvalidArgument(_))
-    ));
+    ensure!(matches!(s.register_node("", "x").await, Err(LeaseError::InvalidArgument(_))));
+    ensure!(matches!(s.register_node("a:b", "x").await, Err(LeaseError::InvalidArgument(_))));
 
     // Concurrent registrations of one name: exactly one wins.
     let mut tasks = Vec::new();
     for i in 0..6 {
         let s = s.clone();
-        tasks.push(tokio::spawn(async move {
-            s.register_node("racer", &format!("127.0.0.1:{}", 8000 + i))
-                .await
-        }));
+        tasks.push(tokio::spawn(async move { s.register_node("racer", &format!("127.0.0.1:{}", 8000 + i)).await }));
     }
     let mut won = 0;
     for t in tasks {
@@ -270,10 +231,7 @@ pub async fn registration(url: String) -> Result<()> {
             Err(e) => bail!("unexpected error in racing registration: {e}"),
         }
     }
-    ensure!(
-        won == 1,
-        "{won} concurrent registrations of one name succeeded"
-    );
+    ensure!(won == 1, "{won} concurrent registrations of one name succeeded");
     s.close().await;
     Ok(())
 }
@@ -285,22 +243,13 @@ pub async fn acquire_renew_expire(url: String) -> Result<()> {
     let n2 = s.register_node("n2", "127.0.0.1:7002").await?;
 
     let before = s.now().await?;
-    let l1 = s
-        .try_acquire("shard-1", n1, None)
-        .await?
-        .context("a free shard is granted")?;
+    let l1 = s.try_acquire("shard-1", n1, None).await?.context("a free shard is granted")?;
     let after = s.now().await?;
     ensure!(l1.epoch == 1 && l1.holder == n1 && l1.holder_name == "n1" && l1.shard == "shard-1");
     // Expiry = database now + TTL at the grant.
     let ttl = chrono::Duration::milliseconds(2_000);
-    ensure!(
-        l1.expires_at >= before + ttl - chrono::Duration::milliseconds(5),
-        "{l1:?} vs {before}"
-    );
-    ensure!(
-        l1.expires_at <= after + ttl + chrono::Duration::milliseconds(5),
-        "{l1:?} vs {after}"
-    );
+    ensure!(l1.expires_at >= before + ttl - chrono::Duration::milliseconds(5), "{l1:?} vs {before}");
+    ensure!(l1.expires_at <= after + ttl + chrono::Duration::milliseconds(5), "{l1:?} vs {after}");
 
     // Held: nobody else gets it, not even a second time by the holder.
     ensure!(s.try_acquire("shard-1", n2, None).await?.is_none());
@@ -316,14 +265,8 @@ pub async fn acquire_renew_expire(url: String) -> Result<()> {
     tokio::time::sleep(Duration::from_millis(3_000)).await;
     let rows = s.holders().await?;
     ensure!(!rows[0].live, "expired by the database clock");
-    ensure!(matches!(
-        expect_lost(s.renew(&r).await)?,
-        LostReason::Expired { .. }
-    ));
-    let l2 = s
-        .try_acquire("shard-1", n2, None)
-        .await?
-        .context("an expired lease is granted")?;
+    ensure!(matches!(expect_lost(s.renew(&r).await)?, LostReason::Expired { .. }));
+    let l2 = s.try_acquire("shard-1", n2, None).await?.context("an expired lease is granted")?;
     ensure!(l2.epoch == 2 && l2.holder == n2);
 
     // The old holder can neither renew nor release.
@@ -337,18 +280,12 @@ pub async fn acquire_renew_expire(url: String) -> Result<()> {
     s.release(&l2).await?;
     let rows = s.holders().await?;
     ensure!(rows[0].holder.is_none() && !rows[0].live && rows[0].epoch == 2);
-    let l3 = s
-        .try_acquire("shard-1", n1, None)
-        .await?
-        .context("a released lease is granted")?;
+    let l3 = s.try_acquire("shard-1", n1, None).await?.context("a released lease is granted")?;
     ensure!(l3.epoch == 3);
 
     // A down node cannot acquire.
     s.deregister(n2).await?;
-    ensure!(matches!(
-        s.try_acquire("shard-2", n2, None).await,
-        Err(LeaseError::NodeNotRegistered(_))
-    ));
+    ensure!(matches!(s.try_acquire("shard-2", n2, None).await, Err(LeaseError::NodeNotRegistered(_))));
     s.close().await;
     Ok(())
 }
@@ -374,40 +311,21 @@ pub async fn epochs_increase(url: String) -> Result<()> {
     epochs.push(l.epoch);
     let l = s.handover(&l, n1).await?;
     epochs.push(l.epoch);
-    ensure!(
-        epochs.windows(2).all(|w| w[1] > w[0]),
-        "epochs {epochs:?} must strictly increase"
-    );
+    ensure!(epochs.windows(2).all(|w| w[1] > w[0]), "epochs {epochs:?} must strictly increase");
     ensure!(epochs == vec![1, 2, 3, 4, 5]);
 
     // The old token cannot hand over again.
-    let stale = chitin::lease::Lease {
-        holder: n3,
-        epoch: 4,
-        ..l.clone()
-    };
+    let stale = chitin::lease::Lease { holder: n3, epoch: 4, ..l.clone() };
     ensure!(expect_lost(s.handover(&stale, n2).await).is_ok());
     // Handover to oneself or to a node that is not live is refused.
-    ensure!(matches!(
-        s.handover(&l, n1).await,
-        Err(LeaseError::InvalidArgument(_))
-    ));
+    ensure!(matches!(s.handover(&l, n1).await, Err(LeaseError::InvalidArgument(_))));
     s.deregister(n2).await?;
     ensure!(matches!(s.handover(&l, n2).await, Err(LeaseError::NodeNotLive(id)) if id == n2));
 
     let h = s.history(Some("s")).await?;
-    let got: Vec<(i64, uuid::Uuid, &str)> = h
-        .iter()
-        .map(|e| (e.epoch, e.holder, e.via.as_str()))
-        .collect();
+    let got: Vec<(i64, uuid::Uuid, &str)> = h.iter().map(|e| (e.epoch, e.holder, e.via.as_str())).collect();
     ensure!(
-        got == vec![
-            (1, n1, "acquire"),
-            (2, n2, "handover"),
-            (3, n3, "handover"),
-            (4, n3, "acquire"),
-            (5, n1, "handover")
-        ],
+        got == vec![(1, n1, "acquire"), (2, n2, "handover"), (3, n3, "handover"), (4, n3, "acquire"), (5, n1, "handover")],
         "history {got:?}"
     );
     ensure!(h.windows(2).all(|w| w[1].acquired_at >= w[0].acquired_at));
@@ -428,10 +346,7 @@ pub async fn epochs_increase(url: String) -> Result<()> {
             granted.push(l);
         }
     }
-    ensure!(
-        granted.len() == 1 && granted[0].epoch == 6,
-        "granted {granted:?}"
-    );
+    ensure!(granted.len() == 1 && granted[0].epoch == 6, "granted {granted:?}");
     s.close().await;
     Ok(())
 }
@@ -447,64 +362,32 @@ pub async fn stale_token_writes_nothing(url: String) -> Result<()> {
     ensure!(a.seq == 1 && a.epoch == 1 && a.fresh);
 
     // Not yet held by anyone: NoLease.
-    let ghost = chitin::lease::LeaseToken {
-        shard: "nope".into(),
-        holder: n1,
-        epoch: 1,
-    };
-    ensure!(
-        expect_lost(s.append_fenced(&ghost, "stream", "req-x", b"x").await)? == LostReason::NoLease
-    );
+    let ghost = chitin::lease::LeaseToken { shard: "nope".into(), holder: n1, epoch: 1 };
+    ensure!(expect_lost(s.append_fenced(&ghost, "stream", "req-x", b"x").await)? == LostReason::NoLease);
     // A wrong epoch for the right holder.
-    let wrong = chitin::lease::LeaseToken {
-        epoch: 7,
-        ..t1.clone()
-    };
-    ensure!(matches!(
-        expect_lost(s.append_fenced(&wrong, "stream", "req-x", b"x").await)?,
-        LostReason::Superseded { .. }
-    ));
+    let wrong = chitin::lease::LeaseToken { epoch: 7, ..t1.clone() };
+    ensure!(matches!(expect_lost(s.append_fenced(&wrong, "stream", "req-x", b"x").await)?, LostReason::Superseded { .. }));
 
     // Handed over: the old holder's token is stale.
     let l2 = s.handover(&l1, n2).await?;
     let reason = expect_lost(s.append_fenced(&t1, "stream", "req-2", b"stale").await)?;
-    ensure!(
-        reason
-            == LostReason::Superseded {
-                holder: Some(n2),
-                epoch: 2
-            },
-        "{reason:?}"
-    );
+    ensure!(reason == LostReason::Superseded { holder: Some(n2), epoch: 2 }, "{reason:?}");
     // … also for another stream of the shard.
     ensure!(expect_lost(s.append_fenced(&t1, "stream-b", "req-2", b"stale").await).is_ok());
 
     // The new holder commits at the new epoch, right after the old entry.
-    let b = s
-        .append_fenced(&l2.token(), "stream", "req-3", b"three")
-        .await?;
+    let b = s.append_fenced(&l2.token(), "stream", "req-3", b"three").await?;
     ensure!(b.seq == 2 && b.epoch == 2);
 
     // Released: the old token is Released.
     s.release(&l2).await?;
-    ensure!(
-        expect_lost(s.append_fenced(&l2.token(), "stream", "req-4", b"x").await)?
-            == LostReason::Released
-    );
+    ensure!(expect_lost(s.append_fenced(&l2.token(), "stream", "req-4", b"x").await)? == LostReason::Released);
 
     let entries = s.read("stream", 1, 100).await?;
-    let got: Vec<(i64, &str, i64, &[u8])> = entries
-        .iter()
-        .map(|e| (e.seq, e.request_id.as_str(), e.epoch, e.payload.as_slice()))
-        .collect();
-    ensure!(
-        got == vec![(1, "req-1", 1, &b"one"[..]), (2, "req-3", 2, &b"three"[..])],
-        "journal {got:?}"
-    );
-    ensure!(
-        s.read("stream-b", 1, 100).await?.is_empty(),
-        "nothing committed under a stale token"
-    );
+    let got: Vec<(i64, &str, i64, &[u8])> =
+        entries.iter().map(|e| (e.seq, e.request_id.as_str(), e.epoch, e.payload.as_slice())).collect();
+    ensure!(got == vec![(1, "req-1", 1, &b"one"[..]), (2, "req-3", 2, &b"three"[..])], "journal {got:?}");
+    ensure!(s.read("stream-b", 1, 100).await?.is_empty(), "nothing committed under a stale token");
     ensure!(entries.iter().all(|e| e.shard == "s1"));
 
     // What a fault checker proves from the tables: every entry's epoch was
@@ -527,10 +410,7 @@ pub async fn expired_token_writes_nothing(url: String) -> Result<()> {
     let n1 = s.register_node("n1", "a1").await?;
     let l = s.try_acquire("s1", n1, None).await?.context("grant")?;
     tokio::time::sleep(Duration::from_millis(2_000)).await;
-    ensure!(matches!(
-        expect_lost(s.append_fenced(&l.token(), "st", "r", b"late").await)?,
-        LostReason::Expired { .. }
-    ));
+    ensure!(matches!(expect_lost(s.append_fenced(&l.token(), "st", "r", b"late").await)?, LostReason::Expired { .. }));
     ensure!(s.read("st", 0, 10).await?.is_empty());
     s.close().await;
     Ok(())
@@ -542,24 +422,15 @@ pub async fn request_id_idempotent(url: String) -> Result<()> {
     let n1 = s.register_node("n1", "a1").await?;
     let n2 = s.register_node("n2", "a2").await?;
     let l1 = s.try_acquire("s1", n1, None).await?.context("grant")?;
-    let first = s
-        .append_fenced(&l1.token(), "st", "req-1", b"original")
-        .await?;
-    let again = s
-        .append_fenced(&l1.token(), "st", "req-1", b"different")
-        .await?;
+    let first = s.append_fenced(&l1.token(), "st", "req-1", b"original").await?;
+    let again = s.append_fenced(&l1.token(), "st", "req-1", b"different").await?;
     ensure!(again.seq == first.seq && again.epoch == first.epoch && !again.fresh && first.fresh);
     let next = s.append_fenced(&l1.token(), "st", "req-2", b"two").await?;
-    ensure!(
-        next.seq == 2,
-        "a deduplicated request consumes no sequence number: {next:?}"
-    );
+    ensure!(next.seq == 2, "a deduplicated request consumes no sequence number: {next:?}");
 
     // Retried through the next holder: still the original outcome.
     let l2 = s.handover(&l1, n2).await?;
-    let retried = s
-        .append_fenced(&l2.token(), "st", "req-1", b"retry")
-        .await?;
+    let retried = s.append_fenced(&l2.token(), "st", "req-1", b"retry").await?;
     ensure!(retried.seq == 1 && retried.epoch == 1 && !retried.fresh);
     // The same request id in another stream is another request.
     let other = s.append_fenced(&l2.token(), "other", "req-1", b"x").await?;
@@ -569,9 +440,7 @@ pub async fn request_id_idempotent(url: String) -> Result<()> {
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let (s, t) = (s.clone(), l2.token());
-        tasks.push(tokio::spawn(async move {
-            s.append_fenced(&t, "st", "req-race", b"r").await
-        }));
+        tasks.push(tokio::spawn(async move { s.append_fenced(&t, "st", "req-race", b"r").await }));
     }
     let mut fresh = 0;
     let mut seqs = std::collections::BTreeSet::new();
@@ -580,10 +449,7 @@ pub async fn request_id_idempotent(url: String) -> Result<()> {
         fresh += usize::from(a.fresh);
         seqs.insert(a.seq);
     }
-    ensure!(
-        fresh == 1 && seqs.len() == 1,
-        "fresh {fresh}, seqs {seqs:?}"
-    );
+    ensure!(fresh == 1 && seqs.len() == 1, "fresh {fresh}, seqs {seqs:?}");
 
     let entries = s.read("st", 1, 100).await?;
     let ids: Vec<&str> = entries.iter().map(|e| e.request_id.as_str()).collect();
@@ -608,16 +474,8 @@ pub async fn concurrent_appends(url: String) -> Result<()> {
             let mut seqs = Vec::new();
             for i in 0..EACH {
                 // Two streams: one shared by all tasks, one per task.
-                let a = s
-                    .append_fenced(
-                        &token,
-                        "shared",
-                        &format!("t{t}-{i}"),
-                        format!("{t}:{i}").as_bytes(),
-                    )
-                    .await?;
-                s.append_fenced(&token, &format!("own-{t}"), &format!("r{i}"), b"x")
-                    .await?;
+                let a = s.append_fenced(&token, "shared", &format!("t{t}-{i}"), format!("{t}:{i}").as_bytes()).await?;
+                s.append_fenced(&token, &format!("own-{t}"), &format!("r{i}"), b"x").await?;
                 seqs.push(a.seq);
             }
             anyhow::Ok(seqs)
@@ -626,25 +484,14 @@ pub async fn concurrent_appends(url: String) -> Result<()> {
     let mut all = Vec::new();
     for t in tasks {
         let seqs = t.await??;
-        ensure!(
-            seqs.windows(2).all(|w| w[1] > w[0]),
-            "one task's appends are ordered: {seqs:?}"
-        );
+        ensure!(seqs.windows(2).all(|w| w[1] > w[0]), "one task's appends are ordered: {seqs:?}");
         all.extend(seqs);
     }
     all.sort();
-    ensure!(
-        all == (1..=(TASKS * EACH) as i64).collect::<Vec<_>>(),
-        "gapless, no duplicates"
-    );
+    ensure!(all == (1..=(TASKS * EACH) as i64).collect::<Vec<_>>(), "gapless, no duplicates");
     let entries = s.read("shared", 1, 1_000).await?;
     ensure!(entries.len() == TASKS * EACH);
-    ensure!(
-        entries
-            .iter()
-            .enumerate()
-            .all(|(i, e)| e.seq == i as i64 + 1 && e.epoch == 1)
-    );
+    ensure!(entries.iter().enumerate().all(|(i, e)| e.seq == i as i64 + 1 && e.epoch == 1));
     // Each task's entries appear in its own order.
     for t in 0..TASKS {
         let mine: Vec<String> = entries
@@ -659,9 +506,7 @@ pub async fn concurrent_appends(url: String) -> Result<()> {
     let page = s.read("shared", 50, 5).await?;
     ensure!(page.iter().map(|e| e.seq).collect::<Vec<_>>() == vec![50, 51, 52, 53, 54]);
     // The unfenced baseline writes the same rows.
-    let u = s
-        .append_unfenced(&l.token(), "shared", "unfenced-1", b"u")
-        .await?;
+    let u = s.append_unfenced(&l.token(), "shared", "unfenced-1", b"u").await?;
     ensure!(u.seq == (TASKS * EACH) as i64 + 1 && u.fresh);
     s.close().await;
     Ok(())
@@ -674,30 +519,17 @@ pub async fn cluster_meta(url: String) -> Result<()> {
     let m = s.check_cluster_meta(16, secs(15), secs(5)).await?;
     ensure!(m.shard_count == 16 && m.lease_ttl == secs(15) && m.renew_interval == secs(5));
     s.check_cluster_meta(16, secs(15), secs(5)).await?;
-    match s
-        .check_cluster_meta(32, Duration::from_millis(2_500), secs(5))
-        .await
-    {
+    match s.check_cluster_meta(32, Duration::from_millis(2_500), secs(5)).await {
         Err(LeaseError::ClusterMetaMismatch { mismatches }) => {
             ensure!(mismatches.len() == 2, "{mismatches:?}");
-            ensure!(
-                mismatches[0].field == "shard count"
-                    && mismatches[0].cluster == "16"
-                    && mismatches[0].ours == "32"
-            );
+            ensure!(mismatches[0].field == "shard count" && mismatches[0].cluster == "16" && mismatches[0].ours == "32");
             ensure!(mismatches[1].cluster == "15" && mismatches[1].ours == "2.5");
             let text = LeaseError::ClusterMetaMismatch { mismatches }.to_string();
-            ensure!(
-                text.contains("the cluster has 16, this node has 32"),
-                "{text}"
-            );
+            ensure!(text.contains("the cluster has 16, this node has 32"), "{text}");
         }
         other => bail!("expected ClusterMetaMismatch, got {other:?}"),
     }
-    match s
-        .check_cluster_meta(16, secs(15), Duration::from_millis(500))
-        .await
-    {
+    match s.check_cluster_meta(16, secs(15), Duration::from_millis(500)).await {
         Err(LeaseError::ClusterMetaMismatch { mismatches }) => {
             ensure!(mismatches.len() == 1 && mismatches[0].field == "leases.renew_interval_secs");
             ensure!(mismatches[0].cluster == "5" && mismatches[0].ours == "0.5");
@@ -720,13 +552,8 @@ pub async fn deregister_frees_leases(url: String) -> Result<()> {
     s.deregister(n1).await?; // idempotent
     let rows = s.holders().await?;
     ensure!(rows.iter().filter(|r| r.holder.is_none()).count() == 2);
-    ensure!(
-        rows.iter()
-            .any(|r| r.shard == "c" && r.holder == Some(n2) && r.live)
-    );
-    ensure!(
-        expect_lost(s.append_fenced(&a.token(), "x", "r", b"x").await)? == LostReason::Released
-    );
+    ensure!(rows.iter().any(|r| r.shard == "c" && r.holder == Some(n2) && r.live));
+    ensure!(expect_lost(s.append_fenced(&a.token(), "x", "r", b"x").await)? == LostReason::Released);
     let a2 = s.try_acquire("a", n2, None).await?.context("grant")?;
     ensure!(a2.epoch == a.epoch + 1);
     ensure!(b.epoch == 1 && c.epoch == 1);
@@ -786,44 +613,29 @@ pub async fn application_fence_sql(url: String) -> Result<()> {
             Dialect::Postgres => {
                 let mut c = sqlx::PgConnection::connect(&url).await?;
                 let mut tx = c.begin().await?;
-                let row: Option<i32> = sqlx::query_scalar(sql)
-                    .bind(&shard)
-                    .bind(holder)
-                    .bind(epoch)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+                let row: Option<i32> =
+                    sqlx::query_scalar(sql).bind(&shard).bind(holder).bind(epoch).fetch_optional(&mut *tx).await?;
                 tx.rollback().await?;
                 row.is_some()
             }
             Dialect::MySql => {
                 let mut c = sqlx::MySqlConnection::connect(&url).await?;
                 let mut tx = c.begin().await?;
-                let row: Option<i64> = sqlx::query_scalar(sql)
-                    .bind(&shard)
-                    .bind(holder.to_string())
-                    .bind(epoch)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+                let row: Option<i64> =
+                    sqlx::query_scalar(sql).bind(&shard).bind(holder.to_string()).bind(epoch).fetch_optional(&mut *tx).await?;
                 tx.rollback().await?;
                 row.is_some()
             }
             Dialect::Sqlite => {
                 let mut c = sqlx::SqliteConnection::connect(&url).await?;
                 let mut tx = sqlx::Connection::begin_with(&mut c, "BEGIN IMMEDIATE").await?;
-                let row: Option<i64> = sqlx::query_scalar(sql)
-                    .bind(&shard)
-                    .bind(holder.to_string())
-                    .bind(epoch)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+                let row: Option<i64> =
+                    sqlx::query_scalar(sql).bind(&shard).bind(holder.to_string()).bind(epoch).fetch_optional(&mut *tx).await?;
                 tx.rollback().await?;
                 row.is_some()
             }
         };
-        ensure!(
-            found == want,
-            "fence for ({shard}, {holder}, {epoch}): found {found}, want {want}"
-        );
+        ensure!(found == want, "fence for ({shard}, {holder}, {epoch}): found {found}, want {want}");
     }
     if s.dialect() == Dialect::Postgres {
         // The single-statement shape of examples/ownership.md: the fence in a
@@ -862,20 +674,13 @@ pub async fn handover_waits_for_fenced_transaction(url: String) -> Result<()> {
     macro_rules! check {
         ($tx:expr, $sql:expr, $holder:expr) => {{
             let mut tx = $tx;
-            let row: Option<i64> = sqlx::query_scalar($sql)
-                .bind(&l1.shard)
-                .bind($holder)
-                .bind(l1.epoch)
-                .fetch_optional(&mut *tx)
-                .await?;
+            let row: Option<i64> =
+                sqlx::query_scalar($sql).bind(&l1.shard).bind($holder).bind(l1.epoch).fetch_optional(&mut *tx).await?;
             ensure!(row.is_some(), "the holder passes the fence");
             let (s2, l) = (s.clone(), l1.clone());
             let handover = tokio::spawn(async move { s2.handover(&l, n2).await });
             tokio::time::sleep(Duration::from_millis(700)).await;
-            ensure!(
-                !handover.is_finished(),
-                "the handover must wait for the fenced transaction"
-            );
+            ensure!(!handover.is_finished(), "the handover must wait for the fenced transaction");
             tx.commit().await?;
             let l2 = tokio::time::timeout(Duration::from_secs(30), handover).await???;
             ensure!(l2.epoch == l1.epoch + 1 && l2.holder == n2);
@@ -894,11 +699,7 @@ pub async fn handover_waits_for_fenced_transaction(url: String) -> Result<()> {
         }
         Dialect::Sqlite => {
             let mut c = sqlx::SqliteConnection::connect(&url).await?;
-            check!(
-                sqlx::Connection::begin_with(&mut c, "BEGIN IMMEDIATE").await?,
-                sql,
-                n1.to_string()
-            );
+            check!(sqlx::Connection::begin_with(&mut c, "BEGIN IMMEDIATE").await?, sql, n1.to_string());
         }
     }
     s.close().await;
@@ -953,12 +754,8 @@ async fn fence_with(url: &str, dialect: Dialect, sql: &'static str, token: &Leas
         Dialect::Postgres => {
             let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(url).await?;
             let mut tx = pool.begin().await?;
-            let row: Option<i32> = sqlx::query_scalar(sql)
-                .bind(&token.shard)
-                .bind(token.holder)
-                .bind(token.epoch)
-                .fetch_optional(&mut *tx)
-                .await?;
+            let row: Option<i32> =
+                sqlx::query_scalar(sql).bind(&token.shard).bind(token.holder).bind(token.epoch).fetch_optional(&mut *tx).await?;
             row.map(|_| FencedTx::Pg(tx))
         }
         Dialect::MySql => {
@@ -1089,7 +886,8 @@ pub async fn append_batch(url: String) -> Result<()> {
     s.heartbeat(n1, 1).await?;
     s.heartbeat(n2, 1).await?;
     let l = s.try_acquire("s", n1, None).await?.context("grant")?;
-    let entry = |stream: &str, id: &str| NewEntry { stream: stream.into(), request_id: id.into(), payload: id.as_bytes().to_vec() };
+    let entry =
+        |stream: &str, id: &str| NewEntry { stream: stream.into(), request_id: id.into(), payload: id.as_bytes().to_vec() };
     let got = s.append_batch(&l.token(), &[entry("x", "r1"), entry("x", "r2"), entry("y", "r1"), entry("x", "r1")]).await?;
     let seqs: Vec<(i64, bool)> = got.iter().map(|a| (a.seq, a.fresh)).collect();
     ensure!(seqs == vec![(1, true), (2, true), (1, true), (1, false)], "{seqs:?}");
@@ -1115,7 +913,9 @@ pub async fn append_batch(url: String) -> Result<()> {
     ensure!(seqs == (1..=32).collect::<Vec<i64>>(), "group commit numbered {seqs:?}");
     if s.dialect() == Dialect::Postgres {
         let mut c = sqlx::PgConnection::connect(&url).await?;
-        let transactions: i64 = sqlx::query_scalar("SELECT count(DISTINCT xmin::text) FROM chitin_journal WHERE stream = 'g'").fetch_one(&mut c).await?;
+        let transactions: i64 = sqlx::query_scalar("SELECT count(DISTINCT xmin::text) FROM chitin_journal WHERE stream = 'g'")
+            .fetch_one(&mut c)
+            .await?;
         ensure!(transactions <= 16, "32 concurrent appends took {transactions} transactions: no group commit");
     }
     s.close().await;
@@ -1361,100 +1161,96 @@ pub async fn handover_refuses_leaving(url: String) -> Result<()> {
 }
 
 /// Generates one `#[tokio::test]` per scenario for a dialect.
-#[macro_export]
 macro_rules! lease_tests {
     ($dialect:expr) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn migrate_idempotent() {
-            lease_common::run($dialect, lease_common::migrate_idempotent).await
+            crate::support::lease::run($dialect, crate::support::lease::migrate_idempotent).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn round_leases() {
-            lease_common::run($dialect, lease_common::round_leases).await
+            crate::support::lease::run($dialect, crate::support::lease::round_leases).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn append_batch() {
-            lease_common::run($dialect, lease_common::append_batch).await
+            crate::support::lease::run($dialect, crate::support::lease::append_batch).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn group_commit_survives_a_cancelled_caller() {
-            lease_common::run($dialect, lease_common::group_commit_survives_a_cancelled_caller).await
+            crate::support::lease::run($dialect, crate::support::lease::group_commit_survives_a_cancelled_caller).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn leases_on_liveness() {
-            lease_common::run($dialect, lease_common::leases_on_liveness).await
+            crate::support::lease::run($dialect, crate::support::lease::leases_on_liveness).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn registration() {
-            lease_common::run($dialect, lease_common::registration).await
+            crate::support::lease::run($dialect, crate::support::lease::registration).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn acquire_renew_expire() {
-            lease_common::run($dialect, lease_common::acquire_renew_expire).await
+            crate::support::lease::run($dialect, crate::support::lease::acquire_renew_expire).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn epochs_increase() {
-            lease_common::run($dialect, lease_common::epochs_increase).await
+            crate::support::lease::run($dialect, crate::support::lease::epochs_increase).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn stale_token_writes_nothing() {
-            lease_common::run($dialect, lease_common::stale_token_writes_nothing).await
+            crate::support::lease::run($dialect, crate::support::lease::stale_token_writes_nothing).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn expired_token_writes_nothing() {
-            lease_common::run($dialect, lease_common::expired_token_writes_nothing).await
+            crate::support::lease::run($dialect, crate::support::lease::expired_token_writes_nothing).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn request_id_idempotent() {
-            lease_common::run($dialect, lease_common::request_id_idempotent).await
+            crate::support::lease::run($dialect, crate::support::lease::request_id_idempotent).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn concurrent_appends() {
-            lease_common::run($dialect, lease_common::concurrent_appends).await
+            crate::support::lease::run($dialect, crate::support::lease::concurrent_appends).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn cluster_meta() {
-            lease_common::run($dialect, lease_common::cluster_meta).await
+            crate::support::lease::run($dialect, crate::support::lease::cluster_meta).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn application_fence_sql() {
-            lease_common::run($dialect, lease_common::application_fence_sql).await
+            crate::support::lease::run($dialect, crate::support::lease::application_fence_sql).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn handover_waits_for_fenced_transaction() {
-            lease_common::run(
-                $dialect,
-                lease_common::handover_waits_for_fenced_transaction,
-            )
-            .await
+            crate::support::lease::run($dialect, crate::support::lease::handover_waits_for_fenced_transaction).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn deregister_frees_leases() {
-            lease_common::run($dialect, lease_common::deregister_frees_leases).await
+            crate::support::lease::run($dialect, crate::support::lease::deregister_frees_leases).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn targeted_queries() {
-            lease_common::run($dialect, lease_common::targeted_queries).await
+            crate::support::lease::run($dialect, crate::support::lease::targeted_queries).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn split_retires_parent() {
-            lease_common::run($dialect, lease_common::split_retires_parent).await
+            crate::support::lease::run($dialect, crate::support::lease::split_retires_parent).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn concurrent_split_seed() {
-            lease_common::run($dialect, lease_common::concurrent_split_seed).await
+            crate::support::lease::run($dialect, crate::support::lease::concurrent_split_seed).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn split_waits_for_fenced_transaction() {
-            lease_common::run($dialect, lease_common::split_waits_for_fenced_transaction).await
+            crate::support::lease::run($dialect, crate::support::lease::split_waits_for_fenced_transaction).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn handoff_budget_is_database_wide() {
-            lease_common::run($dialect, lease_common::handoff_budget_is_database_wide).await
+            crate::support::lease::run($dialect, crate::support::lease::handoff_budget_is_database_wide).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn handover_refuses_leaving() {
-            lease_common::run($dialect, lease_common::handover_refuses_leaving).await
+            crate::support::lease::run($dialect, crate::support::lease::handover_refuses_leaving).await
         }
     };
 }
+pub(crate) use lease_tests;

@@ -1,7 +1,6 @@
 //! What the operator-facing tests share: a parser of the Prometheus text
 //! exposition that `/metrics` answers, strict enough to fail on a line it
 //! does not understand.
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -174,7 +173,8 @@ pub fn check_histogram(e: &Exposition, family: &str) -> Result<f64, String> {
             Some(v) => v.parse().map_err(|_| format!("{family}: bad le {v}"))?,
             None => return Err(format!("{family}: a bucket without le")),
         };
-        let set: Vec<(String, String)> = s.labels.iter().filter(|(k, _)| *k != "le").map(|(k, v)| (k.clone(), v.clone())).collect();
+        let set: Vec<(String, String)> =
+            s.labels.iter().filter(|(k, _)| *k != "le").map(|(k, v)| (k.clone(), v.clone())).collect();
         by_set.entry(set).or_default().push((le, s.value));
     }
     let mut total = 0.0;
