@@ -179,10 +179,10 @@ impl Db {
         let sql = "DELETE FROM chitin_shard_leases";
         match self {
             Db::Pg { url, .. } => {
-                drop(sqlx::query(sql).execute(&mut sqlx::PgConnection::connect(url).await.unwrap()).await.unwrap())
+                sqlx::query(sql).execute(&mut sqlx::PgConnection::connect(url).await.unwrap()).await.unwrap();
             }
             Db::My { url, .. } => {
-                drop(sqlx::query(sql).execute(&mut sqlx::MySqlConnection::connect(url).await.unwrap()).await.unwrap())
+                sqlx::query(sql).execute(&mut sqlx::MySqlConnection::connect(url).await.unwrap()).await.unwrap();
             }
         }
     }

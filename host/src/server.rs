@@ -249,11 +249,10 @@ pub async fn run(settings: Settings) -> Result<(), NodeError> {
             _ = term.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
             _ = hup.recv() => {
-                if let Some(node) = running.control.node() {
-                    if let Err(e) = node.reload(false).await {
+                if let Some(node) = running.control.node()
+                    && let Err(e) = node.reload(false).await {
                         tracing::error!(error = %e, "policy reload failed; the previous policies stay in use");
                     }
-                }
             }
         }
     }

@@ -105,7 +105,7 @@ pub async fn check_mysql(conn: &mut MySqlConnection, token: &LeaseToken) -> Resu
 /// and commit; on [`FenceError::Lost`] it has been rolled back.
 pub async fn begin_postgres(pool: &PgPool, token: &LeaseToken) -> Result<Transaction<'static, Postgres>, FenceError> {
     let mut tx = pool.begin().await?;
-    match check_postgres(&mut *tx, token).await {
+    match check_postgres(&mut tx, token).await {
         Ok(()) => Ok(tx),
         Err(e) => {
             tx.rollback().await?;
@@ -117,7 +117,7 @@ pub async fn begin_postgres(pool: &PgPool, token: &LeaseToken) -> Result<Transac
 /// Begins a transaction whose first statement is the fence (MySQL/MariaDB).
 pub async fn begin_mysql(pool: &MySqlPool, token: &LeaseToken) -> Result<Transaction<'static, MySql>, FenceError> {
     let mut tx = pool.begin().await?;
-    match check_mysql(&mut *tx, token).await {
+    match check_mysql(&mut tx, token).await {
         Ok(()) => Ok(tx),
         Err(e) => {
             tx.rollback().await?;

@@ -59,10 +59,10 @@ pub fn classify(status: &Status) -> Attempt {
 pub fn never_sent(status: &Status) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
     while let Some(e) = source {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if matches!(io.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable) {
-                return true;
-            }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(io.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable)
+        {
+            return true;
         }
         source = e.source();
     }

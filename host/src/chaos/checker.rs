@@ -377,18 +377,19 @@ fn check_takeovers(grants: &[Grant], deaths: &[Death], bounds: Bounds, steps: &[
             // On a wall clock that never stepped ([`super::clock`]).
             let ms = next.map(|t| ((unstep_us(steps, t) - unstep_us(steps, d.at_us)).max(0) / 1000) as u64);
             let bound_ms = if d.crash { bounds.crash_ms } else { bounds.stall_ms };
-            if let (Some(granted_us), Some(ms)) = (next, ms) {
-                if !d.crash && ms < bounds.stall_floor_ms {
-                    v.early_takeovers += 1;
-                    v.violations.push(Violation::EarlyTakeover {
-                        fault: d.fault,
-                        node: d.node.clone(),
-                        shard: shard.clone(),
-                        died_us: d.at_us,
-                        granted_us,
-                        floor_ms: bounds.stall_floor_ms,
-                    });
-                }
+            if let (Some(granted_us), Some(ms)) = (next, ms)
+                && !d.crash
+                && ms < bounds.stall_floor_ms
+            {
+                v.early_takeovers += 1;
+                v.violations.push(Violation::EarlyTakeover {
+                    fault: d.fault,
+                    node: d.node.clone(),
+                    shard: shard.clone(),
+                    died_us: d.at_us,
+                    granted_us,
+                    floor_ms: bounds.stall_floor_ms,
+                });
             }
             match ms {
                 Some(ms) if ms <= bound_ms => {

@@ -294,10 +294,10 @@ pub async fn run(opts: ChaosOptions) -> Result<Report, ChaosError> {
     };
 
     let outcome = run_in(&opts, kinds, redis, server, network, node_db_url, local_db_url.clone(), server_host).await;
-    if let Some(db) = created {
-        if let Err(e) = db.drop_db().await {
-            tracing::warn!(error = %e, "could not drop the run's database {}", db.name);
-        }
+    if let Some(db) = created
+        && let Err(e) = db.drop_db().await
+    {
+        tracing::warn!(error = %e, "could not drop the run's database {}", db.name);
     }
     let (facts, verdict) = outcome?;
     let mut facts = report::RunFacts { skipped, ..facts };

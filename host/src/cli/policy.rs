@@ -187,7 +187,7 @@ fn load(plugin: &str) -> anyhow::Result<Plugin> {
 fn inspect(plugin: &str) -> anyhow::Result<ExitCode> {
     let plugin = load(plugin)?;
     println!("plugin: {}", plugin.name());
-    println!("{:<12} {:<10} {}", "SLOT", "STATUS", "EXPORT");
+    println!("{:<12} {:<10} EXPORT", "SLOT", "STATUS");
     for slot in Slot::ALL {
         match plugin.slot_version(slot) {
             Ok(version) => println!("{:<12} {:<10} chitin:policy/{slot}@{version}", slot.to_string(), "ok"),

@@ -330,8 +330,8 @@ where
         })
     }
 
-    async fn lease_in<'c>(
-        conn: &'c mut <B::Db as Database>::Connection,
+    async fn lease_in(
+        conn: &mut <B::Db as Database>::Connection,
         sql: &'static str,
         shard: &str,
     ) -> Result<Option<LeaseRow>, LeaseError> {

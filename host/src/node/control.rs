@@ -81,10 +81,10 @@ impl Control {
         if config.node(node_id).is_none() {
             return Err(BootstrapError::NotInConfig(node_id.to_string()));
         }
-        if let Some(configured) = &self.settings.cluster.instance_id {
-            if configured != node_id {
-                return Err(BootstrapError::NameMismatch { configured: configured.clone(), requested: node_id.to_string() });
-            }
+        if let Some(configured) = &self.settings.cluster.instance_id
+            && configured != node_id
+        {
+            return Err(BootstrapError::NameMismatch { configured: configured.clone(), requested: node_id.to_string() });
         }
         stored::save(&self.settings.node.data_dir, &config, Some(node_id)).map_err(NodeError::from)?;
         let provisioned = Provisioned { config, node_id: Some(node_id.to_string()) };

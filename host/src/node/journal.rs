@@ -208,12 +208,13 @@ impl Node {
                 self.routes.learn(row, self.uuid);
             }
             let live_holder = row.as_ref().and_then(|r| r.holder.filter(|_| r.live));
-            if live_holder.is_none() && moved_to_child.is_none() {
-                if let Some(child) = self.child_if_retired(&shard, stream).await {
-                    tracing::debug!(parent = %shard, %child, "the parent is retired; following its child");
-                    moved_to_child = Some(child);
-                    continue;
-                }
+            if live_holder.is_none()
+                && moved_to_child.is_none()
+                && let Some(child) = self.child_if_retired(&shard, stream).await
+            {
+                tracing::debug!(parent = %shard, %child, "the parent is retired; following its child");
+                moved_to_child = Some(child);
+                continue;
             }
             let holder_address = match live_holder {
                 Some(h) if h != self.uuid => self.peer_address(h).await,

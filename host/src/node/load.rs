@@ -74,7 +74,7 @@ pub fn bucket_range(lower: u32, upper: u32, i: usize) -> Option<(u32, u32)> {
     let span = u64::from(upper - lower) + 1;
     let first = u64::from(lower) + (i as u64 * span).div_ceil(BUCKETS as u64);
     let last = u64::from(lower) + ((i as u64 + 1) * span).div_ceil(BUCKETS as u64) - 1;
-    (first <= last).then(|| (first as u32, last as u32))
+    (first <= last).then_some((first as u32, last as u32))
 }
 
 /// The load of one shard, as the Admin API and the split policy see it.

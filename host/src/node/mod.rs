@@ -11,7 +11,7 @@
 //! - [`liveness`]: the liveness session and the watch of the next node;
 //! - [`policy_hashes`]: the same policy components on every node;
 //! - [`control`]: the process's control block (the node once it exists);
-//! - [`metrics`]: counters;
+//! - [`metrics`]: the node's counters;
 //! - [`load`]: append load per shard and sub-range, for the split policy;
 //! - this module: start-up (checks, identity, registration).
 //!

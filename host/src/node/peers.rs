@@ -267,12 +267,12 @@ mod tests {
         let address = format!("127.0.0.1:{port}");
         let peers = Peers { backoff: (Duration::from_secs(600), Duration::from_secs(600)), ..Peers::default() };
 
-        let refused = peers.channel(&address).await.err().expect("nothing listens there yet");
+        let refused = peers.channel(&address).await.expect_err("nothing listens there yet");
         assert!(!refused.reason.contains("next is tried"), "the first call dials: {refused}");
 
         // Something listens now, but the backoff is in force: no dial.
         let _listener = std::net::TcpListener::bind(&address).unwrap();
-        let held_back = peers.channel(&address).await.err().expect("no connect during the backoff");
+        let held_back = peers.channel(&address).await.expect_err("no connect during the backoff");
         assert!(held_back.reason.contains("the next is tried in"), "{held_back}");
 
         // A transport failure's forget leaves the backoff in force.

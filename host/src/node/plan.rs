@@ -313,7 +313,7 @@ pub fn drain_plan(input: &DrainInput<'_>, placeable: &[String], policy: &[Vec<sd
             continue;
         } else if !input.replicas.get(&h.shard).is_some_and(|r| r.contains(&h.target)) {
             Some("the drain policy's target is not a replica node of the shard")
-        } else if !input.live.get(&h.target).is_some_and(|l| !l.leaving) {
+        } else if input.live.get(&h.target).is_none_or(|l| l.leaving) {
             Some("the drain policy's target is not live, or is leaving")
         } else {
             None

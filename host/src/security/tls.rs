@@ -143,7 +143,7 @@ impl NodeTls {
         }
         let required = s.client_ca_file.is_some();
         let verifier = |optional_for_peers: bool| -> Result<Option<Arc<dyn ClientCertVerifier>>, TlsError> {
-            if !required && !(optional_for_peers && peer_ca.is_some()) {
+            if !(required || optional_for_peers && peer_ca.is_some()) {
                 return Ok(None);
             }
             let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&callers)?), provider());

@@ -279,6 +279,8 @@ fn tls_rules(settings: &Settings, bad: &mut impl FnMut(&str, String, String)) {
 
 /// The rule a duration of `secs` seconds breaks, if any: at least `min`
 /// (NaN never is; `too_small` says so), at most [`MAX_SECS`].
+// `!(secs >= min)` is meant: it is true for NaN too.
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
 fn seconds(secs: f64, min: f64, too_small: &str) -> Option<String> {
     if !(secs >= min) {
         Some(too_small.to_owned())

@@ -309,10 +309,10 @@ async fn a_split_leaves_exactly_one_valid_token_per_key() {
 async fn versions(c: &Cluster) -> HashMap<String, u64> {
     let mut out = HashMap::new();
     for n in &c.nodes {
-        if let Ok(mut a) = n.admin().await {
-            if let Ok(r) = a.get_config(proto::GetConfigRequest {}).await {
-                out.insert(n.name.clone(), r.into_inner().config_version);
-            }
+        if let Ok(mut a) = n.admin().await
+            && let Ok(r) = a.get_config(proto::GetConfigRequest {}).await
+        {
+            out.insert(n.name.clone(), r.into_inner().config_version);
         }
     }
     out

@@ -56,8 +56,7 @@ fn previous_release(root: &Path) -> Result<(String, String)> {
     let line = text
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .last()
+        .rfind(|l| !l.is_empty() && !l.starts_with('#'))
         .ok_or_else(|| anyhow!("{} lists no release", path.display()))?;
     let mut parts = line.split_whitespace();
     match (parts.next(), parts.next(), parts.next()) {

@@ -244,10 +244,11 @@ impl Cluster {
     pub async fn wait_all_owned(&self, within: Duration) -> Result<proto::StatusResponse> {
         let deadline = Instant::now() + within;
         loop {
-            if let Ok(s) = self.status().await {
-                if s.unowned.is_empty() && !s.leases.is_empty() {
-                    return Ok(s);
-                }
+            if let Ok(s) = self.status().await
+                && s.unowned.is_empty()
+                && !s.leases.is_empty()
+            {
+                return Ok(s);
             }
             if Instant::now() > deadline {
                 bail!("shards still unowned after {within:?}: {:?}\n{}", self.status().await.map(|s| s.unowned), self.logs());

@@ -823,7 +823,7 @@ pub async fn leases_on_liveness(url: String) -> Result<()> {
     let moved = s.renew(&own).await?;
     ensure!(moved.liveness_epoch == Some(1) && moved.epoch == own.epoch, "moved onto liveness at renewal: {moved:?}");
     held.push(moved);
-    ensure!(!fence_with(&url, dialect, fence_of_0_1(dialect), &held[0].token()).await?.is_some(), "the 0.1 fence refuses");
+    ensure!(fence_with(&url, dialect, fence_of_0_1(dialect), &held[0].token()).await?.is_none(), "the 0.1 fence refuses");
 
     // Heartbeats alone keep every lease live for several TTLs, and a writer
     // inside its fenced transaction does not hold a heartbeat up.
@@ -1159,98 +1159,3 @@ pub async fn handover_refuses_leaving(url: String) -> Result<()> {
     s.close().await;
     Ok(())
 }
-
-/// Generates one `#[tokio::test]` per scenario for a dialect.
-macro_rules! lease_tests {
-    ($dialect:expr) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn migrate_idempotent() {
-            crate::support::lease::run($dialect, crate::support::lease::migrate_idempotent).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn round_leases() {
-            crate::support::lease::run($dialect, crate::support::lease::round_leases).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn append_batch() {
-            crate::support::lease::run($dialect, crate::support::lease::append_batch).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn group_commit_survives_a_cancelled_caller() {
-            crate::support::lease::run($dialect, crate::support::lease::group_commit_survives_a_cancelled_caller).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn leases_on_liveness() {
-            crate::support::lease::run($dialect, crate::support::lease::leases_on_liveness).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn registration() {
-            crate::support::lease::run($dialect, crate::support::lease::registration).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn acquire_renew_expire() {
-            crate::support::lease::run($dialect, crate::support::lease::acquire_renew_expire).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn epochs_increase() {
-            crate::support::lease::run($dialect, crate::support::lease::epochs_increase).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn stale_token_writes_nothing() {
-            crate::support::lease::run($dialect, crate::support::lease::stale_token_writes_nothing).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn expired_token_writes_nothing() {
-            crate::support::lease::run($dialect, crate::support::lease::expired_token_writes_nothing).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn request_id_idempotent() {
-            crate::support::lease::run($dialect, crate::support::lease::request_id_idempotent).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn concurrent_appends() {
-            crate::support::lease::run($dialect, crate::support::lease::concurrent_appends).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn cluster_meta() {
-            crate::support::lease::run($dialect, crate::support::lease::cluster_meta).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn application_fence_sql() {
-            crate::support::lease::run($dialect, crate::support::lease::application_fence_sql).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn handover_waits_for_fenced_transaction() {
-            crate::support::lease::run($dialect, crate::support::lease::handover_waits_for_fenced_transaction).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn deregister_frees_leases() {
-            crate::support::lease::run($dialect, crate::support::lease::deregister_frees_leases).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn targeted_queries() {
-            crate::support::lease::run($dialect, crate::support::lease::targeted_queries).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn split_retires_parent() {
-            crate::support::lease::run($dialect, crate::support::lease::split_retires_parent).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn concurrent_split_seed() {
-            crate::support::lease::run($dialect, crate::support::lease::concurrent_split_seed).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn split_waits_for_fenced_transaction() {
-            crate::support::lease::run($dialect, crate::support::lease::split_waits_for_fenced_transaction).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn handoff_budget_is_database_wide() {
-            crate::support::lease::run($dialect, crate::support::lease::handoff_budget_is_database_wide).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn handover_refuses_leaving() {
-            crate::support::lease::run($dialect, crate::support::lease::handover_refuses_leaving).await
-        }
-    };
-}
-pub(crate) use lease_tests;

@@ -67,10 +67,10 @@ impl Exposition {
             return Some(name);
         }
         for suffix in ["_bucket", "_sum", "_count", "_total"] {
-            if let Some(base) = sample.strip_suffix(suffix) {
-                if let Some((name, _)) = self.types.get_key_value(base) {
-                    return Some(name);
-                }
+            if let Some(base) = sample.strip_suffix(suffix)
+                && let Some((name, _)) = self.types.get_key_value(base)
+            {
+                return Some(name);
             }
         }
         None
