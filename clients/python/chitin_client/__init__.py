@@ -160,6 +160,8 @@ def classify(error: grpc.RpcError):
         grpc.StatusCode.UNAUTHENTICATED,
         grpc.StatusCode.PERMISSION_DENIED,
         grpc.StatusCode.FAILED_PRECONDITION,
+        # A request id applied before with another payload.
+        grpc.StatusCode.ALREADY_EXISTS,
     ):
         return _REFUSED, reason, None
     # gRPC answers UNAVAILABLE "failed to connect to all addresses" when no

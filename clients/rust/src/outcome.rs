@@ -26,7 +26,8 @@ pub enum Attempt {
     /// most once.
     Unknown(String),
     /// Refused before it ran, for a reason a retry does not change (invalid
-    /// request, missing or wrong token, no common protocol).
+    /// request, a request id applied before with another payload, missing or
+    /// wrong token, no common protocol).
     Refused { code: Code, message: String },
 }
 
@@ -46,9 +47,11 @@ pub fn classify(status: &Status) -> Attempt {
         _ => {}
     }
     match status.code() {
-        Code::InvalidArgument | Code::Unauthenticated | Code::PermissionDenied | Code::FailedPrecondition => {
-            Attempt::Refused { code: status.code(), message: status.message().to_string() }
-        }
+        Code::InvalidArgument
+        | Code::Unauthenticated
+        | Code::PermissionDenied
+        | Code::FailedPrecondition
+        | Code::AlreadyExists => Attempt::Refused { code: status.code(), message: status.message().to_string() },
         _ if never_sent(status) => Attempt::NotApplied { reason: format!("not sent: {}", describe(status)), holder: None },
         _ => Attempt::Unknown(describe(status)),
     }

@@ -78,6 +78,14 @@ pub struct ClientPlan {
 /// the same sequence back (dedup under failover).
 pub const RESEND_EVERY: u64 = 16;
 
+/// Whether a client sends its `n`-th append (counted from 1), just
+/// acknowledged, again: its first acknowledged one always, so that a slow
+/// run (failpoints, few appends) still checks dedup under failover, then
+/// one in [`RESEND_EVERY`].
+fn resend(n: u64, resent_before: bool) -> bool {
+    !resent_before || n % RESEND_EVERY == 5
+}
+
 /// Runs until `stop` turns true, then finishes (or gives up on) the append
 /// in flight within the grace period.
 pub async fn run(plan: ClientPlan, mut stop: watch::Receiver<bool>) -> ClientLog {
@@ -90,6 +98,7 @@ pub async fn run(plan: ClientPlan, mut stop: watch::Receiver<bool>) -> ClientLog
     let client = Runner { client, plan: &plan };
     let mut log = ClientLog::default();
     let mut n = 0u64;
+    let mut resent = false;
     while !*stop.borrow() {
         let stream = plan.streams[(n as usize) % plan.streams.len()].clone();
         let request_id = format!("c{}-{n}", plan.id);
@@ -100,7 +109,8 @@ pub async fn run(plan: ClientPlan, mut stop: watch::Receiver<bool>) -> ClientLog
             Answer::GaveUp => log.unacknowledged.push(request_id.clone()),
             Answer::Abandoned => log.abandoned.push(Abandoned { stream: stream.clone(), request_id: request_id.clone() }),
         }
-        if n % RESEND_EVERY == 5 && log.acks.last().is_some_and(|a| a.request_id == request_id) {
+        if resend(n, resent) && log.acks.last().is_some_and(|a| a.request_id == request_id) {
+            resent = true;
             client.client.move_on();
             if let Answer::Acked(again) = client.until_acked(&stream, &request_id, &stop).await {
                 log.resends.push(Ack { resent: true, ..again });
@@ -224,4 +234,28 @@ pub fn merge(logs: Vec<ClientLog>) -> ClientLog {
 /// Each client's streams (the checker reads them all).
 pub fn streams(clients: usize, per_client: usize) -> Vec<Vec<String>> {
     (0..clients).map(|c| (0..per_client).map(|k| format!("chaos-{c}-{k}")).collect()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_acknowledged_append_is_sent_again_then_one_in_sixteen() {
+        for (n, resent_before, expected) in [
+            // Nothing sent again yet: whichever append is the first
+            // acknowledged one goes again, however few the run makes.
+            (1, false, true),
+            (2, false, true),
+            (40, false, true),
+            // Then the steady rate.
+            (2, true, false),
+            (5, true, true),
+            (21, true, true),
+            (16, true, false),
+            (37, true, true),
+        ] {
+            assert_eq!(resend(n, resent_before), expected, "append {n}, resent before: {resent_before}");
+        }
+    }
 }

@@ -74,6 +74,8 @@ pub enum ChaosError {
     },
     #[error("ip {args}: {stderr}")]
     Ip { args: String, stderr: String },
+    #[error("{dir} holds files that are not a chaos run's; choose a new or empty --dir")]
+    ForeignDir { dir: String },
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -100,18 +102,33 @@ fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ChaosErro
     move |source| ChaosError::Io { what, source }
 }
 
-/// Removes a previous run's private database servers under `dir` (a run
-/// again with the same seed, or the same `--dir`): every run starts its
-/// server afresh, and initdb refuses a directory that is not empty. The
-/// previous run's logs and report are overwritten as the run writes its own.
-fn clear_private_servers(dir: &std::path::Path) -> Result<(), ChaosError> {
-    for data in [PrivatePostgres::base(dir), PrivateMariadb::base(dir)] {
-        if data.exists() {
-            tracing::info!(dir = %data.display(), "removing the previous run's database server");
-            std::fs::remove_dir_all(&data).map_err(io_error(format!("remove the previous run's {}", data.display())))?;
+/// The file that marks a directory as a chaos run's own.
+const RUN_MARKER: &str = ".chitin-chaos-run";
+
+/// Gives the run an empty `dir`. A run again with the same seed (or the same
+/// `--dir`) must not start from what the last one left: its nodes would come
+/// up on the configs its splits wrote while the lab writes a fresh version 1,
+/// and initdb refuses a directory that is not empty. So an earlier run's
+/// directory is kept aside as `<dir>.previous` (replacing an older one) for
+/// comparison; its path is returned. A non-empty directory that is not a
+/// run's own is refused, never moved.
+fn fresh_run_dir(dir: &std::path::Path) -> Result<Option<std::path::PathBuf>, ChaosError> {
+    let occupied = std::fs::read_dir(dir).map(|mut d| d.next().is_some()).unwrap_or(false);
+    let mut kept = None;
+    if occupied {
+        if !dir.join(RUN_MARKER).exists() {
+            return Err(ChaosError::ForeignDir { dir: dir.display().to_string() });
         }
+        let aside = dir.with_extension("previous");
+        if aside.exists() {
+            std::fs::remove_dir_all(&aside).map_err(io_error(format!("remove {}", aside.display())))?;
+        }
+        std::fs::rename(dir, &aside).map_err(io_error(format!("move {} aside", dir.display())))?;
+        kept = Some(aside);
     }
-    Ok(())
+    std::fs::create_dir_all(dir).map_err(io_error(format!("create {}", dir.display())))?;
+    std::fs::write(dir.join(RUN_MARKER), "").map_err(io_error(format!("mark {}", dir.display())))?;
+    Ok(kept)
 }
 
 /// Where the run's database lives.
@@ -232,8 +249,9 @@ const PRIVATE_POSTGRES_CONF: &str = "track_commit_timestamp = on";
 /// carried out (a server would not start); violations are in the report.
 pub async fn run(opts: ChaosOptions) -> Result<Report, ChaosError> {
     opts.validate()?;
-    std::fs::create_dir_all(&opts.dir).map_err(io_error(format!("create {}", opts.dir.display())))?;
-    clear_private_servers(&opts.dir)?;
+    if let Some(kept) = fresh_run_dir(&opts.dir)? {
+        tracing::warn!(previous = %kept.display(), "an earlier run used this directory: kept aside, this run starts clean");
+    }
     // Names the run's bridge and namespaces; distinct for concurrent runs.
     let salt = (opts.seed ^ u64::from(std::process::id())).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
     let run_id = format!("{salt:06x}");
@@ -529,21 +547,37 @@ async fn clock_offset(store: &Store) -> Result<i64, ChaosError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::testkit::{PrivateMariadb, PrivatePostgres};
+    use crate::testkit::PrivatePostgres;
 
     #[test]
-    fn a_previous_runs_servers_are_cleared_and_its_logs_kept() {
+    fn a_run_starts_clean_and_keeps_the_previous_run_aside() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("chitin-chaos-7");
+        assert_eq!(super::fresh_run_dir(&dir).unwrap(), None, "a new directory");
+        // What a run leaves: a server's data, a node's config and log.
+        let server = PrivatePostgres::base(&dir).join("data");
+        std::fs::create_dir_all(&server).unwrap();
+        std::fs::write(server.join("PG_VERSION"), "17").unwrap();
+        std::fs::create_dir_all(dir.join("node-01")).unwrap();
+        std::fs::write(dir.join("node-01").join("cluster.json"), "{\"version\": 3}").unwrap();
+
+        let kept = super::fresh_run_dir(&dir).unwrap().expect("the previous run kept");
+        assert_eq!(kept, parent.path().join("chitin-chaos-7.previous"));
+        assert!(kept.join("node-01").join("cluster.json").exists());
+        assert!(PrivatePostgres::base(&kept).join("data").join("PG_VERSION").exists());
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, [std::ffi::OsString::from(super::RUN_MARKER)], "the run starts from nothing");
+        // A third run replaces the older copy.
+        assert_eq!(super::fresh_run_dir(&dir).unwrap(), Some(kept.clone()));
+        assert!(!kept.join("node-01").exists());
+    }
+
+    #[test]
+    fn a_directory_of_something_else_is_refused_not_moved() {
         let dir = tempfile::tempdir().unwrap();
-        let servers = [PrivatePostgres::base(dir.path()), PrivateMariadb::base(dir.path())];
-        for base in &servers {
-            std::fs::create_dir_all(base.join("data")).unwrap();
-            std::fs::write(base.join("data").join("PG_VERSION"), "17").unwrap();
-        }
-        std::fs::write(dir.path().join("node-01.log"), "log").unwrap();
-        super::clear_private_servers(dir.path()).unwrap();
-        assert!(servers.iter().all(|base| !base.exists()));
-        assert!(dir.path().join("node-01.log").exists());
-        // Nothing to clear is no error.
-        super::clear_private_servers(dir.path()).unwrap();
+        std::fs::write(dir.path().join("thesis.tex"), "precious").unwrap();
+        let e = super::fresh_run_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("choose a new or empty --dir"), "{e}");
+        assert!(dir.path().join("thesis.tex").exists());
     }
 }

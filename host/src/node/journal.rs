@@ -62,6 +62,10 @@ pub enum AppendError {
     NotApplied { reason: String, holder: Option<HolderHint> },
     #[error("outcome unknown: {0}; retry with the same request_id, which applies at most once")]
     OutcomeUnknown(String),
+    /// The request id was applied before with another payload: refused, so
+    /// that a reused id never acknowledges a payload it did not store.
+    #[error("{0}")]
+    Reused(String),
 }
 
 fn holder_text(holder: &Option<HolderHint>) -> String {
@@ -75,6 +79,7 @@ impl AppendError {
             AppendError::Invalid(_) => "invalid",
             AppendError::NotApplied { .. } => "not_applied",
             AppendError::OutcomeUnknown(_) => "unknown",
+            AppendError::Reused(_) => "reused",
         }
     }
 
@@ -93,15 +98,25 @@ pub const MAX_PAYLOAD: usize = 1 << 20;
 /// comes, so an answer stays under the clients' 4 MiB decoding limit).
 pub const MAX_READ_BYTES: usize = 2 << 20;
 
-/// A stream name or request id as every dialect stores it: 1..=`max` bytes
-/// and no NUL (PostgreSQL text refuses it). Checked before the database, so
-/// a bad name is refused as invalid, never answered "outcome unknown".
+/// A stream name or request id as every dialect stores and compares it:
+/// 1..=`max` bytes, no NUL (PostgreSQL text refuses it), and no trailing
+/// space (MySQL's and MariaDB's `utf8mb4_bin` compare with PAD SPACE, so
+/// `r` and `r ` would be one key there while they are two everywhere else:
+/// a second payload acknowledged and never stored). Checked before the
+/// database, so a bad name is refused as invalid, never answered "outcome
+/// unknown".
 pub fn check_name(what: &str, value: &str, max: usize) -> Result<(), String> {
     if value.is_empty() || value.len() > max {
         return Err(format!("{what} must be 1..={max} bytes, got {}", value.len()));
     }
     if let Some(at) = value.bytes().position(|b| b == 0) {
         return Err(format!("{what} must not contain a NUL byte (found at byte {at})"));
+    }
+    if value.ends_with(' ') {
+        return Err(format!(
+            "{what} must not end with a space ({value:?}): MySQL and MariaDB compare keys without trailing spaces; \
+             trim it, or end the name with another character"
+        ));
     }
     Ok(())
 }
@@ -184,6 +199,9 @@ impl Node {
                         self.metrics.fenced_commits.inc();
                         if let Some(s) = self.topology().map.shard(&shard) {
                             self.load.record(&shard, s.lower, s.upper, super::shard_map::stream_key(stream), payload.len());
+                        }
+                        if !a.fresh {
+                            self.same_payload(stream, request_id, payload, a.seq).await?;
                         }
                         return Ok(Acknowledged { sequence: a.seq, epoch: a.epoch, shard, holder: self.name.clone() });
                     }
@@ -300,6 +318,24 @@ impl Node {
         }
     }
 
+    /// A repeated request id is acknowledged only with the payload it
+    /// stored; another payload is refused ([`AppendError::Reused`]). Read only
+    /// on the rare repeated id, so the common append pays nothing.
+    async fn same_payload(&self, stream: &str, request_id: &str, payload: &[u8], seq: i64) -> Result<(), AppendError> {
+        let stored = self.store.read(stream, seq, 1).await.map_err(|e| {
+            AppendError::OutcomeUnknown(format!("request_id {request_id} was applied before, and reading it back failed: {e}"))
+        })?;
+        match stored.first() {
+            Some(entry) if entry.payload != payload => Err(AppendError::Reused(format!(
+                "request_id {request_id:?} was applied to stream {stream:?} at sequence {seq} with another payload \
+                 ({} bytes, this one {}); a new entry needs a new request_id",
+                entry.payload.len(),
+                payload.len()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Forwards by the shard's route, when it has one: no database read.
     /// `None`: no route, or the holder refused (certainly not applied), and
     /// the route is dropped; the caller reads the lease row.
@@ -385,6 +421,7 @@ impl Node {
             Err(status) if status.code() == tonic::Code::InvalidArgument => {
                 Err(AppendError::Invalid(status.message().to_string()))
             }
+            Err(status) if status.code() == tonic::Code::AlreadyExists => Err(AppendError::Reused(status.message().to_string())),
             // The guard refuses before anything runs: certainly not applied.
             Err(status) if matches!(status.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied) => {
                 Err(AppendError::not_applied(format!(
@@ -435,6 +472,7 @@ impl From<AppendError> for tonic::Status {
     fn from(e: AppendError) -> tonic::Status {
         let mut status = match &e {
             AppendError::Invalid(_) => return tonic::Status::invalid_argument(e.to_string()),
+            AppendError::Reused(_) => return tonic::Status::already_exists(e.to_string()),
             AppendError::NotApplied { .. } => tonic::Status::unavailable(e.to_string()),
             AppendError::OutcomeUnknown(_) => tonic::Status::unknown(e.to_string()),
         };
@@ -465,8 +503,15 @@ mod tests {
     #[test]
     fn names_fit_every_dialect() {
         assert!(check_name("stream", &"s".repeat(MAX_STREAM), MAX_STREAM).is_ok());
-        let cases =
-            [("", "stream must be 1..=255 bytes, got 0"), ("a\0b", "stream must not contain a NUL byte (found at byte 1)")];
+        let cases = [
+            ("", "stream must be 1..=255 bytes, got 0"),
+            ("a\0b", "stream must not contain a NUL byte (found at byte 1)"),
+            (
+                "r ",
+                "stream must not end with a space (\"r \"): MySQL and MariaDB compare keys without trailing spaces; trim \
+                 it, or end the name with another character",
+            ),
+        ];
         for (value, want) in cases {
             assert_eq!(check_name("stream", value, MAX_STREAM).unwrap_err(), want, "{value:?}");
         }

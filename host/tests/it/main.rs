@@ -15,6 +15,7 @@ mod coord_fail_open;
 mod coord_redis;
 mod coord_scripts;
 mod deploy_files;
+mod journal_requests;
 mod lease_checks;
 mod lease_store;
 mod node_cluster;

@@ -1,16 +1,18 @@
 //! Slot `drain`: who takes a leaving node's leases, and in what order.
 //!
 //! The shards to hand over are the ones the leaving node holds (its entries
-//! in `holders`), in shard id order. Each goes to the first node of the
-//! rendezvous ranking of the shard's replica nodes that is joining or active
-//! and is not the leaving node — the node that `preferred-holders` ranks next,
-//! so a drain and a crash hand the shard to the same node. The handoffs are
-//! cut into rounds of `max_per_round`.
+//! in `holders`), in shard id order. Each goes to the node that
+//! `preferred-holders` ranks first once the leaving node no longer counts
+//! (the balanced ranking, [`crate::placement::preferred_holders`]), so a
+//! drain, a crash and the rounds after either hand the shard to the same
+//! node and nothing moves twice. The handoffs are cut into rounds of
+//! `max_per_round`.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use chitin_policy_sdk::rank::rank;
-use chitin_policy_sdk::{DrainRequest, Handoff, PolicyError};
+use chitin_policy_sdk::{DrainRequest, Handoff, NodeState, PolicyError, RankingRequest, Shard};
+
+use crate::placement::preferred_holders;
 
 /// `plan-drain`: the handoffs in rounds of at most `max_per_round`.
 pub fn plan_drain(req: &DrainRequest) -> Result<Vec<Vec<Handoff>>, PolicyError> {
@@ -25,16 +27,13 @@ pub fn plan_drain(req: &DrainRequest) -> Result<Vec<Vec<Handoff>>, PolicyError> 
     }
     let takers: HashSet<&str> =
         req.nodes.iter().filter(|n| n.state.is_eligible() && n.id != leaving).map(|n| n.id.as_str()).collect();
-    let mut nodes_of: HashMap<&str, BTreeSet<&str>> = HashMap::new();
-    for r in &req.replicas {
-        nodes_of.entry(r.shard.as_str()).or_default().insert(r.node.as_str());
-    }
+    let rankings = rankings_without(req);
     let to_hand: BTreeSet<&str> = req.holders.iter().filter(|h| h.node == leaving).map(|h| h.shard.as_str()).collect();
 
     let mut handoffs = Vec::with_capacity(to_hand.len());
     for shard in to_hand {
-        let candidates = nodes_of.get(shard).map(|set| set.iter().copied()).into_iter().flatten();
-        let target = rank(shard, candidates).into_iter().find(|n| takers.contains(n));
+        let ranked = rankings.get(shard).into_iter().flatten();
+        let target = ranked.map(String::as_str).find(|n| takers.contains(n));
         let Some(target) = target else {
             return Err(PolicyError::InvalidInput(format!(
                 "shard {shard} has no other joining or active replica node; \
@@ -44,6 +43,24 @@ pub fn plan_drain(req: &DrainRequest) -> Result<Vec<Vec<Handoff>>, PolicyError> 
         handoffs.push(Handoff { shard: shard.to_owned(), source: leaving.to_owned(), target: target.to_owned() });
     }
     Ok(handoffs.chunks(req.max_per_round as usize).map(<[Handoff]>::to_vec).collect())
+}
+
+/// Every shard's preferred holders with the leaving node counted as leaving
+/// (whatever state the request gives it), as the rounds after the drain
+/// will rank them. A held shard the request does not list counts as active.
+fn rankings_without(req: &DrainRequest) -> HashMap<String, Vec<String>> {
+    let mut nodes = req.nodes.clone();
+    for n in nodes.iter_mut().filter(|n| n.id == req.leaving) {
+        n.state = NodeState::Leaving;
+    }
+    let mut shards = req.shards.clone();
+    for h in &req.holders {
+        if !shards.iter().any(|s| s.id == h.shard) {
+            shards.push(Shard { id: h.shard.clone(), ..Shard::default() });
+        }
+    }
+    let ranking = RankingRequest { nodes, shards, replicas: req.replicas.clone() };
+    preferred_holders(&ranking).into_iter().map(|h| (h.shard, h.nodes)).collect()
 }
 
 #[cfg(test)]
@@ -95,9 +112,14 @@ mod tests {
             let flat: Vec<&Handoff> = plan.iter().flatten().collect();
             let ids: Vec<String> = (0..shards).map(|i| format!("s{i:02}")).collect();
             assert_eq!(flat.iter().map(|h| h.shard.clone()).collect::<Vec<_>>(), ids);
+            // Each goes where the rounds after the drain rank it first, so
+            // nothing moves twice.
+            let mut after = request(shards, max);
+            after.nodes.retain(|n| n.id != "x");
+            let ranked = rankings_without(&after);
             for h in flat {
                 assert_eq!(h.source, "x");
-                assert_eq!(h.target, rank(&h.shard, ["a", "b", "x"]).into_iter().find(|n| *n != "x").unwrap());
+                assert_eq!(Some(&h.target), ranked[&h.shard].first(), "{}", h.shard);
             }
         }
     }

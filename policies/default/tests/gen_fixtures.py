@@ -555,8 +555,17 @@ def handoff(shard, source, target):
     return {"shard": shard, "source": source, "target": target}
 
 
-def first_taker(s, replica_nodes, takers):
-    return next(n for n in rank(s, replica_nodes) if n in takers)
+def drain_plan(req):
+    """Each shard the leaving node holds, in id order, to the node the balanced
+    preferred holders (`preferred`) rank first once it leaves; a held shard the
+    request does not list counts as active."""
+    leaving = req["leaving"]
+    ns = [dict(n, state="leaving") if n["id"] == leaving else n for n in req["nodes"]]
+    listed = {s["id"] for s in req["shards"]}
+    shards = req["shards"] + [shard(h["shard"]) for h in req["holders"] if h["shard"] not in listed]
+    ranked = {r["shard"]: r["nodes"] for r in preferred({"nodes": ns, "shards": shards, "replicas": req["replicas"]})}
+    held = sorted({h["shard"] for h in req["holders"] if h["node"] == leaving})
+    return [handoff(s, leaving, ranked[s][0]) for s in held]
 
 
 # x leaves holding 10 shards (listed out of order), each with replicas on x, a, b.
@@ -564,20 +573,22 @@ ten = [f"s{i:02}" for i in range(1, 11)]
 layout = {s: ["x", "a", "b"] for s in ten}
 hold = [(s, "x") for s in reversed(ten)] + [("t1", "a")]
 dn = nodes("a", "b:joining", "x:leaving")
-targets = [handoff(s, "x", first_taker(s, ["x", "a", "b"], {"a", "b"})) for s in ten]
-assert {h["target"] for h in targets} == {"a", "b"}
-fixture("drain-rounds-of-4", "ten shards in rounds of at most 4 (4, 4, 2), in shard id order, to each shard's next replica node",
-        "drain", "plan-drain",
-        drain_req("x", dn, [shard(s) for s in ten + ["t1"]], replicas({**layout, "t1": ["a", "b"]}), hold, 4),
-        ok([targets[0:4], targets[4:8], targets[8:10]]))
-fixture("drain-rounds-of-1", "max 1 per round: one handoff per round", "drain", "plan-drain",
-        drain_req("x", dn, [shard(s) for s in ten[:3]], replicas({s: layout[s] for s in ten[:3]}),
-                  [(s, "x") for s in ten[:3]], 1),
-        ok([[t] for t in targets[:3]]))
-fixture("drain-exact-rounds", "eight shards, max 4: two full rounds and no empty third", "drain", "plan-drain",
-        drain_req("x", dn, [shard(s) for s in ten[:8]], replicas({s: layout[s] for s in ten[:8]}),
-                  [(s, "x") for s in ten[:8]], 4),
-        ok([targets[0:4], targets[4:8]]))
+req = drain_req("x", dn, [shard(s) for s in ten + ["t1"]], replicas({**layout, "t1": ["a", "b"]}), hold, 4)
+targets = drain_plan(req)
+assert [h["shard"] for h in targets] == ten
+# The balanced ranking evens the leaders out: with t1 on a, b takes one more.
+assert sorted(h["target"] for h in targets).count("b") == 6, targets
+fixture("drain-rounds-of-4", "ten shards in rounds of at most 4 (4, 4, 2), in shard id order, each to the node the "
+        "balanced preferred holders rank first once x leaves (b takes six, a four beside its t1)",
+        "drain", "plan-drain", req, ok([targets[0:4], targets[4:8], targets[8:10]]))
+req = drain_req("x", dn, [shard(s) for s in ten[:3]], replicas({s: layout[s] for s in ten[:3]}), [(s, "x") for s in ten[:3]], 1)
+fixture("drain-rounds-of-1", "max 1 per round: one handoff per round", "drain", "plan-drain", req,
+        ok([[t] for t in drain_plan(req)]))
+req = drain_req("x", dn, [shard(s) for s in ten[:8]], replicas({s: layout[s] for s in ten[:8]}), [(s, "x") for s in ten[:8]], 4)
+targets = drain_plan(req)
+assert sorted(h["target"] for h in targets).count("a") == 4, targets
+fixture("drain-exact-rounds", "eight shards, max 4: two full rounds and no empty third, four to each taker", "drain",
+        "plan-drain", req, ok([targets[0:4], targets[4:8]]))
 # Each shard's other replica nodes: one down (d), one leaving too (y), one active (a).
 layout = {"k1": ["x", "d", "y", "a"], "k2": ["x", "a", "d"]}
 fixture("drain-skips-down-and-leaving-nodes", "a handoff goes only to a joining or active replica node, skipping down and leaving ones",
