@@ -15,7 +15,7 @@ fn append(stream: &str, request_id: &str, payload: &[u8]) -> proto::AppendReques
 }
 
 async fn request_ids_are_exact(dialect: Dialect) {
-    let mut c = Cluster::new(dialect, 1, 4, 1, |_, _| {}).await.unwrap();
+    let c = Cluster::new(dialect, 1, 4, 1, |_, _| {}).await.unwrap();
     c.wait_all_owned(Duration::from_secs(60)).await.unwrap();
     let mut j = JournalClient::connect(format!("http://{}", c.nodes[0].api)).await.unwrap();
 
