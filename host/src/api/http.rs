@@ -104,11 +104,14 @@ async fn health(State(control): State<Arc<Control>>, headers: HeaderMap) -> Resp
     if let Err(denied) = authorized(&control, &headers) {
         return denied;
     }
-    (StatusCode::OK, axum::Json(health_body(&control).await)).into_response()
+    let body = health_body(&control).await;
+    // A probe or load balancer reads the code, not the body.
+    let code = if body["status"] == "healthy" { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, axum::Json(body)).into_response()
 }
 
 /// `/health` as the reference documents it: `status` (`healthy` while the
-/// node takes work, else `unhealthy`), `instance_id`, `version`, and a
+/// node takes work, else `unhealthy`, answered with 503), `instance_id`, `version`, and a
 /// `cluster` object only when clustering is enabled. Counts that cannot be
 /// read (Redis down, no node yet) are `null`, never made up.
 async fn health_body(control: &Control) -> serde_json::Value {

@@ -75,8 +75,10 @@ pub enum ClusterCommand {
 #[derive(clap::Args, Debug)]
 pub struct DrainArgs {
     /// The node (by name) to drain; it is found through the node at `--via`.
+    /// Without it, the node at the first `--via` address drains itself (what
+    /// a Kubernetes preStop hook runs: no name to expand).
     #[arg(long = "node")]
-    pub name: String,
+    pub name: Option<String>,
     /// Nodes of the cluster (comma-separated, tried in order), to look the
     /// drained node's address up. Default: `CHITIN_NODE`, else 127.0.0.1:50051.
     #[arg(long, env = "CHITIN_NODES", value_name = "ADDR[,ADDR...]", default_value = super::client::default_nodes())]
@@ -309,28 +311,34 @@ fn print_policies(s: &proto::StatusResponse) {
 }
 
 async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
-    let s = admin(&args.via)
+    // Draining "this node" asks the first address only: failing over to
+    // another node would drain that one instead.
+    let asked = match &args.name {
+        Some(_) => args.via.clone(),
+        None => Nodes::one(&args.via.addresses()[0])?,
+    };
+    let s = admin(&asked)
         .await?
         .status(proto::StatusRequest {})
         .await
         .map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?
         .into_inner();
-    let target = s.nodes.iter().find(|n| n.name == args.name).ok_or_else(|| {
+    let name = args.name.clone().unwrap_or_else(|| s.node.clone());
+    let target = s.nodes.iter().find(|n| n.name == name).ok_or_else(|| {
         anyhow::anyhow!(
-            "no live node named `{}` (live: {})",
-            args.name,
+            "no live node named `{name}` (live: {})",
             s.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ")
         )
     })?;
-    let held = |s: &proto::StatusResponse| s.leases.iter().filter(|l| l.holder == args.name).count() as u64;
+    let held = |s: &proto::StatusResponse| s.leases.iter().filter(|l| l.holder == name).count() as u64;
     let before = held(&s);
     let mut drain = admin(&Nodes::one(&target.address)?).await?;
     let request = drain.drain(proto::DrainRequest {});
-    let report = with_drain_progress(request, &args.via, &args.name, before, held).await;
+    let report = with_drain_progress(request, &args.via, &name, before, held).await;
     let report = report.map_err(|s| anyhow::anyhow!("drain failed: {}", s.message()))?.into_inner();
     println!(
-        "drained {}: {} shards handed over in {} rounds; the node keeps running until stopped",
-        args.name, report.handed_over, report.rounds
+        "drained {name}: {} shards handed over in {} rounds; the node keeps running until stopped",
+        report.handed_over, report.rounds
     );
     for kept in &report.kept {
         println!("  kept {}: {}", kept.shard, kept.why);

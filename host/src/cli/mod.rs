@@ -78,6 +78,7 @@ pub enum Command {
 pub enum AdminCommand {
     /// Same as `chitin cluster drain --node NAME`.
     Drain {
+        /// The node (by name) to drain.
         name: String,
         /// Nodes of the cluster (comma-separated, tried in order).
         #[arg(long, env = "CHITIN_NODES", value_name = "ADDR[,ADDR...]", default_value = client::default_nodes())]
@@ -91,7 +92,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Journal(cmd) => journal::run(cmd),
         Command::Cluster(cmd) => cluster::run(cmd),
         Command::Admin(AdminCommand::Drain { name, via }) => {
-            cluster::run(cluster::ClusterCommand::Drain(cluster::DrainArgs { name, via }))
+            cluster::run(cluster::ClusterCommand::Drain(cluster::DrainArgs { name: Some(name), via }))
         }
         Command::Config(cmd) => config::run(cmd),
         Command::Dispatch(args) => coord::dispatch(args),

@@ -516,3 +516,52 @@ async fn stale_instances_script_names_exactly_the_killed_node() {
     drop(redis);
     c.teardown().await.unwrap();
 }
+
+/// No load, 16 shards on 3 nodes: the default placement balances leadership
+/// to 6 / 5 / 5 within a minute of start (the rendezvous rank alone left it
+/// as uneven as 9 / 5 / 2), and it stays so.
+#[tokio::test(flavor = "multi_thread")]
+async fn sixteen_shards_on_three_nodes_settle_at_six_five_five() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 16, 3, |_, _| {}).await.unwrap();
+    let per_node = |s: &proto::StatusResponse| {
+        let mut by_holder: HashMap<&str, usize> = HashMap::new();
+        for l in &s.leases {
+            *by_holder.entry(l.holder.as_str()).or_default() += 1;
+        }
+        let mut counts: Vec<usize> = by_holder.into_values().collect();
+        counts.sort();
+        counts
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = c.wait_all_owned(Duration::from_secs(60)).await.unwrap();
+        if per_node(&s) == [5, 5, 6] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "leases per node {:?} a minute after start:\n{}", per_node(&s), c.logs());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let settled = c.wait_settled(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(per_node(&settled), [5, 5, 6], "the balance did not hold");
+    c.teardown().await.unwrap();
+}
+
+/// `chitin cluster drain` without `--node` drains the node at its first
+/// `--via` address, as the Kubernetes preStop hook runs it (no name to
+/// expand): that node holds nothing after it, the other everything.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_without_a_name_drains_the_node_it_asks() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 2, 8, 2, |_, _| {}).await.unwrap();
+    c.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let (asked, other) = (c.nodes[1].api.clone(), c.nodes[0].name.clone());
+    let out = std::process::Command::new(CHITIN).args(["cluster", "drain", "--via", &asked]).output().unwrap();
+    let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{printed}");
+    let drained = c.nodes[1].name.clone();
+    assert!(printed.contains(&format!("drained {drained}:")), "{printed}");
+    let s = c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    assert!(s.leases.iter().all(|l| l.holder == other), "{drained} still holds shards: {:?}", s.leases);
+    c.teardown().await.unwrap();
+}

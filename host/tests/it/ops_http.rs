@@ -13,10 +13,16 @@ use serde_json::Value;
 
 const TOKEN: &str = "m3trics";
 
-async fn get_json(addr: &str, path: &str) -> Value {
+/// `path`'s JSON body, answered with `want` (200 for a healthy node's
+/// `/health`, 503 for an unhealthy one's).
+async fn get_json_as(addr: &str, path: &str, want: u16) -> Value {
     let (code, body) = http_get(addr, path, Some(TOKEN)).await.unwrap();
-    assert_eq!(code, 200, "{path}: {body}");
+    assert_eq!(code, want, "{path}: {body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path} is not JSON ({e}): {body}"))
+}
+
+async fn get_json(addr: &str, path: &str) -> Value {
+    get_json_as(addr, path, 200).await
 }
 
 async fn scrape(addr: &str) -> Exposition {
@@ -208,7 +214,7 @@ async fn cluster_health_and_metrics_after_appends_forwards_and_handoffs() -> Res
     // A drained node takes no work: unhealthy, and says why.
     let mut admin = c.node("node-03").admin().await?;
     admin.drain(proto::DrainRequest {}).await?;
-    let h = get_json(&c.node("node-03").metrics.clone(), "/health").await;
+    let h = get_json_as(&c.node("node-03").metrics.clone(), "/health", 503).await;
     assert_eq!((h["status"].as_str(), h["state"].as_str()), (Some("unhealthy"), Some("drained")), "{h}");
     assert_eq!(h["cluster"]["healthy"], true, "{h}");
 
@@ -236,7 +242,7 @@ async fn an_unprovisioned_cluster_node_is_unhealthy_with_an_unknown_cluster_bloc
     chitin::testkit::ports::wait_for_port(&metrics, Duration::from_secs(30), "")?;
 
     assert_eq!(http_get(&metrics, "/health", None).await?.0, 401);
-    let h = get_json(&metrics, "/health").await;
+    let h = get_json_as(&metrics, "/health", 503).await;
     assert_eq!(h["status"], "unhealthy", "{h}");
     assert_eq!(h["state"], "UNPROVISIONED", "{h}");
     assert_eq!(h["version"], env!("CARGO_PKG_VERSION"), "{h}");
