@@ -378,7 +378,11 @@ impl admin_server::Admin for Api {
     ) -> Result<Response<proto::UpdateConfigResponse>, Status> {
         let config = parse_config(&req.into_inner().config_json)?;
         let node = self.node()?;
-        let version = node.update_config(config).map_err(|e| Status::failed_precondition(e.to_string()))?;
+        // Validation and fsync block: off the async threads.
+        let version = tokio::task::spawn_blocking(move || node.update_config(config))
+            .await
+            .map_err(|e| Status::internal(format!("the config update stopped: {e}")))?
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
         Ok(Response::new(proto::UpdateConfigResponse { config_version: version }))
     }
 

@@ -155,6 +155,8 @@ pub struct Node {
     pub store: Store,
     policies: std::sync::RwLock<Arc<Policies>>,
     topology: std::sync::RwLock<Arc<Topology>>,
+    /// Held by [`Node::update_config`] for a whole update: one at a time.
+    config_update: Mutex<()>,
     pub leases: Leases,
     pub metrics: Arc<Metrics>,
     /// Redis coordination (cluster mode only).
@@ -290,6 +292,7 @@ impl Node {
             store,
             policies: std::sync::RwLock::new(policies),
             topology: std::sync::RwLock::new(Arc::new(Topology { config, map })),
+            config_update: Mutex::new(()),
             leases,
             metrics,
             coord,
@@ -442,9 +445,13 @@ impl Node {
 
     /// Moves to a newer cluster config: every transition rule must hold
     /// between the served config and `new`. Stored before it is served.
+    /// Blocking (validation, fsync): call it off the async threads. One
+    /// update runs at a time, and readers of the served config never wait
+    /// for its validation or its fsync, only for the swap.
     pub fn update_config(&self, new: ClusterConfig) -> Result<u64, ConfigRefused> {
-        let mut topology = self.topology.write().unwrap_or_else(|p| p.into_inner());
-        let report = topology::validate_transition(&topology.config, &new);
+        let _one = self.config_update.lock().unwrap_or_else(|p| p.into_inner());
+        let served = self.topology();
+        let report = topology::validate_transition(&served.config, &new);
         if !report.is_valid() {
             let all = report.old.iter().chain(&report.new).chain(&report.transition);
             return Err(ConfigRefused::Rules(all.map(ToString::to_string).collect()));
@@ -458,8 +465,7 @@ impl Node {
         stored::save(&self.settings.node.data_dir, &new, None).map_err(ConfigRefused::Store)?;
         let version = new.version;
         let map = ShardMap::from_config(&new);
-        *topology = Arc::new(Topology { config: new, map });
-        drop(topology);
+        *self.topology.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Topology { config: new, map });
         tracing::info!(version, "serving a new cluster config");
         // Requests waiting for a holder route again; the round acts at once
         // (a finished split is seeded without waiting for the interval).

@@ -57,11 +57,7 @@ pub fn save(data_dir: &Path, config: &ClusterConfig, node_id: Option<&str>) -> R
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoredError> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)
-        .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
-        .and_then(|_| std::fs::rename(&tmp, path))
-        .map_err(|e| err("cannot write", path, e))
+    crate::topology::file::write_atomically(path, bytes).map_err(|e| err("cannot write", path, e))
 }
 
 fn err(what: &'static str, path: &Path, reason: impl std::fmt::Display) -> StoredError {

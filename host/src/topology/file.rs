@@ -20,22 +20,28 @@ pub fn load(path: &Path) -> Result<ClusterConfig, LoadError> {
     ClusterConfig::from_json(&text)
 }
 
-/// Writes a config atomically: a temporary file next to `path`, then a rename,
-/// so a reader never sees half a config.
+/// Writes a config atomically ([`write_atomically`]), so a reader never sees
+/// half a config.
 pub fn save(path: &Path, config: &ClusterConfig) -> Result<(), SaveError> {
-    let err = |source| SaveError { path: path.display().to_string(), source };
+    write_atomically(path, config.to_json().as_bytes()).map_err(|source| SaveError { path: path.display().to_string(), source })
+}
+
+/// Writes `bytes` to `path` so that a crash leaves the old file or the new
+/// one, whole: a temporary file beside it, synced, renamed over it, and the
+/// directory synced so that the rename itself survives a power loss.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "config".into());
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "file".into());
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(config.to_json().as_bytes())?;
+        f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
     };
-    write().map_err(|e| {
+    write().inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
-        err(e)
     })
 }
 
