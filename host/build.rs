@@ -4,9 +4,12 @@
 //! - the test guests of `tests/guests` (bad plugins, another WIT version),
 //!   whose paths reach the tests through `CHITIN_TEST_GUESTS_DIR`.
 //!
-//! The guests build with a nested cargo in `target/guests`, a target
-//! directory of their own so it never waits on the outer build's lock, and a scrubbed
-//! environment so the outer build's flags do not leak into a wasm build.
+//! The guests build with a nested cargo in `guests/` under the outer build's
+//! target directory (`CARGO_TARGET_DIR` when set, so that a build directory
+//! kept between CI runs keeps their compiled dependencies too), a target
+//! directory of their own so it never waits on the outer build's lock, and a
+//! scrubbed environment so the outer build's flags do not leak into a wasm
+//! build.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,7 +21,9 @@ fn main() {
     let root = manifest_dir.parent().expect("host/ has a parent").to_path_buf();
     let out_dir = PathBuf::from(env("OUT_DIR"));
     // Shared by every profile of the host so a test and a bench build reuse it.
-    let guest_target_dir = root.join("target").join("guests");
+    println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
+    let outer = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |d| root.join(d));
+    let guest_target_dir = outer.join("guests");
 
     let defaults = build_guests(&root.join("policies/default/Cargo.toml"), &guest_target_dir, &["chitin_default_policies"]);
     std::fs::copy(&defaults[0], out_dir.join("chitin_default_policies.wasm")).expect("copy the default policies component");
@@ -35,6 +40,7 @@ fn main() {
         "random_bytes",
         "env_leak",
         "reaches_out",
+        "chatty",
     ];
     let built = build_guests(&root.join("tests/guests/Cargo.toml"), &guest_target_dir, &test_guests);
     let dir = built[0].parent().unwrap();

@@ -9,7 +9,7 @@
 //! | `wasi:cli/environment` | no variables, no arguments, no working directory |
 //! | `wasi:cli/exit` | a trap |
 //! | `wasi:cli/stdin` | a closed stream: every read ends at once |
-//! | `wasi:cli/stdout`, `stderr` | a 4 KiB buffer added to a trap's message |
+//! | `wasi:cli/stdout`, `stderr` | a 4 KiB buffer; a trap's message shows its own call's part; an instance past half of it is replaced |
 //! | `wasi:cli/terminal-*` | no terminal |
 //! | `wasi:io/error`, `poll`, `streams` | streams and pollables that never wait: `poll`, `pollable.block` and the `blocking-*` stream calls return at once when they can, and otherwise stop the call ([`Blocked`]) |
 //! | `wasi:clocks/wall-clock`, `monotonic-clock` | clocks frozen at zero; a subscription is ready only when it is already due (a duration or instant of 0) |
@@ -114,9 +114,23 @@ impl State {
         State { wasi, table: ResourceTable::new(), output, random: Deterministic::new(), budget: MemoryBudget::new(memory_bytes) }
     }
 
-    /// What the guest wrote to stdout and stderr.
-    pub fn output(&self) -> Vec<u8> {
-        self.output.contents().to_vec()
+    /// What the guest wrote to stdout and stderr from byte `from` on (the
+    /// length before a call: what that call wrote).
+    pub fn output_since(&self, from: usize) -> Vec<u8> {
+        self.output.contents().get(from..).unwrap_or_default().to_vec()
+    }
+
+    /// Bytes the guest wrote so far.
+    pub fn output_len(&self) -> usize {
+        self.output.contents().len()
+    }
+
+    /// Whether the output buffer is past half full: the instance is then
+    /// replaced after its call, so that a guest that prints on every call
+    /// never finds the buffer full (a full pipe fails the guest's write,
+    /// which std turns into a trap).
+    pub fn output_half_full(&self) -> bool {
+        self.output_len() > OUTPUT_CAPACITY / 2
     }
 }
 

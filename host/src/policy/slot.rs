@@ -77,7 +77,7 @@ impl SlotRunner {
         let loaded = self.pre.instantiate(&mut store).and_then(|instance| self.indices.load(&mut store, &instance));
         match loaded {
             Ok(exports) => Ok(Warm { store, exports }),
-            Err(e) => Err(self.failure(e, Some(store.data()))),
+            Err(e) => Err(self.failure(e, Some((store.data(), 0)))),
         }
     }
 
@@ -101,9 +101,14 @@ impl SlotRunner {
             None => self.instantiate()?,
         };
         warm.store.set_epoch_deadline(self.limits.deadline_ticks());
+        let printed_before = warm.store.data().output_len();
         match f(&mut warm.store, &warm.exports) {
             Ok(answer) => {
-                *slot = Some(warm);
+                // A guest that prints gets a fresh instance (and buffer)
+                // before its output could fill the buffer.
+                if !warm.store.data().output_half_full() {
+                    *slot = Some(warm);
+                }
                 answer.map_err(|error| PolicyCallError::Refused {
                     plugin: self.plugin.name().to_string(),
                     slot: self.slot,
@@ -111,11 +116,13 @@ impl SlotRunner {
                 })
             }
             // The instance may be in any state after a trap: drop it.
-            Err(e) => Err(self.failure(e, Some(warm.store.data()))),
+            Err(e) => Err(self.failure(e, Some((warm.store.data(), printed_before)))),
         }
     }
 
-    fn failure(&self, error: wasmtime::Error, state: Option<&State>) -> PolicyCallError {
+    /// The error of a failed call; `state` with the output length before
+    /// the call, so that only the call's own output is shown.
+    fn failure(&self, error: wasmtime::Error, state: Option<(&State, usize)>) -> PolicyCallError {
         let plugin = self.plugin.name().to_string();
         let slot = self.slot;
         if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
@@ -124,11 +131,11 @@ impl SlotRunner {
         if let Some(blocked) = error.downcast_ref::<Blocked>() {
             return PolicyCallError::Blocked { plugin, slot, call: blocked.call };
         }
-        if state.is_some_and(|s| s.budget.exceeded()) {
+        if state.is_some_and(|(s, _)| s.budget.exceeded()) {
             return PolicyCallError::OutOfMemory { plugin, slot, limit_mib: self.limits.memory_bytes >> 20 };
         }
         let mut reason = format!("{error:#}");
-        if let Some(output) = state.map(State::output).filter(|o| !o.is_empty()) {
+        if let Some(output) = state.map(|(s, from)| s.output_since(from)).filter(|o| !o.is_empty()) {
             reason.push_str("; guest output: ");
             reason.push_str(String::from_utf8_lossy(&output).trim());
         }

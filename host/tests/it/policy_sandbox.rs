@@ -460,3 +460,18 @@ async fn a_node_names_itself_from_the_allowed_variables_only() {
     assert!(!node.log_text().contains(SECRET));
     assert!(node.terminate(Duration::from_secs(30)).unwrap().success(), "{}", node.log_tail(30));
 }
+
+/// A guest that prints 200 bytes on every call keeps answering (its output
+/// buffer never fills: before, its 21st call trapped on a full buffer), and
+/// a trap's message shows only its own call's output.
+#[test]
+fn a_guest_that_prints_keeps_answering_and_a_trap_shows_its_own_output() {
+    let r = slot_runner("chatty", Slot::InstanceId, short());
+    for call in 0..100 {
+        let name = r.resolve(InstanceContext::default());
+        assert_eq!(name.as_deref().ok(), Some("chatty"), "call {call}: {name:?}");
+    }
+    let trap = r.resolve(InstanceContext { hostname: Some("trap".into()), ..Default::default() }).unwrap_err().to_string();
+    assert!(trap.contains("asked to trap"), "{trap}");
+    assert_eq!(trap.matches(&"x".repeat(186)).count(), 1, "another call's output in the message: {trap}");
+}
