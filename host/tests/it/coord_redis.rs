@@ -321,7 +321,8 @@ async fn ttl_lapse_after_kill_9_and_reclaim() {
     let t = TestNs::new();
     let mut child = KillOnDrop(
         Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_holder", "--nocapture", "--test-threads=1"])
+            // The child's full name in the one test binary.
+            .args(["--exact", "coord_redis::child_holder", "--nocapture", "--test-threads=1"])
             .env("COORD_CHILD_NS", &t.ns)
             .env("COORD_CHILD_URL", &t.url)
             .stdout(Stdio::piped())
