@@ -189,15 +189,17 @@ fn build_previous() -> Result<(String, PathBuf)> {
     let build_dir = seeded_build_dir(&base)?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--locked", "-p", "chitin", "--bin", "chitin", "--manifest-path"])
-        .arg(src.join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &out_dir)
-        .env("CARGO_BUILD_BUILD_DIR", &build_dir);
+    // Scrubbed first, then set: the outer build's CARGO_TARGET_DIR (which
+    // CI exports) must not undo the release's own.
     for (key, _) in std::env::vars() {
         if set_by_cargo_for_this_test(&key) {
             cmd.env_remove(&key);
         }
     }
+    cmd.args(["build", "--locked", "-p", "chitin", "--bin", "chitin", "--manifest-path"])
+        .arg(src.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &out_dir)
+        .env("CARGO_BUILD_BUILD_DIR", &build_dir);
     let started = Instant::now();
     let built = cmd.output().context("run cargo for the previous release")?;
     let log = String::from_utf8_lossy(&built.stderr);
