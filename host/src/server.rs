@@ -13,6 +13,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 
@@ -20,7 +21,7 @@ use crate::api;
 use crate::node::control::Control;
 use crate::node::stored::{self, Provisioned};
 use crate::node::{Node, NodeError};
-use crate::security::tls::TlsListener;
+use crate::security::listen::{Bounds, Incoming};
 use crate::settings::Settings;
 use crate::topology;
 
@@ -122,42 +123,41 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
     }
     let grpc = api::grpc::router(control.clone(), tls.as_ref().and_then(|t| t.peer_ca()));
     let http = api::http::router(control.clone());
+    let limits = &control.settings.limits;
+    let (api_bounds, metrics_bounds) =
+        (Bounds::api(limits, control.counts.api.clone()), Bounds::metrics(limits, control.counts.metrics.clone()));
     let grpc_task = match &tls {
-        Some(t) => {
-            serve_grpc(grpc, TlsListener::new(api_listener, t.grpc()).map_err(listen_error(api_addr))?.into_stream(), &control)
-        }
-        None => serve_grpc(grpc, nodelay_incoming(api_listener), &control),
+        Some(t) => serve_grpc(grpc, Incoming::tls(api_listener, api_bounds, t.grpc()).into_stream(), &control),
+        None => serve_grpc(grpc, Incoming::plain(api_listener, api_bounds).into_stream(), &control),
     };
     let http_task = match &tls {
-        Some(t) => serve_http(http, TlsListener::new(metrics_listener, t.http()).map_err(listen_error(metrics_addr))?, &control),
-        None => {
-            use axum::serve::ListenerExt;
-            let listener = metrics_listener.tap_io(|tcp| {
-                if let Err(e) = tcp.set_nodelay(true) {
-                    tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-                }
-            });
-            serve_http(http, listener, &control)
-        }
+        Some(t) => serve_http(http, Incoming::tls(metrics_listener, metrics_bounds, t.http()), &control),
+        None => serve_http(http, Incoming::plain(metrics_listener, metrics_bounds), &control),
     };
     control.keep(grpc_task);
     control.keep(http_task);
     Ok(Running { control, api_addr, metrics_addr })
 }
 
-fn listen_error(addr: SocketAddr) -> impl FnOnce(std::io::Error) -> NodeError {
-    move |source| NodeError::Listen { addr: addr.to_string(), what: "TLS listener", source }
-}
-
-/// The gRPC server on `incoming` (plain or TLS connections) until the stop.
+/// The gRPC server on `incoming` (plain or TLS connections) until the stop,
+/// with the per-connection and per-call limits of `[limits]`.
 fn serve_grpc<S, IO>(routes: tonic::service::Routes, incoming: S, control: &Control) -> tokio::task::JoinHandle<()>
 where
     S: tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + tonic::transport::server::Connected + Unpin + Send + 'static,
 {
+    let limits = &control.settings.limits;
+    // Pings at a third of the idle time: a live client answers before the
+    // idle deadline, and a dead one is noticed by the ping's own timeout.
+    let ping = limits.idle_timeout() / 3;
+    let mut server = tonic::transport::Server::builder()
+        .max_concurrent_streams(limits.max_streams_per_connection)
+        .http2_keepalive_interval(Some(ping))
+        .http2_keepalive_timeout(Some(ping.min(Duration::from_secs(20))))
+        .timeout(limits.request_timeout());
     let mut stop = control.shutdown_signal();
     tokio::spawn(async move {
-        let result = tonic::transport::Server::builder()
+        let result = server
             .add_routes(routes)
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = stop.changed().await;
@@ -169,22 +169,48 @@ where
     })
 }
 
-/// The HTTP server on `listener` (plain or TLS) until the stop.
-fn serve_http<L>(router: axum::Router, listener: L, control: &Control) -> tokio::task::JoinHandle<()>
+/// The HTTP/1.1 server on `incoming` (plain or TLS connections) until the
+/// stop, then until every open connection has finished its request. A
+/// request's headers must arrive within the handshake deadline and the
+/// request must be answered within the request timeout (else 408).
+fn serve_http<IO>(router: axum::Router, mut incoming: Incoming<IO>, control: &Control) -> tokio::task::JoinHandle<()>
 where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let limits = &control.settings.limits;
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.handshake_timeout());
+    let request_timeout = limits.request_timeout();
+    let router = router.layer(axum::middleware::from_fn(move |req, next: axum::middleware::Next| async move {
+        use axum::response::IntoResponse;
+        match tokio::time::timeout(request_timeout, next.run(req)).await {
+            Ok(response) => response,
+            Err(_) => {
+                (axum::http::StatusCode::REQUEST_TIMEOUT, "request timed out ([limits] request_timeout_secs)\n").into_response()
+            }
+        }
+    }));
+    let service = hyper_util::service::TowerToHyperService::new(router);
     let mut stop = control.shutdown_signal();
     tokio::spawn(async move {
-        let result = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = stop.changed().await;
-            })
-            .await;
-        if let Err(e) = result {
-            tracing::error!(error = %e, "HTTP server failed");
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        loop {
+            let io = tokio::select! {
+                _ = stop.changed() => break,
+                io = incoming.next() => match io {
+                    Some(io) => io,
+                    None => break,
+                },
+            };
+            let conn = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(io), service.clone()));
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "HTTP connection ended with an error");
+                }
+            });
         }
+        drop(incoming);
+        graceful.shutdown().await;
     })
 }
 
@@ -205,20 +231,6 @@ impl Running {
             tracing::info!(name = %node.name, "stopped");
         }
     }
-}
-
-/// The accepted connections of `listener`, each with TCP_NODELAY set.
-///
-/// tonic applies its own `tcp_nodelay` only to sockets it binds itself; an
-/// accepted socket left with Nagle's algorithm holds a small response back
-/// until the client's delayed ACK, about 40 ms, on every other call.
-pub fn nodelay_incoming(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
-        let stream = accepted?;
-        stream.set_nodelay(true)?;
-        Ok(stream)
-    })
 }
 
 /// Runs a node until SIGTERM or Ctrl-C, then stops it gracefully. SIGHUP
@@ -259,20 +271,4 @@ pub async fn run(settings: Settings) -> Result<(), NodeError> {
     tracing::info!("stop requested; draining");
     running.stop().await;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn accepted_sockets_have_nodelay() {
-        use tokio_stream::StreamExt;
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut incoming = Box::pin(nodelay_incoming(listener));
-        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let accepted = incoming.next().await.unwrap().unwrap();
-        assert!(accepted.nodelay().unwrap(), "an accepted socket must not run Nagle's algorithm");
-    }
 }

@@ -8,8 +8,11 @@
 //!   reads and lookups fail over the same way;
 //! - [`OwnershipWatch`]: a node's ownership events that resubscribes after a
 //!   gap (a restart, a slow watcher) and hands over a fresh `Held` snapshot;
-//! - [`fence`]: an sqlx transaction whose first statement is the lease fence
-//!   for a (shard, holder, epoch), so a deposed owner can never commit.
+//! - [`fence`]: a deposed owner's writes never land: an sqlx transaction
+//!   whose first statement is the lease fence in chitin's database, a fence
+//!   table in the application's own PostgreSQL or MySQL/MariaDB
+//!   ([`fence::table`]: claimed by each new holder, checked by each write),
+//!   and the same in the application's own Redis (`fence::redis`).
 //!
 //! The contract it follows is in `docs/clients.md`: outcomes are read from
 //! the `chitin-outcome` trailers ([`proto::outcome`]), never from wording.

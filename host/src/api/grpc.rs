@@ -2,6 +2,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio_stream::{Stream, StreamExt, wrappers::BroadcastStream, wrappers::WatchStream};
 use tonic::{Request, Response, Status};
@@ -12,45 +13,83 @@ use crate::node::control::{BootstrapError, Control};
 use crate::node::journal::{MAX_STREAM, check_name};
 use crate::node::leases::OwnershipEvent;
 use crate::proto::{self, admin_server, journal_server, ownership_server, peer_server};
+use crate::security::listen::Throttle;
 use crate::security::tls::PeerCa;
-use crate::security::{Caller, Guard, Plane};
+use crate::security::{Caller, Gatekeeper};
 use crate::topology::ClusterConfig;
 
 /// Largest request the server decodes.
 pub const MAX_MESSAGE_BYTES: usize = 2 << 20;
 
-/// The services over one node, each behind the [`Guard`] of its plane
-/// (`crate::security::auth`): the token is checked before the body is decoded.
-/// `peer_ca` (`[tls] peer_ca_file`, loaded) makes a caller with a node
-/// certificate of the cluster a peer.
+/// The services over one node. Every call meets, in order: the
+/// authentication of its plane ([`authenticate`]), the protocol check, then
+/// its service. `peer_ca` (`[tls] peer_ca_file`, loaded) makes a caller with
+/// a node certificate of the cluster a peer.
 pub fn router(control: Arc<Control>, peer_ca: Option<PeerCa>) -> tonic::service::Routes {
-    use tonic::service::interceptor::InterceptedService;
-    let settings = &control.settings;
-    let guard = |plane| Guard::new(plane, settings).with_peer_ca(peer_ca.clone());
-    let journal = InterceptedService::new(
-        journal_server::JournalServer::new(Api(control.clone())).max_decoding_message_size(MAX_MESSAGE_BYTES),
-        guard(Plane::Client),
-    );
-    let ownership = InterceptedService::new(ownership_server::OwnershipServer::new(Api(control.clone())), guard(Plane::Client));
-    let admin = InterceptedService::new(
-        admin_server::AdminServer::new(Api(control.clone())).max_decoding_message_size(64 << 20),
-        guard(Plane::Admin),
-    );
-    let peer = InterceptedService::new(peer_server::PeerServer::new(Api(control.clone())), guard(Plane::Peer));
-    let coordination = InterceptedService::new(
-        proto::coordination_server::CoordinationServer::new(super::coordination::Coordination(control.clone())),
-        guard(Plane::Client),
-    );
+    let doors = Arc::new(Door {
+        gatekeeper: Gatekeeper::new(&control.settings, peer_ca),
+        refused: control.counts.unauthenticated.clone(),
+        log: Throttle::new(std::time::Duration::from_secs(10)),
+    });
+    let journal = journal_server::JournalServer::new(Api(control.clone())).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let ownership = ownership_server::OwnershipServer::new(Api(control.clone()));
+    let admin = admin_server::AdminServer::new(Api(control.clone())).max_decoding_message_size(64 << 20);
+    let peer = peer_server::PeerServer::new(Api(control.clone()));
+    let coordination = proto::coordination_server::CoordinationServer::new(super::coordination::Coordination(control.clone()));
     let protocol = super::versions::ProtocolCheck::new(control.clone());
+    let (health, follow) = super::health::service(control.clone());
+    control.keep(follow);
     let router = tonic::service::Routes::new(journal)
+        .add_service(health)
         .add_service(ownership)
         .add_service(peer)
         .add_service(admin)
         .add_service(coordination)
         .into_axum_router()
         .layer(axum::middleware::from_fn_with_state(protocol, super::versions::check_protocol))
+        .layer(axum::middleware::from_fn_with_state(doors, authenticate))
         .layer(axum::middleware::from_fn(clarify_library_errors));
     tonic::service::Routes::from(router)
+}
+
+/// The authentication at the gRPC listener's door.
+struct Door {
+    gatekeeper: Gatekeeper,
+    /// Calls refused, for `/metrics`.
+    refused: Arc<AtomicU64>,
+    /// A summary line at most every ten seconds, never one per call.
+    log: Throttle,
+}
+
+/// Refuses an unauthenticated call before anything else looks at it
+/// (UNAUTHENTICATED or PERMISSION_DENIED saying which token is needed);
+/// records the [`Caller`] for the handlers.
+async fn authenticate(
+    axum::extract::State(door): axum::extract::State<Arc<Door>>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let metadata = tonic::metadata::MetadataMap::from_headers(std::mem::take(req.headers_mut()));
+    let certificate = || {
+        let chain = req.extensions().get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.peer_certs());
+        door.gatekeeper.verifies(chain.as_deref().map(Vec::as_slice))
+    };
+    let checked = door.gatekeeper.check(req.uri().path(), &metadata, certificate);
+    *req.headers_mut() = metadata.into_headers();
+    match checked {
+        Ok(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        Err(status) => {
+            door.refused.fetch_add(1, Ordering::Relaxed);
+            if let Some(n) = door.log.due() {
+                tracing::warn!(refused = n, "gRPC calls refused for a missing or wrong credential (the last: {})", status.code());
+            }
+            status.into_http()
+        }
+    }
 }
 
 /// `forwarded = true` skips the holder's forwarding and leaving checks, so
@@ -178,7 +217,7 @@ impl journal_server::Journal for Api {
 /// `row` as the API shows it; `now` is the database's clock, which judges
 /// expiry.
 fn lease_message(node: &Node, row: &LeaseRow, now: chrono::DateTime<chrono::Utc>) -> proto::ShardLease {
-    let application = node.topology().map.shard(&row.shard).map(|s| s.application.clone()).unwrap_or_default();
+    let (application, parent) = shard_of(node, &row.shard);
     let holder = row.holder.filter(|_| row.live);
     let registration = holder.and_then(|h| node.registration(h));
     let expires_in_ms = match (row.expires_at, row.live) {
@@ -197,7 +236,16 @@ fn lease_message(node: &Node, row: &LeaseRow, now: chrono::DateTime<chrono::Utc>
         holder_address: registration.map(|r| r.address).unwrap_or_default(),
         epoch: row.epoch as u64,
         expires_in_ms,
+        parent,
     }
+}
+
+/// The application and parent (empty when none) of `shard` in the node's
+/// config.
+fn shard_of(node: &Node, shard: &str) -> (String, String) {
+    let topology = node.topology();
+    let s = topology.map.shard(shard);
+    (s.map(|s| s.application.clone()).unwrap_or_default(), s.and_then(|s| s.parent.clone()).unwrap_or_default())
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<proto::OwnershipEvent, Status>> + Send>>;
@@ -236,14 +284,18 @@ impl ownership_server::Ownership for Api {
             .leases
             .held()
             .into_iter()
-            .map(|(l, servable)| proto::ShardLease {
-                application: node.topology().map.shard(&l.shard).map(|s| s.application.clone()).unwrap_or_default(),
-                shard: l.shard,
-                holder: node.name.clone(),
-                holder_uuid: node.uuid.to_string(),
-                holder_address: node.address.clone(),
-                epoch: l.epoch as u64,
-                expires_in_ms: i64::try_from(servable.as_millis()).unwrap_or(i64::MAX),
+            .map(|(l, servable)| {
+                let (application, parent) = shard_of(node, &l.shard);
+                proto::ShardLease {
+                    application,
+                    shard: l.shard,
+                    holder: node.name.clone(),
+                    holder_uuid: node.uuid.to_string(),
+                    holder_address: node.address.clone(),
+                    epoch: l.epoch as u64,
+                    expires_in_ms: i64::try_from(servable.as_millis()).unwrap_or(i64::MAX),
+                    parent,
+                }
             })
             .collect();
         Ok(Response::new(proto::HeldResponse { leases }))

@@ -1,8 +1,9 @@
-//! `/health`, `/readyz`, `/metrics` and the status page `/` on the metrics
-//! listener.
+//! `/health`, `/livez`, `/readyz`, `/metrics` and the status page `/` on the
+//! metrics listener.
 //!
 //! When `[metrics] auth_token` is set, `/health` and `/metrics` require
-//! `Authorization: Bearer <token>`; `/readyz` stays open for load balancers.
+//! `Authorization: Bearer <token>`; `/livez` and `/readyz` stay open for
+//! probes and load balancers.
 //! The status page takes the token as a bearer token too, or as the
 //! password of HTTP Basic auth, which a browser asks for.
 //! Any other path answers 404 and any other method 405, each with a body
@@ -28,6 +29,7 @@ pub fn router(control: Arc<Control>) -> Router {
         .route("/", get(status_page))
         .route("/health", get(health))
         .route("/readyz", get(readyz))
+        .route("/livez", get(livez))
         .route("/metrics", get(metrics))
         .fallback(unknown_path)
         .method_not_allowed_fallback(wrong_method)
@@ -37,7 +39,10 @@ pub fn router(control: Arc<Control>) -> Router {
 async fn unknown_path(uri: Uri) -> Response {
     (
         StatusCode::NOT_FOUND,
-        format!("no such path `{}`; this listener serves GET /health, /readyz, /metrics and / (the status page)\n", uri.path()),
+        format!(
+            "no such path `{}`; this listener serves GET /health, /livez, /readyz, /metrics and / (the status page)\n",
+            uri.path()
+        ),
     )
         .into_response()
 }
@@ -163,6 +168,13 @@ async fn status_page(State(control): State<Arc<Control>>, headers: HeaderMap) ->
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], html).into_response()
 }
 
+/// Liveness: the process answers. It says nothing of the database or the
+/// node's state (that is `/readyz`), so an outage of a store never gets a
+/// live node restarted.
+async fn livez() -> Response {
+    (StatusCode::OK, "alive\n").into_response()
+}
+
 async fn readyz(State(control): State<Arc<Control>>) -> Response {
     match control.node() {
         Some(node) if node.is_ready() => (StatusCode::OK, "ready\n").into_response(),
@@ -175,6 +187,6 @@ async fn metrics(State(control): State<Arc<Control>>, headers: HeaderMap) -> Res
     if let Err(denied) = authorized(&control, &headers) {
         return denied;
     }
-    let text = metrics::exposition(control.node().as_deref()).await;
+    let text = metrics::exposition(control.node().as_deref(), &control.counts).await;
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }

@@ -5,6 +5,8 @@
 //!   `Ownership` (for the application beside the node), `Admin`;
 //! - [`coordination`]: the `Coordination` gRPC service (Redis affinity,
 //!   registry, deployments);
+//! - [`health`]: the standard `grpc.health.v1.Health` service, following the
+//!   node's readiness;
 //! - [`http`]: `/health`, `/readyz`, `/metrics` and the status page on
 //!   `[metrics] listen`;
 //! - [`status_page`]: the HTML of the status page at `/`;
@@ -13,6 +15,7 @@
 
 pub mod coordination;
 pub mod grpc;
+pub mod health;
 pub mod http;
 pub mod status_page;
 pub mod versions;

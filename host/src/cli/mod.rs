@@ -9,6 +9,7 @@ mod dev;
 mod journal;
 mod node;
 mod policy;
+mod probe;
 mod progress;
 mod rollout;
 mod scaffold;
@@ -68,6 +69,9 @@ pub enum Command {
     /// Redis and database restarts, network cuts; then a check that no
     /// acknowledged append was lost.
     Chaos(chaos::ChaosArgs),
+    /// Ask a node's gRPC health service whether it serves: exit 0 if so, 1 if
+    /// not (container health checks, scripts).
+    Probe(probe::ProbeArgs),
     /// Local development: `chitin dev cluster --nodes 3` starts a cluster
     /// with private Redis and PostgreSQL and stops it all on Ctrl-C.
     #[command(subcommand)]
@@ -101,6 +105,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Policy(cmd) => policy::run(cmd),
         Command::Chaos(args) => chaos::run(args),
         Command::Dev(cmd) => dev::run(cmd),
+        Command::Probe(args) => probe::run(args),
     }
 }
 

@@ -17,6 +17,8 @@ use crate::topology::{self, ClusterConfig};
 /// The node, once it exists, and what is needed to create it.
 pub struct Control {
     pub settings: Settings,
+    /// What the listeners and the authentication counted, for `/metrics`.
+    pub counts: crate::security::listen::Counts,
     node: RwLock<Option<Arc<Node>>>,
     bootstrapping: tokio::sync::Mutex<()>,
     shutdown: watch::Sender<bool>,
@@ -100,6 +102,7 @@ impl Control {
     pub fn new(settings: Settings) -> Arc<Control> {
         Arc::new(Control {
             settings,
+            counts: Default::default(),
             node: RwLock::new(None),
             bootstrapping: tokio::sync::Mutex::new(()),
             shutdown: watch::channel(false).0,

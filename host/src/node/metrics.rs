@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use std::time::Instant;
 
 use prometheus_client::encoding::prometheus_text;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -18,6 +18,7 @@ use prometheus_client::registry::Registry;
 use super::Node;
 use crate::lease::NodeState;
 use crate::policy::Slot;
+use crate::security::listen::Counts;
 
 /// The `Content-Type` of [`exposition`]'s text.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -151,8 +152,10 @@ fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
 /// the gauges read now. A process with no node yet (UNPROVISIONED) has
 /// only `chitin_node_ready 0`. Gauges whose source cannot be read now
 /// (the database, Redis) are left out rather than guessed.
-pub async fn exposition(node: Option<&Node>) -> String {
+pub async fn exposition(node: Option<&Node>, counts: &Counts) -> String {
     let mut registry = Registry::default();
+    register_process(&mut registry);
+    register_listeners(&mut registry, counts);
     match node {
         None => gauge(&mut registry, "chitin_node_ready", "1 while the node takes work (joining or active)", 0),
         Some(node) => register_node(&mut registry, node).await,
@@ -160,6 +163,101 @@ pub async fn exposition(node: Option<&Node>) -> String {
     let mut out = String::new();
     prometheus_text::encode(&mut out, &registry).expect("writing to a String cannot fail");
     out
+}
+
+/// `chitin_build_info` and the standard process metrics (`process_*`, read
+/// from `/proc/self` where there is one).
+fn register_process(registry: &mut Registry) {
+    let info = Family::<[(&'static str, &'static str); 2], Gauge>::default();
+    info.get_or_create(&[("version", crate::upgrade::BINARY_VERSION), ("protocol", PROTOCOL_LABEL.as_str())]).set(1);
+    registry.register("chitin_build_info", "The binary's version and newest protocol (1)", info);
+    let Some(p) = ProcessStats::read() else { return };
+    registry.register("process_cpu_seconds", "User and system CPU time spent, in seconds", ConstCounter::new(p.cpu_seconds));
+    registry.register("process_resident_memory_bytes", "Resident memory size in bytes", ConstGauge::new(p.resident_bytes));
+    registry.register("process_virtual_memory_bytes", "Virtual memory size in bytes", ConstGauge::new(p.virtual_bytes));
+    registry.register("process_open_fds", "Open file descriptors", ConstGauge::new(p.open_fds));
+    registry.register("process_max_fds", "The soft limit of open file descriptors", ConstGauge::new(p.max_fds));
+    registry.register(
+        "process_start_time_seconds",
+        "Start time of the process since the Unix epoch, in seconds",
+        ConstGauge::new(p.start_time_seconds),
+    );
+}
+
+/// The newest protocol as a label value.
+static PROTOCOL_LABEL: LazyLock<String> = LazyLock::new(|| crate::upgrade::PROTOCOL.to_string());
+
+/// What `/proc/self` says of this process.
+#[derive(Debug, PartialEq)]
+struct ProcessStats {
+    cpu_seconds: f64,
+    resident_bytes: i64,
+    virtual_bytes: i64,
+    open_fds: i64,
+    max_fds: i64,
+    start_time_seconds: f64,
+}
+
+/// Clock ticks per second of `/proc`'s times, the kernel's `USER_HZ`, 100
+/// on every Linux architecture chitin builds for.
+const USER_HZ: f64 = 100.0;
+/// The page size of `/proc/self/stat`'s resident set count.
+const PAGE_BYTES: i64 = 4096;
+
+impl ProcessStats {
+    fn read() -> Option<ProcessStats> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let boot = std::fs::read_to_string("/proc/stat").ok()?;
+        let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+        let open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as i64;
+        ProcessStats::parse(&stat, &boot, &limits, open_fds)
+    }
+
+    /// From the texts of `/proc/self/stat`, `/proc/stat` and
+    /// `/proc/self/limits`.
+    fn parse(stat: &str, boot: &str, limits: &str, open_fds: i64) -> Option<ProcessStats> {
+        // The command name, in parentheses, may hold spaces: count fields
+        // after its closing parenthesis (field 3, the state, comes first).
+        let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<f64>().ok());
+        let boot_time = boot.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse::<f64>().ok()?;
+        let max_fds = limits.lines().find(|l| l.starts_with("Max open files"))?.split_whitespace().nth(3)?.parse().ok()?;
+        Some(ProcessStats {
+            cpu_seconds: (field(14)? + field(15)?) / USER_HZ,
+            start_time_seconds: boot_time + field(22)? / USER_HZ,
+            virtual_bytes: field(23)? as i64,
+            resident_bytes: field(24)? as i64 * PAGE_BYTES,
+            open_fds,
+            max_fds,
+        })
+    }
+}
+
+/// The listeners' connection counts and the refused credentials.
+fn register_listeners(registry: &mut Registry, counts: &Counts) {
+    type ByListener<M> = Family<[(&'static str, &'static str); 1], M>;
+    let (open, refused, timed_out) =
+        (ByListener::<Gauge>::default(), ByListener::<Counter>::default(), ByListener::<Counter>::default());
+    for (name, stats) in [("api", &counts.api), ("metrics", &counts.metrics)] {
+        let label = [("listener", name)];
+        open.get_or_create(&label).set(stats.open() as i64);
+        refused.get_or_create(&label).inc_by(stats.refused());
+        timed_out.get_or_create(&label).inc_by(stats.timed_out());
+    }
+    registry.register("chitin_connections_open", "Connections open now, by listener", open);
+    registry.register(
+        "chitin_connections_refused",
+        "Connections closed at accept because the listener was at its [limits] maximum",
+        refused,
+    );
+    registry.register(
+        "chitin_connections_timed_out",
+        "Connections closed by the handshake or idle deadline ([limits])",
+        timed_out,
+    );
+    let unauthenticated = Counter::<u64>::default();
+    unauthenticated.inc_by(counts.unauthenticated.load(std::sync::atomic::Ordering::Relaxed));
+    registry.register("chitin_unauthenticated_calls", "gRPC calls refused for a missing or wrong credential", unauthenticated);
 }
 
 async fn register_node(registry: &mut Registry, node: &Node) {
@@ -236,6 +334,30 @@ fn shard_counts(node: &Node, view: &super::ClusterView) -> (i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_stats_are_read_from_proc_texts() {
+        // A command name with spaces and parentheses, as the kernel prints it.
+        let stat = "4242 (chi tin) (x)) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 50 0 0 20 0 12 0 1000 \
+                    123456789 2048 18446744073709551615 1 1 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0";
+        let boot = "cpu  1 2 3\nbtime 1700000000\nprocesses 5\n";
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max open files            1024                 524288               files\n";
+        let got = ProcessStats::parse(stat, boot, limits, 17).unwrap();
+        assert_eq!(
+            got,
+            ProcessStats {
+                cpu_seconds: 3.0,
+                resident_bytes: 2048 * 4096,
+                virtual_bytes: 123456789,
+                open_fds: 17,
+                max_fds: 1024,
+                start_time_seconds: 1700000010.0,
+            }
+        );
+        assert_eq!(ProcessStats::parse("garbage", boot, limits, 1), None);
+        assert!(ProcessStats::read().is_some(), "this test runs on Linux, with /proc");
+    }
 
     fn encoded(m: &Metrics) -> String {
         let mut registry = Registry::default();

@@ -115,10 +115,17 @@ impl Node {
             shards: policy_view::shards(&topology.config),
             replicas: policy_view::replicas(&topology.config),
         };
-        let rankings = self.call_policy(move |p| p.preferred_holders(request)).await?;
-        let rankings: Rankings = Arc::new(
-            rankings.into_iter().filter(|r| topology.map.shard(&r.shard).is_some()).map(|r| (r.shard, r.nodes)).collect(),
-        );
+        let answer = self.call_policy(move |p| p.preferred_holders(request)).await?;
+        let (rankings, dropped) = super::rankings::validated(answer, &topology.map);
+        if !dropped.is_empty() {
+            // Once per answer: answers are asked for again only on a change.
+            tracing::warn!(
+                dropped = dropped.len(),
+                first = %dropped[0],
+                "the placement policy ranked nodes outside a shard's replicas (or unknown shards); those are ignored"
+            );
+        }
+        let rankings: Rankings = Arc::new(rankings);
         self.rankings.put(key, rankings.clone());
         Ok(rankings)
     }

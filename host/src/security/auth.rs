@@ -12,7 +12,11 @@
 //! even without a peer token.
 //!
 //! A plane without a token is open (the listeners are loopback unless every
-//! plane has one, see [`super::exposure`]). Each `…_token_file` is read once,
+//! plane has one, see [`super::exposure`]). The check is the first thing a
+//! call meets ([`Gatekeeper`]): an unauthenticated caller costs no protocol
+//! check, database read, decoding or log line (a summary is logged at most
+//! every ten seconds). A standalone node's Peer plane is closed to everyone.
+//! Each `…_token_file` is read once,
 //! at start, into its `…_token` ([`read_token_files`]); rotating a token is a
 //! rolling restart (docs/security.md). Comparison is constant-time.
 
@@ -137,8 +141,8 @@ impl Plane {
     }
 }
 
-/// Who a request authenticated as; [`Guard`] puts it in the request's
-/// extensions for the handlers.
+/// Who a request authenticated as; the gRPC listener's authentication puts it
+/// in the request's extensions for the handlers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Caller {
     /// The plane has no token and the caller showed none that counts.
@@ -162,9 +166,9 @@ fn bearer(metadata: &MetadataMap) -> Option<&str> {
     metadata.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
 }
 
-/// The server side: refuses a call of a plane with a token unless it carries
-/// that token (or, where accepted, the peer token), before the request body
-/// is decoded; records the [`Caller`].
+/// The server side of one plane: refuses a call unless it carries the
+/// plane's token (or, where accepted, the peer token or a certificate of the
+/// cluster CA); says who the caller is. [`Gatekeeper`] picks the plane.
 #[derive(Clone, Debug)]
 pub struct Guard {
     plane: Plane,
@@ -221,15 +225,74 @@ impl Guard {
     }
 }
 
-impl tonic::service::Interceptor for Guard {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let certificate = || {
-            let chain = request.peer_certs();
-            self.peer_ca.as_ref().zip(chain).is_some_and(|(ca, chain)| ca.verifies(&chain))
-        };
-        let caller = self.check(request.metadata(), certificate)?;
-        request.extensions_mut().insert(caller);
-        Ok(request)
+/// The plane of a gRPC method path: `Admin` and `Peer` by their service,
+/// none for the standard health service (probes carry no token; it tells
+/// only whether the node serves), everything else (`Journal`, `Ownership`,
+/// `Coordination`, and unknown paths, so that probing them needs a token
+/// too) the client plane.
+pub fn plane_of(path: &str) -> Option<Plane> {
+    if path.starts_with("/chitin.v1.Admin/") {
+        Some(Plane::Admin)
+    } else if path.starts_with("/chitin.v1.Peer/") {
+        Some(Plane::Peer)
+    } else if path.starts_with("/grpc.health.v1.Health/") {
+        None
+    } else {
+        Some(Plane::Client)
+    }
+}
+
+/// The one check at the door of the gRPC listener, before anything else a
+/// call could cost (the protocol check and its database read, decoding,
+/// logging): the [`Guard`] of the call's plane, and the Peer plane closed on
+/// a standalone node, which has no peers.
+#[derive(Clone, Debug)]
+pub struct Gatekeeper {
+    admin: Guard,
+    client: Guard,
+    peer: Guard,
+    standalone: bool,
+    /// The cluster CA, when a node certificate makes a caller a peer.
+    peer_ca: Option<PeerCa>,
+}
+
+impl Gatekeeper {
+    /// The guards of `s` (after [`read_token_files`]); `peer_ca` makes a
+    /// caller with a certificate of the cluster CA a peer.
+    pub fn new(s: &Settings, peer_ca: Option<PeerCa>) -> Gatekeeper {
+        let guard = |plane| Guard::new(plane, s).with_peer_ca(peer_ca.clone());
+        Gatekeeper {
+            admin: guard(Plane::Admin),
+            client: guard(Plane::Client),
+            peer: guard(Plane::Peer),
+            standalone: !s.cluster.enabled,
+            peer_ca,
+        }
+    }
+
+    /// Whether `chain` (the caller's TLS certificates, leaf first) is a
+    /// node certificate of the cluster CA.
+    pub fn verifies(&self, chain: Option<&[rustls::pki_types::CertificateDer<'static>]>) -> bool {
+        self.peer_ca.as_ref().zip(chain).is_some_and(|(ca, chain)| ca.verifies(chain))
+    }
+
+    /// Who a call to `path` with `metadata` is, or its refusal;
+    /// `cluster_certificate` as in [`Guard::check`].
+    pub fn check(
+        &self,
+        path: &str,
+        metadata: &MetadataMap,
+        cluster_certificate: impl FnOnce() -> bool,
+    ) -> Result<Caller, Status> {
+        match plane_of(path) {
+            None => Ok(Caller::Anonymous),
+            Some(Plane::Peer) if self.standalone => Err(Status::permission_denied(
+                "this node runs standalone ([cluster] enabled = false): it has no peers, and its Peer plane is closed",
+            )),
+            Some(Plane::Admin) => self.admin.check(metadata, cluster_certificate),
+            Some(Plane::Client) => self.client.check(metadata, cluster_certificate),
+            Some(Plane::Peer) => self.peer.check(metadata, cluster_certificate),
+        }
     }
 }
 

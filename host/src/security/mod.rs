@@ -4,8 +4,11 @@
 //! - [`exposure`]: which listen addresses other hosts can reach, and the rule
 //!   that a reachable listener has a token on every plane (pure);
 //! - [`auth`]: the bearer tokens of the admin, client and peer planes: read
-//!   from their files at start, checked by one interceptor per service in
-//!   constant time, sent by one client interceptor;
+//!   from their files at start, checked in constant time before anything
+//!   else a call costs, sent by one client interceptor;
+//! - [`listen`]: the listeners' bounds (`[limits]`): connections open at
+//!   once, the handshake and idle deadlines, TLS handshakes off the accept
+//!   loop;
 //! - [`tls`]: rustls for the listeners (mutual TLS with a client CA), the
 //!   node's calls to its peers and the CLI's to a node;
 //! - [`redact`]: the one redaction of URL passwords, bearer tokens and the
@@ -13,8 +16,9 @@
 
 pub mod auth;
 pub mod exposure;
+pub mod listen;
 pub mod redact;
 pub mod tls;
 
-pub use auth::{BearerAuth, Caller, Guard, Plane};
+pub use auth::{BearerAuth, Caller, Gatekeeper, Guard, Plane};
 pub use redact::redact;

@@ -5,9 +5,6 @@
 //!   gRPC (`h2`) and HTTP (`http/1.1`) listeners, with client certificates
 //!   required when `tls.client_ca_file` is set (mutual TLS), requested when
 //!   only `tls.peer_ca_file` is (so that peers can present theirs);
-//! - [`TlsListener`]: a listener that accepts TCP, sets TCP_NODELAY and
-//!   runs each handshake in a task of its own (a silent client holds up no
-//!   one), for tonic (as a stream) and axum (as a `Listener`) alike;
 //! - [`PeerCa`]: whether a caller's certificate was signed by the cluster
 //!   CA, which makes it a peer (see `auth::Guard`);
 //! - [`ClientTls`]: what a client (a node calling a peer, the CLI) trusts
@@ -20,10 +17,8 @@
 //! (docs/security.md).
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
@@ -31,10 +26,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ServerConfig, WebPkiClientVerifier};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 
 use crate::settings::TlsSettings;
 
@@ -50,9 +41,6 @@ pub fn install_crypto_provider() {
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
-
-/// How long a client may take to complete its handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why TLS material could not be used. Each names the setting.
 #[derive(Debug, thiserror::Error)]
@@ -237,83 +225,6 @@ impl PeerCa {
     }
 }
 
-/// Accepted, handshaken TLS connections of one listener.
-///
-/// The accept loop runs in a task of its own and ends when this is dropped
-/// (the server stopped), closing the listening socket.
-pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl TlsListener {
-    /// Starts accepting on `listener` with `config`.
-    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> std::io::Result<TlsListener> {
-        let local = listener.local_addr()?;
-        let (tx, ready) = mpsc::channel(64);
-        tokio::spawn(accept_loop(listener, TlsAcceptor::from(config), tx));
-        Ok(TlsListener { ready, local })
-    }
-
-    /// The connections as the stream tonic's `serve_with_incoming` takes.
-    pub fn into_stream(self) -> impl tokio_stream::Stream<Item = std::io::Result<TlsStream<TcpStream>>> {
-        use tokio_stream::StreamExt;
-        tokio_stream::wrappers::ReceiverStream::new(self.ready).map(|(tls, _)| Ok(tls))
-    }
-}
-
-async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>) {
-    loop {
-        let (tcp, addr) = tokio::select! {
-            _ = ready.closed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait, as axum does.
-                    tracing::debug!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        // See `server::nodelay_incoming`: Nagle's algorithm would hold small
-        // answers back by a delayed ACK.
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-        let (acceptor, ready) = (acceptor.clone(), ready.clone());
-        tokio::spawn(async move {
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => {
-                    let _ = ready.send((tls, addr)).await;
-                }
-                // A plaintext client, a wrong or missing client certificate:
-                // the client sees the refusal; debug only, as scanners would
-                // fill the log.
-                Ok(Err(e)) => tracing::debug!(peer = %addr, error = %e, "TLS handshake refused"),
-                Err(_) => tracing::debug!(peer = %addr, "TLS handshake timed out"),
-            }
-        });
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(accepted) => accepted,
-            // The accept loop ends only when this listener is dropped.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        Ok(self.local)
-    }
-}
-
 /// What a client trusts (the CA of the nodes' certificates) and presents
 /// (a certificate and key, for mutual TLS), when it dials a node.
 #[derive(Clone, Debug)]
@@ -485,6 +396,10 @@ pub fn tls_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use tokio::net::{TcpListener, TcpStream};
+
     use super::*;
 
     #[test]
@@ -521,14 +436,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_silent_client_holds_up_no_handshake_and_sockets_have_nodelay() {
-        use axum::serve::Listener as _;
         let dir = tempfile::tempdir().unwrap();
         let (cert_file, key_file, pem) = self_signed(dir.path());
         let settings = TlsSettings { cert_file: Some(cert_file), key_file: Some(key_file), ..TlsSettings::default() };
         let tls = NodeTls::load(&settings).unwrap().unwrap();
         let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = tcp.local_addr().unwrap();
-        let mut listener = TlsListener::new(tcp, tls.http()).unwrap();
+        let bounds = crate::security::listen::Bounds::metrics(&crate::settings::LimitSettings::default(), Default::default());
+        let mut listener = crate::security::listen::Incoming::tls(tcp, bounds, tls.http());
 
         // Connected first, and never says a word.
         let _silent = TcpStream::connect(addr).await.unwrap();
@@ -542,10 +457,11 @@ mod tests {
         let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
         let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
         let dial = tokio::spawn(async move { connector.connect(name, TcpStream::connect(addr).await.unwrap()).await.unwrap() });
-        let (accepted, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+        let accepted = tokio::time::timeout(Duration::from_secs(5), listener.next())
             .await
-            .expect("the second client waited for the first");
-        assert!(accepted.get_ref().0.nodelay().unwrap(), "an accepted socket must not run Nagle's algorithm");
+            .expect("the second client waited for the first")
+            .expect("the listener runs");
+        assert!(accepted.get_ref().0.tcp().nodelay().unwrap(), "an accepted socket must not run Nagle's algorithm");
         dial.await.unwrap();
     }
 

@@ -140,6 +140,28 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
         bad("leases.max_handoffs_per_round", handoffs.to_string(), format!("must be at most {MAX_HANDOFFS_PER_ROUND}"));
     }
 
+    let lim = &settings.limits;
+    for (key, n) in
+        [("limits.api_max_connections", lim.api_max_connections), ("limits.metrics_max_connections", lim.metrics_max_connections)]
+    {
+        if n == 0 {
+            bad(key, "0".into(), "must be at least 1: a listener that takes no connection serves nothing".into());
+        }
+    }
+    if lim.max_streams_per_connection == 0 {
+        bad("limits.max_streams_per_connection", "0".into(), "must be at least 1".into());
+    }
+    for (key, secs, min) in [
+        ("limits.handshake_timeout_secs", lim.handshake_timeout_secs, 0.1),
+        ("limits.idle_timeout_secs", lim.idle_timeout_secs, 1.0),
+        ("limits.request_timeout_secs", lim.request_timeout_secs, 1.0),
+    ] {
+        let unit = if min == 1.0 { "second" } else { "seconds" };
+        if let Some(rule) = seconds(secs, min, &format!("must be at least {min} {unit}")) {
+            bad(key, secs.to_string(), rule);
+        }
+    }
+
     for (key, listen, example) in
         [("api.listen", &settings.api.listen, "127.0.0.1:50051"), ("metrics.listen", &settings.metrics.listen, "127.0.0.1:9090")]
     {

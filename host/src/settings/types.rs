@@ -29,6 +29,8 @@ pub struct Settings {
     pub metrics: MetricsSettings,
     /// `[tls]`
     pub tls: TlsSettings,
+    /// `[limits]`
+    pub limits: LimitSettings,
     /// `[policies]`: the policy host's own type, so the node hands it over as is.
     pub policies: PolicySettings,
 }
@@ -197,6 +199,62 @@ pub struct MetricsSettings {
 impl Default for MetricsSettings {
     fn default() -> Self {
         MetricsSettings { listen: "127.0.0.1:9090".to_owned(), auth_token: None, auth_token_file: None }
+    }
+}
+
+/// `[limits]`: what callers can hold of the two listeners (`api.listen` and
+/// `metrics.listen`, each bounded on its own), so that a flood of idle or
+/// slow connections costs bounded descriptors and memory and never keeps
+/// the node from opening its own database and Redis connections.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitSettings {
+    /// Connections open at once on `api.listen`; one more is closed as soon
+    /// as it is accepted (and counted in `chitin_connections_refused_total`).
+    pub api_max_connections: usize,
+    /// Connections open at once on `metrics.listen`.
+    pub metrics_max_connections: usize,
+    /// A new connection must complete its TLS handshake, send the HTTP/2
+    /// preface or an HTTP/1 request's headers within this time, or is closed.
+    pub handshake_timeout_secs: f64,
+    /// A connection from which nothing was read for this long is closed. The
+    /// gRPC listener pings every quiet connection at a third of it, so a
+    /// live client (a watch that only receives) answers and stays.
+    pub idle_timeout_secs: f64,
+    /// HTTP/2 streams (calls) open at once on one gRPC connection.
+    pub max_streams_per_connection: u32,
+    /// The longest a unary call or an HTTP request may run before it fails
+    /// (DEADLINE_EXCEEDED, or 408); a stream's messages are not bounded by it.
+    pub request_timeout_secs: f64,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        LimitSettings {
+            api_max_connections: 512,
+            metrics_max_connections: 64,
+            handshake_timeout_secs: 10.0,
+            idle_timeout_secs: 300.0,
+            max_streams_per_connection: 256,
+            request_timeout_secs: 600.0,
+        }
+    }
+}
+
+impl LimitSettings {
+    /// `handshake_timeout_secs` as a duration (after the settings rules).
+    pub fn handshake_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.handshake_timeout_secs)
+    }
+
+    /// `idle_timeout_secs` as a duration (after the settings rules).
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.idle_timeout_secs)
+    }
+
+    /// `request_timeout_secs` as a duration (after the settings rules).
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.request_timeout_secs)
     }
 }
 

@@ -9,8 +9,10 @@
 mod support;
 
 mod api_bad_input;
+mod app_fence;
 mod chaos_plants;
 mod chaos_short;
+mod container_image;
 mod coord_fail_open;
 mod coord_redis;
 mod coord_scripts;
@@ -18,6 +20,7 @@ mod deploy_files;
 mod journal_requests;
 mod lease_checks;
 mod lease_store;
+mod listener_limits;
 mod node_cluster;
 mod node_liveness;
 mod node_standalone;

@@ -10,6 +10,7 @@ use crate::support::ops::{Exposition, check_histogram};
 use anyhow::Result;
 use chitin::proto;
 use serde_json::Value;
+use tonic_health::pb::health_check_response::ServingStatus;
 
 const TOKEN: &str = "m3trics";
 
@@ -74,8 +75,27 @@ async fn standalone_health_has_the_reference_fields_and_no_cluster_block() {
     assert_node_health(&h, None, "standalone");
     assert!(h.get("cluster").is_none(), "clustering is off, yet /health has a cluster block: {h}");
     assert_eq!(h["shards_held"], 16, "{h}");
+    // The probes' answers need no token.
+    assert_eq!(http_get(&node.metrics, "/livez", None).await.unwrap(), (200, "alive\n".to_owned()));
+    for service in ["", "chitin.v1.Journal", "chitin.v1.Admin"] {
+        assert_eq!(grpc_health(&node.api, service).await, ServingStatus::Serving, "`{service}`");
+    }
+    let m = scrape(&node.metrics).await;
+    let protocol = chitin::upgrade::PROTOCOL.to_string();
+    let build = [("version", env!("CARGO_PKG_VERSION")), ("protocol", protocol.as_str())];
+    assert_eq!(m.matching("chitin_build_info", &build).map(|s| s.value).collect::<Vec<_>>(), [1.0]);
+    let fds = m.value("process_open_fds").expect("process_open_fds");
+    assert!(fds > 0.0 && fds < m.value("process_max_fds").unwrap(), "{fds}");
 
     assert!(node.terminate(Duration::from_secs(30)).unwrap().success(), "{}", node.log_text());
+}
+
+/// The standard gRPC health status of `service` on the node at `api`.
+async fn grpc_health(api: &str, service: &str) -> ServingStatus {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{api}")).unwrap().connect().await.unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let answer = health.check(tonic_health::pb::HealthCheckRequest { service: service.into() }).await.unwrap();
+    ServingStatus::try_from(answer.into_inner().status).unwrap()
 }
 
 /// A round asks the placement policy again only when what it ranks on
@@ -238,6 +258,7 @@ async fn an_unprovisioned_cluster_node_is_unhealthy_with_an_unknown_cluster_bloc
     s.metrics.auth_token = Some(TOKEN.into());
     let settings = dir.path().join("chitin.toml");
     node_settings::write(&settings, &s)?;
+    let api_addr = api.clone();
     let _proc = spawn_node("waiting", settings, api, metrics.clone(), dir.path().join("node.log"))?;
     chitin::testkit::ports::wait_for_port(&metrics, Duration::from_secs(30), "")?;
 
@@ -251,6 +272,11 @@ async fn an_unprovisioned_cluster_node_is_unhealthy_with_an_unknown_cluster_bloc
     assert!(h["cluster"]["active_instances"].is_null(), "a count it cannot know is null, not made up: {h}");
     let m = scrape(&metrics).await;
     assert_eq!(m.value("chitin_node_ready"), Some(0.0));
+    // Alive, not ready, not serving.
+    assert_eq!(http_get(&metrics, "/livez", None).await?.0, 200);
+    assert_eq!(http_get(&metrics, "/readyz", None).await?.0, 503);
+    assert_eq!(grpc_health(&api_addr, "").await, ServingStatus::NotServing);
+    assert_eq!(grpc_health(&api_addr, "chitin.v1.Journal").await, ServingStatus::NotServing);
     Ok(())
 }
 

@@ -9,7 +9,16 @@ use std::process::Command;
 /// The grpcio-tools the committed stubs were generated with
 /// (clients/python/pyproject.toml): `generate.py --check` compares
 /// byte for byte, so the test generates with the same one.
-const PIP_PACKAGES: &[&str] = &["grpcio>=1.85.1", "protobuf>=7.35.1", "grpcio-tools==1.85.1", "pytest>=7"];
+/// The drivers are those of the fence tests (`tests/test_fence.py`).
+const PIP_PACKAGES: &[&str] = &[
+    "grpcio>=1.85.1",
+    "protobuf>=7.35.1",
+    "grpcio-tools==1.85.1",
+    "pytest>=7",
+    "psycopg[binary]>=3.2",
+    "PyMySQL>=1.1",
+    "redis>=5",
+];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
@@ -64,4 +73,41 @@ fn the_python_client_passes_its_tests() {
             .env("PYTHONDONTWRITEBYTECODE", "1"),
         "pytest clients/python",
     );
+}
+
+/// The Python fence runs the Rust crate's statements and scripts, with the
+/// placeholders a DB-API driver takes: one definition, checked here.
+#[test]
+fn the_python_fence_runs_the_rust_statements() {
+    use chitin_client::fence::{redis as redis_fence, table};
+    if Command::new("python3").arg("--version").output().is_err() {
+        println!("SKIPPED: python3 is not installed; the Python fence was not compared");
+        return;
+    }
+    let package = root().join("clients").join("python");
+    let script = "import json\nfrom chitin_client import fence\nprint(json.dumps({'pg': fence.POSTGRES._asdict(), \
+                  'my': fence.MYSQL._asdict(), 'claim': fence.CLAIM_SCRIPT, 'write': fence.WRITE_SCRIPT}))";
+    let out = Command::new("python3").args(["-c", script]).env("PYTHONPATH", &package).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dbapi = |sql: &str| {
+        let mut text = sql.replace('?', "%s");
+        for n in (1..=9).rev() {
+            text = text.replace(&format!("${n}"), "%s");
+        }
+        text
+    };
+    let want = serde_json::json!({
+        "pg": {
+            "migration": table::POSTGRES_MIGRATION, "claim": dbapi(table::POSTGRES_CLAIM), "retire": dbapi(table::POSTGRES_RETIRE),
+            "read": dbapi(table::POSTGRES_READ), "check": dbapi(table::POSTGRES_CHECK),
+        },
+        "my": {
+            "migration": table::MYSQL_MIGRATION, "claim": dbapi(table::MYSQL_CLAIM), "retire": dbapi(table::MYSQL_RETIRE),
+            "read": dbapi(table::MYSQL_READ), "check": dbapi(table::MYSQL_CHECK),
+        },
+        "claim": redis_fence::CLAIM_SCRIPT,
+        "write": redis_fence::WRITE_SCRIPT,
+    });
+    assert_eq!(got, want);
 }

@@ -71,7 +71,7 @@ class RouteRequest(_message.Message):
     def __init__(self, application: _Optional[str] = ..., key: _Optional[int] = ...) -> None: ...
 
 class ShardLease(_message.Message):
-    __slots__ = ("shard", "application", "holder", "holder_uuid", "holder_address", "epoch", "expires_in_ms")
+    __slots__ = ("shard", "application", "holder", "holder_uuid", "holder_address", "epoch", "expires_in_ms", "parent")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,7 @@ class ShardLease(_message.Message):
     HOLDER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
     shard: str
     application: str
     holder: str
@@ -86,7 +87,8 @@ class ShardLease(_message.Message):
     holder_address: str
     epoch: int
     expires_in_ms: int
-    def __init__(self, shard: _Optional[str] = ..., application: _Optional[str] = ..., holder: _Optional[str] = ..., holder_uuid: _Optional[str] = ..., holder_address: _Optional[str] = ..., epoch: _Optional[int] = ..., expires_in_ms: _Optional[int] = ...) -> None: ...
+    parent: str
+    def __init__(self, shard: _Optional[str] = ..., application: _Optional[str] = ..., holder: _Optional[str] = ..., holder_uuid: _Optional[str] = ..., holder_address: _Optional[str] = ..., epoch: _Optional[int] = ..., expires_in_ms: _Optional[int] = ..., parent: _Optional[str] = ...) -> None: ...
 
 class HeldRequest(_message.Message):
     __slots__ = ()

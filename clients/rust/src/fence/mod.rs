@@ -1,9 +1,17 @@
-//! Fenced transactions for an application's own writes.
+//! Fenced writes for an application's own data.
 //!
 //! Holding a lease token is not enough: a paused process may wake up after
-//! its lease moved. The first statement of every transaction that writes a
-//! shard's data checks the token `(shard, holder, epoch)` against the lease
-//! row, in the database chitin uses, and takes the row's lock **shared**: a
+//! its lease moved. Three places to fence, one token ([`LeaseToken`]):
+//! - data in **the database chitin uses**: this module's statements check
+//!   the token against chitin's own lease row (below);
+//! - data in **the application's own PostgreSQL or MySQL/MariaDB**:
+//!   [`table`], a fence table the new holder claims before it serves;
+//! - data in **the application's own Redis**: [`redis`] (feature
+//!   `fence-redis`), the same claim and check inside scripts.
+//!
+//! In chitin's database, the first statement of every transaction that
+//! writes a shard's data checks the token `(shard, holder, epoch)` against
+//! the lease row and takes the row's lock **shared**: a
 //! change of holder (which takes it exclusively) waits for the transaction,
 //! and once the holder changed no transaction finds the row. A deposed owner
 //! can never commit; writers of one shard do not queue behind each other.
@@ -20,6 +28,10 @@
 //!
 //! These statements are the fence's one definition for applications (the
 //! node's own journal runs the same check, `host/src/lease`).
+
+#[cfg(feature = "fence-redis")]
+pub mod redis;
+pub mod table;
 
 use sqlx::{MySql, MySqlConnection, MySqlPool, PgConnection, PgPool, Postgres, Transaction};
 
@@ -58,6 +70,18 @@ pub enum FenceError {
     /// split): the transaction was rolled back; route the key again.
     #[error("the lease of shard {shard} at epoch {epoch} is lost: no write under it can commit; route the key again")]
     Lost { shard: String, epoch: u64 },
+    /// A claim found a newer epoch (or another holder at this one) in the
+    /// shard's fence row: a newer holder claimed it; this token never writes
+    /// again.
+    #[error(
+        "the fence of shard {shard} holds epoch {stored}, newer than this claim's {epoch}: a newer holder claimed it; \
+         stop serving the shard and route its keys again"
+    )]
+    Superseded { shard: String, epoch: u64, stored: i64 },
+    /// A claim found the shard's fence row retired: the shard was split and
+    /// a child claimed; its keys belong to the children now.
+    #[error("the fence of shard {shard} is retired (the shard was split and a child claimed); route its keys again")]
+    Retired { shard: String },
     #[error("a lease without a holder cannot fence (shard {shard}): wait for the shard's holder and ask again")]
     NoHolder { shard: String },
     #[error("holder_uuid `{value}` of shard {shard} is not a UUID")]
@@ -66,6 +90,9 @@ pub enum FenceError {
     BadEpoch(u64),
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
+    #[cfg(feature = "fence-redis")]
+    #[error("redis: {0}")]
+    Redis(#[from] ::redis::RedisError),
 }
 
 impl LeaseToken {
@@ -79,11 +106,11 @@ impl LeaseToken {
         Ok(LeaseToken { shard: lease.shard.clone(), holder, epoch: lease.epoch })
     }
 
-    fn epoch(&self) -> Result<i64, FenceError> {
+    pub(crate) fn epoch(&self) -> Result<i64, FenceError> {
         i64::try_from(self.epoch).map_err(|_| FenceError::BadEpoch(self.epoch))
     }
 
-    fn lost(&self) -> FenceError {
+    pub(crate) fn lost(&self) -> FenceError {
         FenceError::Lost { shard: self.shard.clone(), epoch: self.epoch }
     }
 }
@@ -105,19 +132,21 @@ pub async fn check_mysql(conn: &mut MySqlConnection, token: &LeaseToken) -> Resu
 /// and commit; on [`FenceError::Lost`] it has been rolled back.
 pub async fn begin_postgres(pool: &PgPool, token: &LeaseToken) -> Result<Transaction<'static, Postgres>, FenceError> {
     let mut tx = pool.begin().await?;
-    match check_postgres(&mut tx, token).await {
-        Ok(()) => Ok(tx),
-        Err(e) => {
-            tx.rollback().await?;
-            Err(e)
-        }
-    }
+    checked(check_postgres(&mut tx, token).await, tx).await
 }
 
 /// Begins a transaction whose first statement is the fence (MySQL/MariaDB).
 pub async fn begin_mysql(pool: &MySqlPool, token: &LeaseToken) -> Result<Transaction<'static, MySql>, FenceError> {
     let mut tx = pool.begin().await?;
-    match check_mysql(&mut tx, token).await {
+    checked(check_mysql(&mut tx, token).await, tx).await
+}
+
+/// `tx` when its fence `check` passed; rolled back and the refusal when not.
+async fn checked<DB: sqlx::Database>(
+    check: Result<(), FenceError>,
+    tx: Transaction<'static, DB>,
+) -> Result<Transaction<'static, DB>, FenceError> {
+    match check {
         Ok(()) => Ok(tx),
         Err(e) => {
             tx.rollback().await?;
