@@ -20,6 +20,17 @@ use super::{
     Retirement, SplitSeed, StoreOptions, lost, lost_reason, micros, parse_uuid, unique_violation,
 };
 
+/// What kind of contention ended a transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Contended {
+    /// A serialization failure, a deadlock, a busy database: it lost a race
+    /// and may simply run again.
+    Conflict,
+    /// A statement waited for a row lock until the session's bound (half a
+    /// TTL) ended it: the holder of the lock is stuck, not racing.
+    LockWait,
+}
+
 /// How often a transaction that hit contention is run before giving up.
 pub(crate) const ATTEMPTS: usize = 8;
 
@@ -164,9 +175,9 @@ pub trait Backend: Clone + std::fmt::Debug + Send + Sync + 'static {
     const BEGIN_WRITE: Option<&'static str> = None;
     /// The append in one statement, where the dialect can say it.
     const APPEND_IN_ONE: Option<AppendInOne> = None;
-    /// A serialization failure, deadlock, lock-wait timeout or busy database:
-    /// the transaction was rolled back and may simply run again.
-    fn contention(e: &sqlx::Error) -> bool;
+    /// Whether `e` is contention, and which kind: the transaction was rolled
+    /// back either way.
+    fn contention(e: &sqlx::Error) -> Option<Contended>;
     fn uuid(row: &<Self::Db as Database>::Row, col: &str) -> Result<Option<Uuid>, LeaseError>;
     fn time(row: &<Self::Db as Database>::Row, col: &str) -> Result<Option<DateTime<Utc>>, LeaseError>;
     fn flag(row: &<Self::Db as Database>::Row, col: &str) -> Result<bool, LeaseError>;
@@ -288,7 +299,15 @@ where
             let contended = match attempt().await {
                 Ok(v) => return Ok(v),
                 Err(Attempt::Again(e)) => e,
-                Err(Attempt::Fail(LeaseError::Db(e))) if B::contention(&e) => e,
+                Err(Attempt::Fail(LeaseError::Db(e))) => match B::contention(&e) {
+                    Some(Contended::Conflict) => e,
+                    // It already waited its bound: another wait, and another,
+                    // would take a lease round past its own leases' expiry.
+                    // The lock's holder is ended by its own idle bound; the
+                    // next round tries again.
+                    Some(Contended::LockWait) => return Err(LeaseError::Contention { op, attempts, source: e }),
+                    None => return Err(LeaseError::Db(e)),
+                },
                 Err(Attempt::Fail(e)) => return Err(e),
             };
             if attempts == ATTEMPTS {

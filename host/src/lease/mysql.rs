@@ -19,7 +19,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions, MyS
 use sqlx::{MySql, MySqlConnection, Row};
 use uuid::Uuid;
 
-use super::engine::{AppendInOne, Backend, Engine, Sql};
+use super::engine::{AppendInOne, Backend, Contended, Engine, Sql};
 use super::{LeaseError, StoreOptions, parse_uuid};
 use crate::plant::{self, Plant};
 
@@ -143,13 +143,13 @@ impl Backend for My {
              WHERE stream = ? AND seq >= ? ORDER BY seq LIMIT ?",
     };
 
-    /// Deadlock (1213) or lock wait timeout (1205).
-    fn contention(e: &sqlx::Error) -> bool {
-        match e {
-            sqlx::Error::Database(d) => {
-                d.try_downcast_ref::<MySqlDatabaseError>().is_some_and(|m| matches!(m.number(), 1213 | 1205))
-            }
-            _ => false,
+    /// Deadlock (1213), lock wait timeout (1205).
+    fn contention(e: &sqlx::Error) -> Option<Contended> {
+        let sqlx::Error::Database(d) = e else { return None };
+        match d.try_downcast_ref::<MySqlDatabaseError>()?.number() {
+            1213 => Some(Contended::Conflict),
+            1205 => Some(Contended::LockWait),
+            _ => None,
         }
     }
 

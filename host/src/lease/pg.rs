@@ -9,7 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult, PgRow};
 use sqlx::{PgConnection, Postgres, Row};
 use uuid::Uuid;
 
-use super::engine::{AppendInOne, Attempt, Backend, Engine, Sql};
+use super::engine::{AppendInOne, Attempt, Backend, Contended, Engine, Sql};
 use super::{Appended, LeaseError, LeaseToken, NewEntry, StoreOptions};
 use crate::plant::{self, Plant};
 
@@ -150,9 +150,14 @@ impl Backend for Pg {
              WHERE stream = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
     };
 
-    /// Serialization failure, deadlock, lock timeout (`lock_timeout`).
-    fn contention(e: &sqlx::Error) -> bool {
-        matches!(e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("40001" | "40P01" | "55P03")))
+    /// Serialization failure, deadlock; lock timeout (`lock_timeout`).
+    fn contention(e: &sqlx::Error) -> Option<Contended> {
+        let sqlx::Error::Database(d) = e else { return None };
+        match d.code().as_deref()? {
+            "40001" | "40P01" => Some(Contended::Conflict),
+            "55P03" => Some(Contended::LockWait),
+            _ => None,
+        }
     }
 
     fn uuid(row: &PgRow, col: &str) -> Result<Option<Uuid>, LeaseError> {

@@ -12,7 +12,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
-use super::engine::{Backend, Engine, Sql};
+use super::engine::{Backend, Contended, Engine, Sql};
 use super::{LeaseError, StoreOptions, parse_uuid};
 
 /// The SQLite dialect.
@@ -222,9 +222,11 @@ impl Backend for Lite {
              WHERE stream = ? AND seq >= ? ORDER BY seq LIMIT ?",
     };
 
-    /// SQLITE_BUSY and its extended codes, SQLITE_LOCKED.
-    fn contention(e: &sqlx::Error) -> bool {
-        matches!(e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("5" | "6" | "261" | "517")))
+    /// SQLITE_BUSY and its extended codes, SQLITE_LOCKED: one node's own
+    /// writers racing, retried.
+    fn contention(e: &sqlx::Error) -> Option<Contended> {
+        let sqlx::Error::Database(d) = e else { return None };
+        matches!(d.code().as_deref(), Some("5" | "6" | "261" | "517")).then_some(Contended::Conflict)
     }
 
     fn uuid(row: &SqliteRow, col: &str) -> Result<Option<Uuid>, LeaseError> {

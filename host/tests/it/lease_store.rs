@@ -101,11 +101,21 @@ macro_rules! lease_tests {
 mod postgres {
     use super::*;
     lease_tests!(chitin::lease::Dialect::Postgres);
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lock_wait_ends_the_attempt() {
+        lease::run(chitin::lease::Dialect::Postgres, lease::lock_wait_ends_the_attempt).await
+    }
 }
 
 mod mysql {
     use super::*;
     lease_tests!(chitin::lease::Dialect::MySql);
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lock_wait_ends_the_attempt() {
+        lease::run(chitin::lease::Dialect::MySql, lease::lock_wait_ends_the_attempt).await
+    }
 }
 
 mod sqlite {

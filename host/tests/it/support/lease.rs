@@ -1159,3 +1159,40 @@ pub async fn handover_refuses_leaving(url: String) -> Result<()> {
     s.close().await;
     Ok(())
 }
+
+/// A statement that waits out the lock bound (half a TTL) behind a session
+/// that holds the lease row and sits idle (a peer cut off mid-transaction)
+/// ends its operation at once: another wait of the bound, up to the retry
+/// count, would take a lease round past its own leases' expiry. Once the
+/// lock is gone the next attempt (the next round) passes.
+pub async fn lock_wait_ends_the_attempt(url: String) -> Result<()> {
+    // TTL 2 s: the lock bound is 1 s on PostgreSQL and MariaDB alike.
+    let s = store(&url, 2_000, 30_000).await?;
+    let n1 = s.register_node("n1", "a1").await?;
+    let l1 = s.try_acquire("s1", n1, None).await?.context("grant")?;
+    let lock = "SELECT shard_id FROM chitin_shard_leases WHERE shard_id = 's1' FOR UPDATE";
+    macro_rules! blocked_renewal {
+        ($conn:expr) => {{
+            let mut conn = $conn;
+            let mut tx = conn.begin().await?;
+            sqlx::query(lock).fetch_all(&mut *tx).await?;
+            let started = std::time::Instant::now();
+            let renewed = s.renew(&l1).await;
+            let waited = started.elapsed();
+            ensure!(
+                matches!(renewed, Err(LeaseError::Contention { attempts: 1, .. })),
+                "a lock wait must end the attempt, not be retried: {renewed:?} after {waited:?}"
+            );
+            tx.rollback().await?;
+        }};
+    }
+    match s.dialect() {
+        Dialect::Postgres => blocked_renewal!(sqlx::PgConnection::connect(&url).await?),
+        Dialect::MySql => blocked_renewal!(sqlx::MySqlConnection::connect(&url).await?),
+        Dialect::Sqlite => bail!("SQLite serves one node; its lock waits are not bounded per statement"),
+    }
+    let renewed = s.renew(&l1).await?;
+    ensure!(renewed.epoch == l1.epoch, "the lease is renewed once the lock is gone");
+    s.close().await;
+    Ok(())
+}
