@@ -534,7 +534,16 @@ impl Client {
     /// Watches the ownership events of the first node of the list that
     /// answers; see [`crate::OwnershipWatch`].
     pub fn watch_ownership(&self) -> crate::OwnershipWatch {
-        crate::OwnershipWatch::new(self.clone())
+        crate::OwnershipWatch::new(self.clone(), false)
+    }
+
+    /// A watch that takes part in handoffs: the node answers DRAINING by
+    /// waiting for [`crate::OwnershipWatch::released`] (or its
+    /// `release_timeout_ms`) before it gives the shard away, serving the
+    /// shard's writes meanwhile. Open it beside your node only, and answer
+    /// every `Draining`.
+    pub fn watch_ownership_acknowledging(&self) -> crate::OwnershipWatch {
+        crate::OwnershipWatch::new(self.clone(), true)
     }
 }
 

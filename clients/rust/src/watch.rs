@@ -51,11 +51,29 @@ pub struct OwnershipWatch {
     client: Client,
     stream: Option<(String, tonic::Streaming<proto::OwnershipEvent>)>,
     pause: Duration,
+    /// Whether this watch takes part in handoffs ([`OwnershipWatch::released`]).
+    acknowledges: bool,
 }
 
 impl OwnershipWatch {
-    pub(crate) fn new(client: Client) -> OwnershipWatch {
-        OwnershipWatch { client, stream: None, pause: Duration::from_millis(50) }
+    pub(crate) fn new(client: Client, acknowledges: bool) -> OwnershipWatch {
+        OwnershipWatch { client, stream: None, pause: Duration::from_millis(50), acknowledges }
+    }
+
+    /// Answers a [`WatchEvent::Draining`] of a watch that acknowledges: the
+    /// application finished and flushed the shard, the node may hand it
+    /// over now. Until then (or the node's `release_timeout_ms`) its writes
+    /// to the shard are still served. An error means nothing waits for this
+    /// answer any more (the handoff went on, or the node is gone): safe to
+    /// ignore.
+    pub async fn released(&self, shard: &str, epoch: u64) -> Result<(), tonic::Status> {
+        let Some((node, _)) = &self.stream else {
+            return Err(tonic::Status::unavailable("the watch is not subscribed to a node"));
+        };
+        let conn = self.client.conn(node).await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let ack =
+            proto::AcknowledgeRequest { ack: proto::acknowledge_request::Ack::Released as i32, shard: shard.to_owned(), epoch };
+        OwnershipClient::new(conn).acknowledge(ack).await.map(|_| ())
     }
 
     /// The next event; waits (resubscribing as needed) until there is one.
@@ -90,7 +108,7 @@ impl OwnershipWatch {
         for node in self.client.nodes().addresses() {
             let Ok(conn) = self.client.conn(node).await else { continue };
             let mut own = OwnershipClient::new(conn);
-            let subscribed = match own.watch_ownership(proto::WatchRequest {}).await {
+            let subscribed = match own.watch_ownership(proto::WatchRequest { acknowledges: self.acknowledges }).await {
                 Ok(stream) => own.held(proto::HeldRequest {}).await.map(|held| (stream, held)),
                 Err(e) => Err(e),
             };

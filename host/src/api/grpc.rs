@@ -303,9 +303,12 @@ impl ownership_server::Ownership for Api {
 
     type WatchOwnershipStream = EventStream;
 
-    async fn watch_ownership(&self, _req: Request<proto::WatchRequest>) -> Result<Response<EventStream>, Status> {
+    async fn watch_ownership(&self, req: Request<proto::WatchRequest>) -> Result<Response<EventStream>, Status> {
         use proto::ownership_event::Kind;
-        let events = BroadcastStream::new(self.node()?.leases.subscribe()).map(|e| match e {
+        let node = self.node()?;
+        // Counts while the stream lives: dropped with it.
+        let participant = req.into_inner().acknowledges.then(|| node.leases.acks.participate());
+        let events = BroadcastStream::new(node.leases.subscribe()).map(move |e| match e {
             Ok(event) => {
                 let (kind, shard, epoch) = match event {
                     OwnershipEvent::Acquired { shard, epoch } => (Kind::Acquired, shard, epoch),
@@ -314,13 +317,36 @@ impl ownership_server::Ownership for Api {
                 };
                 Ok(proto::OwnershipEvent { kind: kind as i32, shard, epoch: epoch as u64 })
             }
-            Err(_) => Err(Status::data_loss("the watcher fell behind; events were dropped: call Held and watch again")),
+            Err(_) => {
+                // The participant lives as long as this stream's closure.
+                let _ = &participant;
+                Err(Status::data_loss("the watcher fell behind; events were dropped: call Held and watch again"))
+            }
         });
         // The stream ends when the node stops (after its lost events): an
         // open watch must not hold the server's graceful shutdown forever.
         let stopping = WatchStream::new(self.0.shutdown_signal()).filter(|stopped| *stopped).map(|_| None);
         let events = events.map(Some).merge(stopping).map_while(|e| e);
         Ok(Response::new(Box::pin(events)))
+    }
+
+    async fn acknowledge(&self, req: Request<proto::AcknowledgeRequest>) -> Result<Response<proto::AcknowledgeResponse>, Status> {
+        use proto::acknowledge_request::Ack;
+        let r = req.into_inner();
+        let node = self.node()?;
+        let epoch = i64::try_from(r.epoch).map_err(|_| Status::invalid_argument(format!("epoch {} is out of range", r.epoch)))?;
+        match Ack::try_from(r.ack) {
+            Ok(Ack::Released) => {}
+            _ => return Err(Status::invalid_argument(format!("ack {} is not one this node takes: use RELEASED", r.ack))),
+        }
+        if !node.leases.is_handing_over(&r.shard, epoch) {
+            return Err(Status::failed_precondition(format!(
+                "this node is not handing shard `{}` over at epoch {epoch}: nothing waits for this answer",
+                r.shard
+            )));
+        }
+        node.leases.acks.release(&r.shard, epoch);
+        Ok(Response::new(proto::AcknowledgeResponse {}))
     }
 }
 

@@ -13,6 +13,7 @@ mod probe;
 mod progress;
 mod rollout;
 mod scaffold;
+mod settings;
 mod upgrade;
 
 use std::process::ExitCode;
@@ -69,6 +70,9 @@ pub enum Command {
     /// Redis and database restarts, network cuts; then a check that no
     /// acknowledged append was lost.
     Chaos(chaos::ChaosArgs),
+    /// Check a settings file without starting a node.
+    #[command(subcommand)]
+    Settings(settings::SettingsCommand),
     /// Ask a node's gRPC health service whether it serves: exit 0 if so, 1 if
     /// not (container health checks, scripts).
     Probe(probe::ProbeArgs),
@@ -106,6 +110,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Chaos(args) => chaos::run(args),
         Command::Dev(cmd) => dev::run(cmd),
         Command::Probe(args) => probe::run(args),
+        Command::Settings(cmd) => settings::run(cmd),
     }
 }
 

@@ -1,7 +1,8 @@
 //! A holder cut off in the middle of a fenced transaction (its session open,
 //! idle, holding the lease row shared) does not block a taker beyond about
 //! half a TTL: the server ends the idle transaction, and the taker's lock
-//! wait is bounded and ends its attempt (the next round tries again). PostgreSQL and MariaDB (MySQL has no
+//! wait is bounded and ends its attempt (the next round tries again). And
+//! the heartbeat never waits for the pool: it has a connection of its own. PostgreSQL and MariaDB (MySQL has no
 //! idle-transaction timeout: see `mysql`).
 
 use std::time::{Duration, Instant};
@@ -96,20 +97,76 @@ async fn scenario(url: &str) -> Result<()> {
     Ok(())
 }
 
+/// The heartbeat has a connection of its own: with every connection of the
+/// pool taken (client reads, appends, a round stuck behind a lock), it
+/// still goes through at once instead of queueing for the pool's acquire
+/// timeout, past which the node's leases on liveness would lapse.
+async fn heartbeat_scenario(url: &str) -> Result<()> {
+    let options = StoreOptions {
+        max_connections: 2,
+        acquire_timeout: Duration::from_secs(30),
+        liveness_timeout: Duration::from_secs(30),
+        ..StoreOptions::default()
+    };
+    let s = Store::connect_with(url, options).await?;
+    s.migrate().await?;
+    let node = s.register_node("n", "a1").await?;
+    macro_rules! starved {
+        ($e:expr) => {{
+            let taken = ($e.pool.acquire().await?, $e.pool.acquire().await?);
+            let beat = tokio::time::timeout(Duration::from_secs(10), s.heartbeat(node, 1)).await;
+            drop(taken);
+            beat.context("the heartbeat queued behind the pool's taken connections")??;
+        }};
+    }
+    match &s {
+        Store::Postgres(e) => starved!(e),
+        Store::MySql(e) => starved!(e),
+        Store::Sqlite(_) => anyhow::bail!("SQLite's heartbeat shares its one writer"),
+    }
+    s.close().await;
+    Ok(())
+}
+
 async fn run(admin: &str) {
+    run_scenario(admin, |url| Box::pin(async move { scenario(&url).await })).await;
+}
+
+async fn run_scenario(
+    admin: &str,
+    scenario: impl FnOnce(String) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>>>>,
+) {
     let name = format!("chitin_t_{}", Uuid::new_v4().simple());
     create_database(admin, &name).await.expect("create a test database");
-    let outcome = scenario(&with_database(admin, &name)).await;
+    let outcome = scenario(with_database(admin, &name)).await;
     drop_database(admin, &name).await.expect("drop the test database");
     outcome.expect("scenario");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_stuck_holder_is_bounded() {
-    run(&std::env::var("CHITIN_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())).await
+    run(&postgres_admin()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_stuck_holder_is_bounded() {
-    run(&std::env::var("CHITIN_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())).await
+    run(&mysql_admin()).await
+}
+
+fn postgres_admin() -> String {
+    std::env::var("CHITIN_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn mysql_admin() -> String {
+    std::env::var("CHITIN_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_heartbeat_never_waits_for_the_pool() {
+    run_scenario(&postgres_admin(), |url| Box::pin(async move { heartbeat_scenario(&url).await })).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_heartbeat_never_waits_for_the_pool() {
+    run_scenario(&mysql_admin(), |url| Box::pin(async move { heartbeat_scenario(&url).await })).await;
 }

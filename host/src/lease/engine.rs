@@ -212,6 +212,10 @@ impl From<LeaseError> for Attempt {
 #[derive(Debug)]
 pub struct Engine<B: Backend> {
     pub(crate) pool: Pool<B::Db>,
+    /// The heartbeat's own connection, so that it never queues behind
+    /// acquisitions, appends or client reads in `pool` (`None`: SQLite, one
+    /// writer, whose heartbeat shares the pool).
+    heartbeat_pool: Option<Pool<B::Db>>,
     pub(crate) options: StoreOptions,
     /// Grants name the holder's liveness epoch (gate `node-leases` on),
     /// shared by every clone.
@@ -235,6 +239,7 @@ impl<B: Backend> Clone for Engine<B> {
     fn clone(&self) -> Self {
         Engine {
             pool: self.pool.clone(),
+            heartbeat_pool: self.heartbeat_pool.clone(),
             options: self.options.clone(),
             on_liveness: self.on_liveness.clone(),
             backend: PhantomData,
@@ -259,7 +264,20 @@ where
     for<'a> Vec<u8>: Decode<'a, B::Db> + Type<B::Db>,
 {
     pub(crate) fn new(pool: Pool<B::Db>, options: StoreOptions) -> Self {
-        Engine { pool, options, on_liveness: Arc::default(), backend: PhantomData }
+        Engine { pool, heartbeat_pool: None, options, on_liveness: Arc::default(), backend: PhantomData }
+    }
+
+    /// The same engine with `heartbeat_pool` for the heartbeat.
+    pub(crate) fn with_heartbeat_pool(self, heartbeat_pool: Pool<B::Db>) -> Self {
+        Engine { heartbeat_pool: Some(heartbeat_pool), ..self }
+    }
+
+    /// Closes both pools.
+    pub(crate) async fn close(&self) {
+        if let Some(p) = &self.heartbeat_pool {
+            p.close().await;
+        }
+        self.pool.close().await;
     }
 
     pub(crate) fn set_on_liveness(&self, on: bool) {
@@ -544,16 +562,17 @@ where
     /// heartbeats under the current one, which is returned.
     pub(crate) async fn heartbeat(&self, node: Uuid, mut epoch: i64) -> Result<i64, LeaseError> {
         let id = node.to_string();
+        let pool = self.heartbeat_pool.as_ref().unwrap_or(&self.pool);
         for _ in 0..ATTEMPTS {
             let done = self
                 .with_retry("heartbeat", || async {
-                    Ok(sqlx::query(B::SQL.heartbeat).bind(self.ttl()).bind(id.as_str()).bind(epoch).execute(&self.pool).await?)
+                    Ok(sqlx::query(B::SQL.heartbeat).bind(self.ttl()).bind(id.as_str()).bind(epoch).execute(pool).await?)
                 })
                 .await?;
             if B::affected(&done) > 0 {
                 return Ok(epoch);
             }
-            let row = sqlx::query(B::SQL.liveness).bind(id.as_str()).fetch_optional(&self.pool).await?;
+            let row = sqlx::query(B::SQL.liveness).bind(id.as_str()).fetch_optional(pool).await?;
             match row {
                 Some(r) if r.try_get::<String, _>("state")?.parse::<NodeState>()? != NodeState::Down => {
                     epoch = r.try_get("liveness_epoch")?;

@@ -454,7 +454,7 @@ impl Store {
 
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
-        dispatch!(self, s => s.pool.close().await)
+        dispatch!(self, s => s.close().await)
     }
 
     /// Creates or upgrades the schema (idempotent; concurrent callers are

@@ -232,9 +232,13 @@ pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<M
         .max_connections(options.max_connections)
         .acquire_timeout(options.acquire_timeout)
         .after_connect(move |conn, _| Box::pin(bound_session(conn, secs)))
-        .connect_with(connect)
+        .connect_with(connect.clone())
         .await?;
-    Ok(Engine::new(pool, options))
+    let heartbeat = super::engine::ping_when_idle(MySqlPoolOptions::new())
+        .max_connections(1)
+        .acquire_timeout(options.acquire_timeout)
+        .after_connect(move |conn, _| Box::pin(bound_session(conn, secs)));
+    Ok(Engine::new(pool, options).with_heartbeat_pool(heartbeat.connect_lazy_with(connect)))
 }
 
 #[cfg(test)]

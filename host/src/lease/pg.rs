@@ -292,7 +292,9 @@ pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<P
     let pool = super::engine::ping_when_idle(PgPoolOptions::new())
         .max_connections(options.max_connections)
         .acquire_timeout(options.acquire_timeout)
-        .connect_with(connect)
+        .connect_with(connect.clone())
         .await?;
-    Ok(Engine::new(pool, options))
+    let heartbeat =
+        super::engine::ping_when_idle(PgPoolOptions::new()).max_connections(1).acquire_timeout(options.acquire_timeout);
+    Ok(Engine::new(pool, options).with_heartbeat_pool(heartbeat.connect_lazy_with(connect)))
 }

@@ -32,6 +32,7 @@ use uuid::Uuid;
 
 use crate::lease::{Lease, LeaseError, LeaseToken, SplitSeed, Store};
 
+use super::acks::{Acks, Release};
 use super::metrics::Metrics;
 
 /// What happened to one of this node's leases.
@@ -66,6 +67,10 @@ struct Held {
     lease: Lease,
     serve_until: Instant,
     gate: Arc<RwLock<()>>,
+    /// A handoff (a drain's, a round's or a split's) has picked the shard;
+    /// writes are still served while the application finishes.
+    handing: bool,
+    /// No new write starts: the handoff waits for the in-flight ones.
     draining: bool,
 }
 
@@ -102,6 +107,8 @@ pub struct Leases {
     held: Mutex<HashMap<String, Held>>,
     liveness: Mutex<Liveness>,
     events: broadcast::Sender<OwnershipEvent>,
+    /// The application's answers to DRAINING.
+    pub acks: Arc<Acks>,
     /// Bumped on every change of ownership this node learns of.
     generation: watch::Sender<u64>,
     metrics: Arc<Metrics>,
@@ -109,7 +116,7 @@ pub struct Leases {
 
 impl Leases {
     /// `safety` is how long before the TTL runs out the node stops serving.
-    pub fn new(store: Store, me: Uuid, ttl: Duration, safety: Duration, metrics: Arc<Metrics>) -> Self {
+    pub fn new(store: Store, me: Uuid, ttl: Duration, safety: Duration, acks: Arc<Acks>, metrics: Arc<Metrics>) -> Self {
         Leases {
             store,
             me,
@@ -119,6 +126,7 @@ impl Leases {
             // A new registration starts at liveness epoch 1 (the column's default).
             liveness: Mutex::new(Liveness { epoch: 1, renewed: None }),
             events: broadcast::channel(1024).0,
+            acks,
             generation: watch::channel(0).0,
             metrics,
         }
@@ -210,9 +218,10 @@ impl Leases {
         self.lock().keys().cloned().collect()
     }
 
-    /// Whether a handoff of `shard` is under way here (a drain's or a round's).
+    /// Whether a handoff of `shard` is under way here (a drain's, a round's
+    /// or a split's), waiting for the application's answer or draining.
     pub fn is_draining(&self, shard: &str) -> bool {
-        self.lock().get(shard).is_some_and(|h| h.draining)
+        self.lock().get(shard).is_some_and(|h| h.handing)
     }
 
     /// Permission to write to `shard`, if this node serves it now. Waits for
@@ -242,7 +251,10 @@ impl Leases {
                     false
                 }
                 _ => {
-                    held.insert(shard.clone(), Held { lease, serve_until, gate: Arc::new(RwLock::new(())), draining: false });
+                    held.insert(
+                        shard.clone(),
+                        Held { lease, serve_until, gate: Arc::new(RwLock::new(())), handing: false, draining: false },
+                    );
                     true
                 }
             }
@@ -358,12 +370,19 @@ impl Leases {
     async fn hand_over_untimed(&self, shard: &str, to: Uuid) -> Result<Lease, LeaseError> {
         self.store.handoff_budget().await?;
         let (gate, lease) = self
-            .mark_draining(shard)?
+            .pick_for_handoff(shard)?
             .ok_or_else(|| LeaseError::InvalidArgument(format!("shard `{shard}` is not held by this node")))?;
-        self.emit(OwnershipEvent::Draining { shard: shard.to_string(), epoch: lease.epoch });
         // Dropped before the outcome is known (the caller was cancelled):
         // serve the shard again rather than leave it draining for good.
         let mut undrain = Undrain { leases: self, shard, epoch: lease.epoch, armed: true };
+        self.emit(OwnershipEvent::Draining { shard: shard.to_string(), epoch: lease.epoch });
+        // The application finishes and flushes (its writes still served)
+        // while it takes part; then no new write starts.
+        let release = self.acks.wait_released(shard, lease.epoch).await;
+        if release != Release::NoParticipant {
+            tracing::info!(%shard, epoch = lease.epoch, outcome = release.as_str(), ?release, "the application's release");
+        }
+        self.start_draining(shard, lease.epoch);
         let _exclusive = gate.write_owned().await;
         let result = self.store.handover(&lease, to).await;
         undrain.armed = false;
@@ -384,22 +403,37 @@ impl Leases {
         }
     }
 
-    /// Marks a held shard draining (no new write starts) and returns its
-    /// gate and lease; `None` when it is not held. A drain, a round and a
-    /// split may all pick one shard: only the first gets it.
-    fn mark_draining(&self, shard: &str) -> Result<Option<(Arc<RwLock<()>>, Lease)>, LeaseError> {
+    /// Picks a held shard for a handoff and returns its gate and lease;
+    /// `None` when it is not held. A drain, a round and a split may all pick
+    /// one shard: only the first gets it. Writes are still served until
+    /// [`Leases::start_draining`].
+    fn pick_for_handoff(&self, shard: &str) -> Result<Option<(Arc<RwLock<()>>, Lease)>, LeaseError> {
         let mut held = self.lock();
         let Some(h) = held.get_mut(shard) else { return Ok(None) };
-        if h.draining {
+        if h.handing {
             return Err(LeaseError::InvalidArgument(format!("shard `{shard}` is already being handed over")));
         }
-        h.draining = true;
+        h.handing = true;
         Ok(Some((h.gate.clone(), h.lease.clone())))
+    }
+
+    /// No new write of a picked shard starts from now on.
+    fn start_draining(&self, shard: &str, epoch: i64) {
+        if let Some(h) = self.lock().get_mut(shard).filter(|h| h.lease.epoch == epoch) {
+            h.draining = true;
+        }
+    }
+
+    /// Whether a handoff of `shard` at `epoch` is under way here (the
+    /// application's answer to it is awaited, or it is draining).
+    pub fn is_handing_over(&self, shard: &str, epoch: i64) -> bool {
+        self.lock().get(shard).is_some_and(|h| h.handing && h.lease.epoch == epoch)
     }
 
     /// Serves a shard whose handoff did not happen.
     fn undrain(&self, shard: &str, epoch: i64) {
         if let Some(h) = self.lock().get_mut(shard).filter(|h| h.lease.epoch == epoch) {
+            h.handing = false;
             h.draining = false;
         }
         self.notify_change();
@@ -410,7 +444,10 @@ impl Leases {
     /// writes finish), like a handoff. Returns the children's leases;
     /// empty when the parent was retired already or is held elsewhere.
     pub async fn seed_split(&self, parent: &str, children: &[String]) -> Result<Vec<Lease>, LeaseError> {
-        let held = self.mark_draining(parent)?;
+        let held = self.pick_for_handoff(parent)?;
+        if let Some((_, l)) = &held {
+            self.start_draining(parent, l.epoch);
+        }
         let mut undrain = held.as_ref().map(|(_, l)| Undrain { leases: self, shard: parent, epoch: l.epoch, armed: true });
         let _exclusive = match &held {
             Some((gate, _)) => Some(gate.clone().write_owned().await),

@@ -4,6 +4,7 @@
 //! - [`shard_map`]: the shards with leases and key routing (pure);
 //! - [`plan`]: every decision of a round, a drain and an append (pure);
 //! - [`leases`]: the held leases, renewal, handoff, ownership events;
+//! - [`acks`]: the application's part in a handoff (RELEASED after DRAINING);
 //! - [`round`]: the lease round loop: read, plan, apply;
 //! - [`drain`]: handing every shard over (drain, graceful stop);
 //! - [`journal`]: the reference journal (fenced appends, forwarding);
@@ -19,6 +20,7 @@
 //! → `active` (after its first round) → `leaving` (SIGTERM or drain: hands
 //! every shard to the recipient the `drain` policy names) → deregistered.
 
+pub mod acks;
 pub mod control;
 pub mod drain;
 pub mod group_commit;
@@ -220,7 +222,8 @@ impl Node {
             liveness_timeout: settings.lease_ttl(),
             max_handoffs_per_round: settings.leases.max_handoffs_per_round,
             handoff_window: settings.renew_interval(),
-            ..StoreOptions::default()
+            max_connections: settings.database.max_connections,
+            acquire_timeout: std::time::Duration::from_secs_f64(settings.database.acquire_timeout_secs),
         };
         let store = Store::connect_with(&url, options).await.map_err(|e| match crate::security::tls::tls_cause(&e) {
             Some(reason) => NodeError::StoreTls { store: "the database", key: "database.ca_file", reason },
@@ -281,7 +284,8 @@ impl Node {
         let metrics = Arc::new(Metrics::default());
         let ttl = settings.lease_ttl();
         let safety = settings.renew_interval().min(ttl / 4);
-        let leases = Leases::new(store.clone(), uuid, ttl, safety, metrics.clone());
+        let acks = acks::Acks::new(settings.leases.release_timeout());
+        let leases = Leases::new(store.clone(), uuid, ttl, safety, acks, metrics.clone());
         let peers = Arc::new(Peers::new(&settings)?);
         let node = Arc::new(Node {
             name,

@@ -130,8 +130,16 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     if let Some(rule) = ttl_rule {
         bad("leases.ttl_secs", l.ttl_secs.to_string(), rule);
     }
+    let renew_valid = renew_rule.is_none();
     if let Some(rule) = renew_rule {
         bad("leases.renew_interval_secs", r.to_string(), rule);
+    }
+    if let Some(ms) = l.release_timeout_ms.filter(|ms| renew_valid && *ms as f64 >= r * 1000.0) {
+        bad(
+            "leases.release_timeout_ms",
+            ms.to_string(),
+            format!("must be less than leases.renew_interval_secs ({r} s): a lease round waits for the application's RELEASED"),
+        );
     }
     let handoffs = l.max_handoffs_per_round;
     if handoffs == 0 {
@@ -140,6 +148,13 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
         bad("leases.max_handoffs_per_round", handoffs.to_string(), format!("must be at most {MAX_HANDOFFS_PER_ROUND}"));
     }
 
+    let db = &settings.database;
+    if db.max_connections == 0 || db.max_connections > 1_000 {
+        bad("database.max_connections", db.max_connections.to_string(), "must be between 1 and 1000".into());
+    }
+    if let Some(rule) = seconds(db.acquire_timeout_secs, 0.1, "must be at least 0.1 seconds") {
+        bad("database.acquire_timeout_secs", db.acquire_timeout_secs.to_string(), rule);
+    }
     let lim = &settings.limits;
     for (key, n) in
         [("limits.api_max_connections", lim.api_max_connections), ("limits.metrics_max_connections", lim.metrics_max_connections)]

@@ -114,7 +114,7 @@ impl Default for ClusterSettings {
 }
 
 /// `[database]`
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseSettings {
     /// `postgres://…`, `mysql://…`/`mariadb://…`, or `sqlite:…`. Required in
@@ -126,6 +126,19 @@ pub struct DatabaseSettings {
     /// `ssl-mode=VERIFY_IDENTITY`, added to the URL unless it names a
     /// verifying mode itself).
     pub ca_file: Option<PathBuf>,
+    /// Connections of the node's pool (appends, rounds, reads); the
+    /// heartbeat has one of its own besides.
+    pub max_connections: u32,
+    /// How long a request waits for a connection of the pool before it
+    /// fails (as not applied).
+    #[serde(deserialize_with = "secs")]
+    pub acquire_timeout_secs: f64,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        DatabaseSettings { url: None, ca_file: None, max_connections: 10, acquire_timeout_secs: 10.0 }
+    }
 }
 
 /// `[leases]`
@@ -140,11 +153,23 @@ pub struct LeaseSettings {
     pub renew_interval_secs: f64,
     /// Handoffs per rebalance round per database.
     pub max_handoffs_per_round: u32,
+    /// How long a handoff waits for the application's RELEASED after
+    /// DRAINING, while a watch that acknowledges is open; then it goes on.
+    /// Less than `renew_interval_secs` (a lease round waits for it); unset,
+    /// half of it.
+    pub release_timeout_ms: Option<u64>,
 }
 
 impl Default for LeaseSettings {
     fn default() -> Self {
-        LeaseSettings { ttl_secs: 15.0, renew_interval_secs: 5.0, max_handoffs_per_round: 4 }
+        LeaseSettings { ttl_secs: 15.0, renew_interval_secs: 5.0, max_handoffs_per_round: 4, release_timeout_ms: None }
+    }
+}
+
+impl LeaseSettings {
+    /// `release_timeout_ms`, or half the renew interval (after the rules).
+    pub fn release_timeout(&self) -> Duration {
+        self.release_timeout_ms.map_or_else(|| Duration::from_secs_f64(self.renew_interval_secs / 2.0), Duration::from_millis)
     }
 }
 

@@ -250,6 +250,7 @@ const METHODS: &[(&str, First, bool)] = &[
     ("/chitin.v1.Ownership/Route", First::Str, false),
     ("/chitin.v1.Ownership/Held", First::Nothing, false),
     ("/chitin.v1.Ownership/WatchOwnership", First::Nothing, true),
+    ("/chitin.v1.Ownership/Acknowledge", First::BoolThenStr, false),
     ("/chitin.v1.Admin/Status", First::Nothing, false),
     ("/chitin.v1.Admin/Bootstrap", First::Str, false),
     ("/chitin.v1.Admin/UpdateConfig", First::Str, false),
@@ -339,10 +340,12 @@ fn token_cases(channel: &Channel, node: &str, tokens: Tokens<'_>) -> Vec<Case> {
 
 /// Undecodable requests for every method: truncated, an invalid wire type,
 /// and where the message has fields a wrong type and invalid UTF-8. Each
-/// call carries its plane's token when the node has one.
-fn undecodable_cases(channel: &Channel, node: &str, tokens: Tokens<'_>) -> Vec<Case> {
+/// call carries its plane's token when the node has one. A standalone
+/// node's Peer plane is closed before anything is decoded.
+fn undecodable_cases(channel: &Channel, node: &str, tokens: Tokens<'_>, standalone: bool) -> Vec<Case> {
     let mut cases = Vec::new();
     for &(path, first, streaming) in METHODS {
+        let closed = standalone && plane(path) == Plane::Peer;
         let auth = tokens.authorization(path);
         let mut bodies: Vec<(&str, Vec<u8>)> = vec![
             // Field 1, 5 bytes long, 1 byte sent.
@@ -362,18 +365,18 @@ fn undecodable_cases(channel: &Channel, node: &str, tokens: Tokens<'_>) -> Vec<C
             First::Nothing => {}
         }
         for (what, body) in bodies {
-            cases.push(refused(
-                format!("{node} {path}: {what}"),
-                raw(channel, path, body, streaming, auth.clone()),
-                Code::InvalidArgument,
-                "malformed request: failed to decode Protobuf message",
-            ));
+            let (code, says) = match closed {
+                true => (Code::PermissionDenied, "its Peer plane is closed"),
+                false => (Code::InvalidArgument, "malformed request: failed to decode Protobuf message"),
+            };
+            cases.push(refused(format!("{node} {path}: {what}"), raw(channel, path, body, streaming, auth.clone()), code, says));
         }
     }
-    // A known service's guard runs before its methods are looked up, so an
-    // unknown method of it carries its plane's token.
-    for path in ["/chitin.v1.Journal/Delete", "/chitin.v1.Nope/Append", "/grpc.health.v1.Health/Check"] {
-        let auth = tokens.authorization(path).filter(|_| path.starts_with("/chitin.v1.Journal/"));
+    // Authentication runs before methods are looked up, so an unknown
+    // method, of a known service or not, carries the client plane's token;
+    // the health service is open.
+    for path in ["/chitin.v1.Journal/Delete", "/chitin.v1.Nope/Append", "/grpc.health.v1.Health/Nope"] {
+        let auth = tokens.authorization(path);
         cases.push(refused(
             format!("{node} {path}: unknown method"),
             raw(channel, path, Vec::new(), false, auth),
@@ -1019,9 +1022,9 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
 
     // Undecodable requests and unknown methods, on every node.
     let tokens = Tokens { admin: Some(ADMIN_TOKEN), client: Some(CLIENT_TOKEN), peer: Some(PEER_TOKEN) };
-    cases.extend(undecodable_cases(&main, "node-01", tokens));
-    cases.extend(undecodable_cases(&fresh, "node-02", Tokens::default()));
-    cases.extend(undecodable_cases(&alone, "standalone", Tokens::default()));
+    cases.extend(undecodable_cases(&main, "node-01", tokens, false));
+    cases.extend(undecodable_cases(&fresh, "node-02", Tokens::default(), false));
+    cases.extend(undecodable_cases(&alone, "standalone", Tokens::default(), true));
     // Every method with and without each token.
     cases.extend(token_cases(&main, "node-01", tokens));
 

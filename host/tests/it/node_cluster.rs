@@ -323,7 +323,7 @@ async fn a_watcher_sees_draining_then_lost_for_every_shard_handed_away() {
     let status = c.wait_settled(Duration::from_secs(30)).await.unwrap();
     let w = c.busiest(&status);
     let mut ownership = proto::ownership_client::OwnershipClient::connect(format!("http://{}", c.nodes[w].api)).await.unwrap();
-    let mut watch = ownership.watch_ownership(proto::WatchRequest {}).await.unwrap().into_inner();
+    let mut watch = ownership.watch_ownership(proto::WatchRequest::default()).await.unwrap().into_inner();
     // What the node holds once the watch is in place: every one of these
     // must be reported draining, then lost, whoever hands it over.
     let mine: HashMap<String, u64> = ownership
@@ -350,6 +350,71 @@ async fn a_watcher_sees_draining_then_lost_for_every_shard_handed_away() {
         assert!(newest as u64 > *epoch, "{shard} was not handed over with a new epoch");
     }
     store.close().await;
+    c.teardown().await.unwrap();
+}
+
+/// An application that takes part in handoffs (a watch with
+/// `acknowledges`) finishes its work on a draining shard: its writes are
+/// still served under the old epoch after DRAINING, and the shard moves only
+/// after its RELEASED. Without the mechanism the writes after DRAINING are
+/// refused or land under the new holder, and LOST comes first.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acknowledging_application_writes_until_it_releases_and_only_then_the_shard_moves() {
+    let _serial = SERIAL.lock().await;
+    // A timeout well above the answer's delay: the answer, not the timeout, must let the handoff go on.
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, s| {
+        s.leases.ttl_secs = 6.0;
+        s.leases.renew_interval_secs = 2.0;
+        s.leases.release_timeout_ms = Some(1_800);
+    })
+    .await
+    .unwrap();
+    let status = c.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let w = c.busiest(&status);
+    let (api, name) = (c.nodes[w].api.clone(), c.nodes[w].name.clone());
+    let map = c.shard_map();
+    let client = chitin_client::Client::builder(api.parse().unwrap()).build().unwrap();
+    let mut watch = client.watch_ownership_acknowledging();
+    let held: HashMap<String, u64> = match watch.next().await {
+        chitin_client::WatchEvent::Subscribed { held, .. } => held.into_iter().map(|l| (l.shard, l.epoch)).collect(),
+        other => panic!("first event {other:?}"),
+    };
+    assert!(!held.is_empty());
+    let mut admin = c.nodes[w].admin().await.unwrap();
+    let drain = tokio::spawn(async move { admin.drain(proto::DrainRequest {}).await });
+
+    let (mut released, mut lost) = (HashMap::new(), HashMap::new());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lost.len() < held.len() {
+        let event = tokio::time::timeout_at(deadline.into(), watch.next()).await.expect("every held shard lost within 60 s");
+        match event {
+            chitin_client::WatchEvent::Draining { shard, epoch } => {
+                // The application's last write, after DRAINING: served here, under the old epoch.
+                let stream = stream_on(&map, &shard, "flush");
+                let flushed = append_via(&api, &stream, &format!("flush-{shard}")).await.unwrap();
+                assert_eq!(
+                    (flushed.shard.as_str(), flushed.epoch, flushed.holder.as_str()),
+                    (shard.as_str(), epoch, name.as_str())
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                released.insert(shard.clone(), Instant::now());
+                watch.released(&shard, epoch).await.unwrap();
+            }
+            chitin_client::WatchEvent::Lost { shard, .. } => {
+                lost.insert(shard, Instant::now());
+            }
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    drain.await.unwrap().unwrap();
+    for shard in held.keys() {
+        let (r, l) = (released.get(shard), lost.get(shard));
+        assert!(r.is_some_and(|r| l.is_some_and(|l| r < l)), "{shard}: released {r:?}, lost {l:?}");
+    }
+    // An answer nobody waits for any more is refused, saying why.
+    let (shard, epoch) = held.iter().next().unwrap();
+    let late = watch.released(shard, *epoch).await.unwrap_err();
+    assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
     c.teardown().await.unwrap();
 }
 

@@ -486,7 +486,7 @@ async fn drain_stop_and_a_rolling_restart_fail_no_append() {
 
     // A drain, with the node still up and answering.
     let drained = c.nodes[busiest].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap().into_inner();
-    assert!(drained.handed_over > 0 && drained.kept.is_empty(), "{drained:?}");
+    assert!(drained.handed_over > 0 && drained.kept.is_empty(), "{drained:?} (status before: {status:?})\n{}", c.logs());
     // A rolling restart: each node stopped gracefully and started again.
     for i in 0..c.nodes.len() {
         let exit = c.nodes[i].terminate(Duration::from_secs(30)).unwrap();

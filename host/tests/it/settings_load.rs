@@ -456,3 +456,44 @@ fn store_cas_need_a_tls_store() {
     let s = load("[database]\nurl = \"postgres://u@h/db\"\nca_file = \"/ca.pem\"\n", &NO_ENV).unwrap();
     assert_eq!(s.database_url(), "postgres://u@h/db?sslrootcert=/ca.pem&sslmode=verify-full");
 }
+
+/// `chitin settings check` as an operator runs it: every problem a node
+/// would refuse at start, without starting one, and exit 1; exit 0 and
+/// "ok" for a good file.
+#[test]
+fn settings_check_reports_every_problem_without_starting_a_node() {
+    use std::process::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let check = |file: &Path| {
+        let out = Command::new(crate::support::cluster::CHITIN).args(["settings", "check"]).arg(file).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.code(), text)
+    };
+
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, format!("[node]\ndata_dir = \"{}\"\n", dir.path().join("data").display())).unwrap();
+    let (code, text) = check(&good);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("ok (standalone node"), "{text}");
+    assert!(!dir.path().join("data").exists(), "a check must not create the data dir");
+
+    // Three things no rule of the keys sees: a token file, a certificate, a component, all missing.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[api]\nadmin_token_file = \"/nonexistent/admin\"\n\n[tls]\ncert_file = \"/nonexistent/node.crt\"\n\
+         key_file = \"/nonexistent/node.key\"\n\n[policies]\nplacement = \"/nonexistent/placement.wasm\"\n",
+    )
+    .unwrap();
+    let (code, text) = check(&bad);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("3 problem(s)"), "{text}");
+    for says in ["api.admin_token_file", "tls.cert_file", "placement.wasm"] {
+        assert!(text.contains(says), "{says} missing from:\n{text}");
+    }
+
+    // The keys' own rules: every one at once, as a node prints them.
+    let (code, text) = check(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/settings/listener_limits.toml")));
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("limits.api_max_connections") && text.contains("limits.request_timeout_secs"), "{text}");
+}

@@ -6,7 +6,9 @@
 //!   refused naming both versions, malformed metadata is INVALID_ARGUMENT;
 //! - a new cluster starts finalized, so a 0.1.0-style peer call (no
 //!   metadata) is refused; a cluster a 0.1.0 node once ran on is not, until
-//!   `chitin cluster finalize-upgrade`, which `upgrade-status` reports ready;
+//!   `chitin cluster finalize-upgrade`, which `upgrade-status` reports ready
+//!   (these on a one-node PostgreSQL cluster: a standalone node's Peer plane
+//!   is closed);
 //! - a node refuses to start on a cluster finalized past its release or
 //!   one that skips a release, naming both;
 //! - every migration of every dialect only adds, outside contract steps.
@@ -91,11 +93,13 @@ async fn every_call_is_judged_by_its_protocol() {
     let ids: Vec<&str> = read.entries.iter().map(|e| e.request_id.as_str()).collect();
     assert_eq!(ids, ["plain", "stamped"], "a refused call must not have run");
 
-    // A new cluster starts finalized at this release: the gate is on.
-    let e = PeerClient::new(ch.clone()).notice(notice()).await.unwrap_err();
-    assert_eq!(e.code(), Code::FailedPrecondition, "an unstamped peer call in a finalized cluster: {e:?}");
-    assert!(e.message().contains("chitin 0.1.0") && e.message().contains("serves protocol 2"), "{e:?}");
-    PeerClient::new(upgrade::wire::versioned(ch.clone())).notice(notice()).await.expect("a protocol-2 peer");
+    // A standalone node has no peers: its Peer plane is closed, whatever the protocol.
+    for e in [
+        PeerClient::new(ch.clone()).notice(notice()).await.unwrap_err(),
+        PeerClient::new(upgrade::wire::versioned(ch.clone())).notice(notice()).await.unwrap_err(),
+    ] {
+        assert_eq!(e.code(), Code::PermissionDenied, "a peer call to a standalone node: {e:?}");
+    }
 
     let s = chitin_json(&["cluster", "upgrade-status", "--node", &node.api, "--json"]).await;
     assert_eq!(s["cluster_version"], upgrade::Release::binary().to_string(), "{s}");
@@ -110,19 +114,30 @@ async fn every_call_is_judged_by_its_protocol() {
     assert!(ok && said.contains("nothing changed"), "{said}");
 }
 
+/// A new cluster starts finalized at this release: the peer gate is on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_cluster_refuses_a_0_1_0_peer_call() {
+    let c = Cluster::new(Dialect::Postgres, 1, 4, 1, |_, _| {}).await.unwrap();
+    let ch = channel(&c.nodes[0].api).await;
+    let e = PeerClient::new(ch.clone()).notice(notice()).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "an unstamped peer call in a finalized cluster: {e:?}");
+    assert!(e.message().contains("chitin 0.1.0") && e.message().contains("serves protocol 2"), "{e:?}");
+    PeerClient::new(upgrade::wire::versioned(ch)).notice(notice()).await.expect("a protocol-2 peer");
+    c.teardown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cluster_a_0_1_0_node_ran_on_waits_for_finalize() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("data")).unwrap();
     // What 0.1.0 leaves: a registration with no version recorded.
-    let store = Store::connect(&sqlite_url(dir.path())).await.unwrap();
+    let db = TestDb::create(Dialect::Postgres).await.unwrap();
+    let store = Store::connect(&db.url).await.unwrap();
     store.migrate().await.unwrap();
     let old = store.register_node("old-node", "127.0.0.1:1").await.unwrap();
     store.deregister(old).await.unwrap();
     store.close().await;
 
-    let mut node = standalone_node(dir.path(), "versions", |_| {}).unwrap();
-    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let c = Cluster::on(db, 1, 4, 1, |_, _| {}).await.unwrap();
+    let node = &c.nodes[0];
     let ch = channel(&node.api).await;
     PeerClient::new(ch.clone()).notice(notice()).await.expect("before finalize a 0.1.0 peer is served");
     let s = chitin_json(&["cluster", "upgrade-status", "--node", &node.api, "--json"]).await;
@@ -144,6 +159,7 @@ async fn a_cluster_a_0_1_0_node_ran_on_waits_for_finalize() {
         }
     }
     PeerClient::new(upgrade::wire::versioned(ch)).notice(notice()).await.expect("a protocol-2 peer");
+    c.teardown().await.unwrap();
 }
 
 /// Sets the cluster version of a stopped standalone node's database.

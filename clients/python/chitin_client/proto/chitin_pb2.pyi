@@ -101,6 +101,28 @@ class HeldResponse(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[ShardLease, _Mapping]]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
+    __slots__ = ("acknowledges",)
+    ACKNOWLEDGES_FIELD_NUMBER: _ClassVar[int]
+    acknowledges: bool
+    def __init__(self, acknowledges: _Optional[bool] = ...) -> None: ...
+
+class AcknowledgeRequest(_message.Message):
+    __slots__ = ("ack", "shard", "epoch")
+    class Ack(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ACK_UNSPECIFIED: _ClassVar[AcknowledgeRequest.Ack]
+        RELEASED: _ClassVar[AcknowledgeRequest.Ack]
+    ACK_UNSPECIFIED: AcknowledgeRequest.Ack
+    RELEASED: AcknowledgeRequest.Ack
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ack: AcknowledgeRequest.Ack
+    shard: str
+    epoch: int
+    def __init__(self, ack: _Optional[_Union[AcknowledgeRequest.Ack, str]] = ..., shard: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class AcknowledgeResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 

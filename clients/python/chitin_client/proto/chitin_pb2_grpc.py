@@ -181,6 +181,11 @@ class OwnershipStub:
                 request_serializer=chitin__client_dot_proto_dot_chitin__pb2.WatchRequest.SerializeToString,
                 response_deserializer=chitin__client_dot_proto_dot_chitin__pb2.OwnershipEvent.FromString,
                 _registered_method=True)
+        self.Acknowledge = channel.unary_unary(
+                '/chitin.v1.Ownership/Acknowledge',
+                request_serializer=chitin__client_dot_proto_dot_chitin__pb2.AcknowledgeRequest.SerializeToString,
+                response_deserializer=chitin__client_dot_proto_dot_chitin__pb2.AcknowledgeResponse.FromString,
+                _registered_method=True)
 
 
 class OwnershipServicer:
@@ -208,6 +213,15 @@ class OwnershipServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Acknowledge(self, request, context):
+        """The application's answer to an event of a watch opened with
+        `acknowledges`; FAILED_PRECONDITION when this node is not handing that
+        shard over at that epoch (it moved on: nothing to do).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OwnershipServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -225,6 +239,11 @@ def add_OwnershipServicer_to_server(servicer, server):
                     servicer.WatchOwnership,
                     request_deserializer=chitin__client_dot_proto_dot_chitin__pb2.WatchRequest.FromString,
                     response_serializer=chitin__client_dot_proto_dot_chitin__pb2.OwnershipEvent.SerializeToString,
+            ),
+            'Acknowledge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Acknowledge,
+                    request_deserializer=chitin__client_dot_proto_dot_chitin__pb2.AcknowledgeRequest.FromString,
+                    response_serializer=chitin__client_dot_proto_dot_chitin__pb2.AcknowledgeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -308,6 +327,33 @@ class Ownership:
             '/chitin.v1.Ownership/WatchOwnership',
             chitin__client_dot_proto_dot_chitin__pb2.WatchRequest.SerializeToString,
             chitin__client_dot_proto_dot_chitin__pb2.OwnershipEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Acknowledge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chitin.v1.Ownership/Acknowledge',
+            chitin__client_dot_proto_dot_chitin__pb2.AcknowledgeRequest.SerializeToString,
+            chitin__client_dot_proto_dot_chitin__pb2.AcknowledgeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -257,15 +257,18 @@ impl Cluster {
         }
     }
 
-    /// Waits until every shard is owned and the holders stay the same for a
-    /// second (handoffs to nodes that started later have finished).
+    /// Waits until every shard is owned and the holders stay the same for
+    /// two seconds, three looks (handoffs to nodes that started later have
+    /// finished: a round's capped handoffs can leave two looks a second
+    /// apart equal while more are due).
     pub async fn wait_settled(&mut self, within: Duration) -> Result<proto::StatusResponse> {
         let deadline = Instant::now() + within;
-        let mut previous: Option<Vec<(String, String)>> = None;
+        let (mut previous, mut same): (Option<Vec<(String, String)>>, u32) = (None, 0);
         loop {
             let s = self.wait_all_owned(within).await?;
             let holders: Vec<(String, String)> = s.leases.iter().map(|l| (l.shard.clone(), l.holder.clone())).collect();
-            if previous.as_ref() == Some(&holders) {
+            same = if previous.as_ref() == Some(&holders) { same + 1 } else { 0 };
+            if same == 2 {
                 return Ok(s);
             }
             if Instant::now() > deadline {
