@@ -261,7 +261,7 @@ impl Default for LimitSettings {
             handshake_timeout_secs: 10.0,
             idle_timeout_secs: 300.0,
             max_streams_per_connection: 256,
-            request_timeout_secs: 600.0,
+            request_timeout_secs: 3_600.0,
         }
     }
 }
