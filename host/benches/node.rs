@@ -95,10 +95,10 @@ fn settings(data: &Path, name: &str, url: &str, cache: &Path) -> Settings {
     s.cluster.redis_url = Some("redis://127.0.0.1:6379".into());
     s.cluster.namespace = "chitin-bench".into();
     s.database.url = Some(url.to_string());
-    s.leases.ttl_secs = 120.0;
+    s.leases.ttl_secs = Some(120.0);
     // The database-wide budget paces a drain at the cap per renew interval:
     // 1,000 shards at 100 per second take about ten seconds.
-    s.leases.renew_interval_secs = 1.0;
+    s.leases.renew_interval_secs = Some(1.0);
     s.leases.max_handoffs_per_round = 100;
     s.policies.cache_dir = Some(cache.to_path_buf());
     s

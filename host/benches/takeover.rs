@@ -1,10 +1,15 @@
-//! Takeover after `kill -9`, through real `chitin node` processes at the
-//! default lease timing (TTL 15 s, renew 5 s; three nodes, 16 shards, a fresh
-//! PostgreSQL database): from the kill to the first acknowledged append on
-//! each of the dead node's shards, retried by the client through the
-//! surviving nodes with the same request id. Session liveness (the default)
-//! is measured over several kills against the TTL-only path
-//! (`cluster.session_liveness = false`) in the same run.
+//! Takeover through real `chitin node` processes (three nodes, 16 shards, a
+//! fresh PostgreSQL database): from a fault of the busiest node to the first
+//! acknowledged append on each of its shards, retried by the client through
+//! the other nodes with the same request id.
+//!
+//! - `kill -9` at the default timing (TTL 2 s, renew 0.5 s) and at the
+//!   previous one (15 s, 5 s), with session liveness (the default) over
+//!   several kills, against the TTL-only path
+//!   (`cluster.session_liveness = false`);
+//! - `SIGSTOP` (a paused or cut-off process: it keeps its session, so only
+//!   its leases' expiry frees its shards) at the default timing over
+//!   several pauses, against the previous timing.
 //!
 //! Then the floor under it: how long PostgreSQL and MariaDB take to free the
 //! session lock of a client process killed with `kill -9` (`psql`,
@@ -25,19 +30,26 @@ use std::time::{Duration, Instant};
 use sqlx::Connection;
 use support::cluster::*;
 
-const KILLS: usize = 5;
+const FAULTS: usize = 5;
 
-fn timing(session: bool) -> impl Fn(&str, &mut chitin::settings::Settings) {
+/// The default timing (`None`) or the previous one, TTL 15 s and renew 5 s.
+fn timing(previous: bool, session: bool) -> impl Fn(&str, &mut chitin::settings::Settings) {
     move |_, s| {
-        s.leases.ttl_secs = 15.0;
-        s.leases.renew_interval_secs = 5.0;
+        (s.leases.ttl_secs, s.leases.renew_interval_secs) = if previous { (Some(15.0), Some(5.0)) } else { (None, None) };
         s.cluster.session_liveness = session;
     }
 }
 
-/// Kills the busiest node of a settled cluster; the time until each of its
-/// shards took an append through the survivors. The node is started again.
-async fn kill_once(c: &mut Cluster) -> Vec<Duration> {
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    Kill,
+    Pause,
+}
+
+/// Faults the busiest node of a settled cluster; the time until each of its
+/// shards took an append through the others. The node is then started again
+/// or resumed.
+async fn fault_once(c: &mut Cluster, fault: Fault) -> Vec<Duration> {
     let status = c.wait_settled(Duration::from_secs(120)).await.unwrap();
     let v = c.busiest(&status);
     let victim = c.nodes[v].name.clone();
@@ -45,8 +57,11 @@ async fn kill_once(c: &mut Cluster) -> Vec<Duration> {
     let streams: Vec<String> =
         status.leases.iter().filter(|l| l.holder == victim).map(|l| stream_on(&map, &l.shard, "t")).collect();
     let survivors: Vec<String> = c.nodes.iter().enumerate().filter(|(i, _)| *i != v).map(|(_, n)| n.api.clone()).collect();
-    let id = format!("kill-{}", uuid::Uuid::new_v4().simple());
-    c.nodes[v].kill9().unwrap();
+    let id = format!("fault-{}", uuid::Uuid::new_v4().simple());
+    match fault {
+        Fault::Kill => c.nodes[v].kill9().unwrap(),
+        Fault::Pause => c.nodes[v].pause().unwrap(),
+    }
     let mut writes = tokio::task::JoinSet::new();
     for stream in streams {
         writes.spawn(append_until_acked(survivors.clone(), stream, id.clone(), Duration::from_secs(60)));
@@ -55,7 +70,10 @@ async fn kill_once(c: &mut Cluster) -> Vec<Duration> {
     while let Some(done) = writes.join_next().await {
         took.push(done.unwrap().unwrap());
     }
-    c.nodes[v].start().unwrap();
+    match fault {
+        Fault::Kill => c.nodes[v].start().unwrap(),
+        Fault::Pause => c.nodes[v].resume().unwrap(),
+    }
     c.nodes[v].wait_ready(Duration::from_secs(60)).await.unwrap();
     took
 }
@@ -119,25 +137,39 @@ async fn lock_drop(dialect: Dialect) -> Duration {
     took
 }
 
-async fn run() {
-    let mut with_session = Vec::new();
-    let mut c = Cluster::new(Dialect::Postgres, 3, 16, 3, timing(true)).await.unwrap();
-    for _ in 0..KILLS {
-        with_session.extend(kill_once(&mut c).await);
+/// `faults` of one kind on one cluster at one timing.
+async fn measure(previous: bool, session: bool, fault: Fault, faults: usize) -> Vec<Duration> {
+    let mut c = Cluster::new(Dialect::Postgres, 3, 16, 3, timing(previous, session)).await.unwrap();
+    let mut took = Vec::new();
+    for _ in 0..faults {
+        took.extend(fault_once(&mut c, fault).await);
     }
     c.teardown().await.unwrap();
+    took
+}
 
-    let mut c = Cluster::new(Dialect::Postgres, 3, 16, 3, timing(false)).await.unwrap();
-    let ttl_only = kill_once(&mut c).await;
-    c.teardown().await.unwrap();
+fn line(what: &str, took: Vec<Duration>) -> Duration {
+    let (p50, p99, max, n) = summary(took);
+    println!("  {what:<44} p50 {p50:>10.1?}  p99 {p99:>10.1?}  max {max:>10.1?}  ({n} shards)");
+    p99
+}
 
-    let (s50, s99, smax, sn) = summary(with_session);
-    let (t50, t99, tmax, tn) = summary(ttl_only);
-    println!("takeover after kill -9, TTL 15 s, renew 5 s (kill → first acknowledged append per shard)");
-    println!("  session liveness: p50 {s50:?}  p99 {s99:?}  max {smax:?}  ({sn} shards over {KILLS} kills)");
-    println!("  TTL only:         p50 {t50:?}  p99 {t99:?}  max {tmax:?}  ({tn} shards, 1 kill)");
-    println!("  ratio p99 session / TTL-only: {:.4}", s99.as_secs_f64() / t99.as_secs_f64());
-    println!("  ratio p99 session / TTL:      {:.4}", s99.as_secs_f64() / 15.0);
+async fn run() {
+    println!("fault of the busiest node → first acknowledged append on each of its shards elsewhere");
+    let kill = line("kill -9, defaults (TTL 2 s), session", measure(false, true, Fault::Kill, FAULTS).await);
+    let kill_ttl = line("kill -9, defaults, TTL only", measure(false, false, Fault::Kill, 1).await);
+    let kill_prev = line("kill -9, previous (TTL 15 s), session", measure(true, true, Fault::Kill, 1).await);
+    let kill_prev_ttl = line("kill -9, previous, TTL only", measure(true, false, Fault::Kill, 1).await);
+    let pause = line("SIGSTOP, defaults (TTL 2 s)", measure(false, true, Fault::Pause, FAULTS).await);
+    let pause_prev = line("SIGSTOP, previous (TTL 15 s)", measure(true, true, Fault::Pause, 1).await);
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!(
+        "  ratio p99 kill session / TTL only: defaults {:.4}, previous {:.4}",
+        ratio(kill, kill_ttl),
+        ratio(kill_prev, kill_prev_ttl)
+    );
+    println!("  ratio p99 kill defaults / previous:  {:.3}", ratio(kill, kill_prev));
+    println!("  ratio p99 SIGSTOP defaults / previous: {:.3}", ratio(pause, pause_prev));
 
     for dialect in [Dialect::Postgres, Dialect::MySql] {
         let mut drops: Vec<Duration> = Vec::new();

@@ -135,22 +135,32 @@ MYSQL = Dialect(
 )
 
 
-def migrate(conn: Any, dialect: Dialect) -> None:
-    """Creates the fence table if it is missing."""
+@contextmanager
+def _transaction(conn: Any) -> Iterator[Any]:
+    """A cursor whose work commits when the block ends and rolls back on any
+    error (``Lost``, ``Superseded`` and ``Retired`` included)."""
     cur = conn.cursor()
     try:
-        cur.execute(dialect.migration)
+        yield cur
         conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
     finally:
         cur.close()
+
+
+def migrate(conn: Any, dialect: Dialect) -> None:
+    """Creates the fence table if it is missing."""
+    with _transaction(conn) as cur:
+        cur.execute(dialect.migration)
 
 
 def claim(conn: Any, dialect: Dialect, token: Token, parent: Optional[str] = None) -> None:
     """Claims ``token``'s shard for its epoch before serving it, retiring
     ``parent`` in the same transaction; raises :class:`Superseded` or
     :class:`Retired` (and writes nothing) when the shard is not ours."""
-    cur = conn.cursor()
-    try:
+    with _transaction(conn) as cur:
         cur.execute(dialect.claim, (token.shard, token.epoch, token.holder))
         cur.execute(dialect.read, (token.shard,))
         epoch, holder, retired = cur.fetchone()
@@ -160,12 +170,6 @@ def claim(conn: Any, dialect: Dialect, token: Token, parent: Optional[str] = Non
             raise Superseded(f"the fence of shard {token.shard} holds epoch {epoch}, this claim {token.epoch}")
         if parent:
             cur.execute(dialect.retire, (parent,))
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
-    finally:
-        cur.close()
 
 
 @contextmanager
@@ -173,18 +177,11 @@ def fenced(conn: Any, dialect: Dialect, token: Token) -> Iterator[Any]:
     """A cursor in a transaction whose first statement is the check: commits
     when the block ends, rolls back on any error; raises :class:`Lost` (and
     writes nothing) when the token may not write."""
-    cur = conn.cursor()
-    try:
+    with _transaction(conn) as cur:
         cur.execute(dialect.check, (token.shard, token.epoch, token.holder))
         if cur.fetchone() is None:
             raise Lost(f"the lease of shard {token.shard} at epoch {token.epoch} is lost: route the key again")
         yield cur
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
-    finally:
-        cur.close()
 
 
 # clients/rust/src/fence/redis.rs: CLAIM_SCRIPT and WRITE_SCRIPT.

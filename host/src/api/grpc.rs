@@ -70,14 +70,11 @@ async fn authenticate(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
-    let metadata = tonic::metadata::MetadataMap::from_headers(std::mem::take(req.headers_mut()));
     let certificate = || {
         let chain = req.extensions().get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.peer_certs());
         door.gatekeeper.verifies(chain.as_deref().map(Vec::as_slice))
     };
-    let checked = door.gatekeeper.check(req.uri().path(), &metadata, certificate);
-    *req.headers_mut() = metadata.into_headers();
-    match checked {
+    match door.gatekeeper.check(req.uri().path(), req.headers(), certificate) {
         Ok(caller) => {
             req.extensions_mut().insert(caller);
             next.run(req).await
@@ -250,6 +247,22 @@ fn shard_of(node: &Node, shard: &str) -> (String, String) {
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<proto::OwnershipEvent, Status>> + Send>>;
 
+/// A watch's events with what lives exactly as long as the watch: its part
+/// in handoffs when it acknowledges (a handoff waits for RELEASED only while
+/// some watch that acknowledges is open).
+struct Watch {
+    events: EventStream,
+    _participant: Option<crate::node::acks::Participant>,
+}
+
+impl Stream for Watch {
+    type Item = Result<proto::OwnershipEvent, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+        self.events.as_mut().poll_next(cx)
+    }
+}
+
 #[tonic::async_trait]
 impl ownership_server::Ownership for Api {
     async fn route(&self, req: Request<proto::RouteRequest>) -> Result<Response<proto::ShardLease>, Status> {
@@ -317,17 +330,13 @@ impl ownership_server::Ownership for Api {
                 };
                 Ok(proto::OwnershipEvent { kind: kind as i32, shard, epoch: epoch as u64 })
             }
-            Err(_) => {
-                // The participant lives as long as this stream's closure.
-                let _ = &participant;
-                Err(Status::data_loss("the watcher fell behind; events were dropped: call Held and watch again"))
-            }
+            Err(_) => Err(Status::data_loss("the watcher fell behind; events were dropped: call Held and watch again")),
         });
         // The stream ends when the node stops (after its lost events): an
         // open watch must not hold the server's graceful shutdown forever.
         let stopping = WatchStream::new(self.0.shutdown_signal()).filter(|stopped| *stopped).map(|_| None);
         let events = events.map(Some).merge(stopping).map_while(|e| e);
-        Ok(Response::new(Box::pin(events)))
+        Ok(Response::new(Box::pin(Watch { events: Box::pin(events), _participant: participant })))
     }
 
     async fn acknowledge(&self, req: Request<proto::AcknowledgeRequest>) -> Result<Response<proto::AcknowledgeResponse>, Status> {

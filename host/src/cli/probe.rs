@@ -34,7 +34,12 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
             println!("SERVING");
             Ok(ExitCode::SUCCESS)
         } else {
-            eprintln!("{}: {}", args.via, status.as_str_name());
+            eprintln!(
+                "{}: {} (the node runs but does not serve yet or any more: its HTTP /readyz on the metrics \
+                 listener says why, and `chitin cluster status` what it holds)",
+                args.via,
+                status.as_str_name()
+            );
             Ok(ExitCode::FAILURE)
         }
     })

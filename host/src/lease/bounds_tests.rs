@@ -79,7 +79,7 @@ async fn scenario(url: &str) -> Result<()> {
     // wait (lock bound) at about the same moment, half a TTL: whichever is
     // first, the taker is back within it, and never waits a second time.
     match got {
-        Ok(None) | Err(LeaseError::Contention { attempts: 1, .. }) => {}
+        Ok(None) | Err(LeaseError::LockWait { .. }) => {}
         other => panic!("the taker got {other:?}; the lease is live and a lock wait ends the attempt"),
     }
     assert!(waited <= ttl / 2 + Duration::from_millis(1_500), "the taker waited {waited:?} (TTL {ttl:?})");
@@ -87,7 +87,7 @@ async fn scenario(url: &str) -> Result<()> {
     // ended it, well within the lease's lifetime.
     let renewed = loop {
         match s.renew(&lease).await {
-            Err(LeaseError::Contention { .. }) if started.elapsed() < ttl / 2 + Duration::from_millis(1_500) => continue,
+            Err(LeaseError::LockWait { .. }) if started.elapsed() < ttl / 2 + Duration::from_millis(1_500) => continue,
             other => break other,
         }
     };
@@ -128,14 +128,9 @@ async fn heartbeat_scenario(url: &str) -> Result<()> {
     Ok(())
 }
 
-async fn run(admin: &str) {
-    run_scenario(admin, |url| Box::pin(async move { scenario(&url).await })).await;
-}
-
-async fn run_scenario(
-    admin: &str,
-    scenario: impl FnOnce(String) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>>>>,
-) {
+/// Runs `scenario` on a fresh database of the server at `admin`, dropped
+/// after.
+async fn on_fresh_database<F: std::future::Future<Output = Result<()>>>(admin: &str, scenario: impl FnOnce(String) -> F) {
     let name = format!("chitin_t_{}", Uuid::new_v4().simple());
     create_database(admin, &name).await.expect("create a test database");
     let outcome = scenario(with_database(admin, &name)).await;
@@ -145,12 +140,12 @@ async fn run_scenario(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_stuck_holder_is_bounded() {
-    run(&postgres_admin()).await
+    on_fresh_database(&postgres_admin(), |url| async move { scenario(&url).await }).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_stuck_holder_is_bounded() {
-    run(&mysql_admin()).await
+    on_fresh_database(&mysql_admin(), |url| async move { scenario(&url).await }).await
 }
 
 fn postgres_admin() -> String {
@@ -163,10 +158,10 @@ fn mysql_admin() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_heartbeat_never_waits_for_the_pool() {
-    run_scenario(&postgres_admin(), |url| Box::pin(async move { heartbeat_scenario(&url).await })).await;
+    on_fresh_database(&postgres_admin(), |url| async move { heartbeat_scenario(&url).await }).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_heartbeat_never_waits_for_the_pool() {
-    run_scenario(&mysql_admin(), |url| Box::pin(async move { heartbeat_scenario(&url).await })).await;
+    on_fresh_database(&mysql_admin(), |url| async move { heartbeat_scenario(&url).await }).await
 }

@@ -303,9 +303,9 @@ where
         }
     }
 
-    /// Runs `attempt` until it finishes, again after contention (at most
-    /// [`ATTEMPTS`] times); then [`LeaseError::Contention`] with the last
-    /// driver error.
+    /// Runs `attempt` until it finishes, again after a conflict (at most
+    /// [`ATTEMPTS`] times; then [`LeaseError::Contention`] with the last
+    /// driver error); a lock-wait timeout ends it ([`LeaseError::LockWait`]).
     pub(crate) async fn with_retry<T, F, Fut>(&self, op: &'static str, mut attempt: F) -> Result<T, LeaseError>
     where
         F: FnMut() -> Fut,
@@ -323,7 +323,7 @@ where
                     // would take a lease round past its own leases' expiry.
                     // The lock's holder is ended by its own idle bound; the
                     // next round tries again.
-                    Some(Contended::LockWait) => return Err(LeaseError::Contention { op, attempts, source: e }),
+                    Some(Contended::LockWait) => return Err(LeaseError::LockWait { op, source: e }),
                     None => return Err(LeaseError::Db(e)),
                 },
                 Err(Attempt::Fail(e)) => return Err(e),
@@ -624,6 +624,12 @@ where
                 })
             })
             .collect()
+    }
+
+    pub(crate) async fn recorded_meta(&self) -> Result<Option<(i64, i64, i64)>, LeaseError> {
+        let row = sqlx::query(B::SQL.meta).fetch_optional(&self.pool).await?;
+        let Some(r) = row else { return Ok(None) };
+        Ok(Some((r.try_get("shard_count")?, r.try_get("lease_ttl_ms")?, r.try_get("renew_interval_ms")?)))
     }
 
     pub(crate) async fn check_cluster_meta(

@@ -106,7 +106,18 @@ pub enum LeaseError {
     )]
     HandoffBudget { cap: u32, window: std::time::Duration, retry_after: std::time::Duration },
 
-    #[error("{op} gave up after {attempts} attempts on contention (deadlocks, serialization failures or lock waits): {source}")]
+    #[error(
+        "{op} waited out the lock-wait bound (half a lease TTL) behind another session holding the row, and stops \
+         there so that a round cannot outlast the node's own leases; the next round tries again (a session that \
+         holds rows this long is stuck, and its own idle bound ends it): {source}"
+    )]
+    LockWait {
+        op: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+
+    #[error("{op} gave up after {attempts} attempts on contention (deadlocks, serialization failures): {source}")]
     Contention {
         op: &'static str,
         attempts: usize,
@@ -118,8 +129,9 @@ pub enum LeaseError {
     LeaseLost { shard: String, holder: Uuid, epoch: i64, reason: LostReason },
 
     #[error(
-        "this node's settings differ from the cluster's: {}. Use the cluster's values (every node must agree), \
-         or recreate the cluster's database",
+        "this node's settings differ from the cluster's: {}. Use the cluster's values (every node must agree; \
+         leave leases.ttl_secs and leases.renew_interval_secs both unset to take the cluster's timing), or \
+         recreate the cluster's database",
         .mismatches.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
     )]
     ClusterMetaMismatch { mismatches: Vec<MetaMismatch> },

@@ -7,10 +7,11 @@
 //! in `engine`, generic over a backend; each dialect's submodule (`pg`,
 //! `mysql`, `sqlite`) holds only its SQL text, how it decodes UUIDs, times and
 //! truth values, and its connection settings; its migrations live under
-//! `host/migrations/<dialect>/`. Contention (deadlocks, serialization
-//! failures, lock-wait timeouts, a busy SQLite) is retried by one wrapper;
-//! running out of attempts is [`LeaseError::Contention`], with the driver's
-//! error. Every judgement of time — is a lease expired,
+//! `host/migrations/<dialect>/`. Conflicts (deadlocks, serialization
+//! failures, a busy SQLite) are retried by one wrapper; running out of
+//! attempts is [`LeaseError::Contention`], with the driver's error. A
+//! lock-wait timeout is not retried ([`LeaseError::LockWait`]): it already
+//! waited half a TTL. Every judgement of time — is a lease expired,
 //! is a node live — is made by the database's clock inside the statement that
 //! acts on it (`clock_timestamp()`, `UTC_TIMESTAMP(6)`, SQLite's `'now'`),
 //! never by comparing with the node's clock.
@@ -373,6 +374,14 @@ pub struct ClusterMeta {
     pub renew_interval: Duration,
 }
 
+impl ClusterMeta {
+    /// From the row's shard count and milliseconds.
+    fn from_row((count, ttl_ms, renew_ms): (i64, i64, i64)) -> ClusterMeta {
+        let ms = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
+        ClusterMeta { shard_count: u64::try_from(count).unwrap_or(0), lease_ttl: ms(ttl_ms), renew_interval: ms(renew_ms) }
+    }
+}
+
 /// The outcome of an append: the entry's sequence number in its stream and
 /// the epoch it was committed under (the original ones for a repeated
 /// request id).
@@ -450,6 +459,17 @@ impl Store {
 
     pub fn options(&self) -> &StoreOptions {
         dispatch!(self, s => &s.options)
+    }
+
+    /// Sets the lease timing before the store is shared (a node that takes
+    /// its cluster's recorded timing): the TTL, which is also how long a
+    /// node's heartbeat keeps it live, and one round.
+    pub fn set_lease_timing(&mut self, lease_ttl: Duration, round: Duration) {
+        dispatch!(self, s => {
+            s.options.lease_ttl = lease_ttl;
+            s.options.liveness_timeout = lease_ttl;
+            s.options.handoff_window = round;
+        })
     }
 
     /// Closes the pool, waiting for connections to be returned.
@@ -567,6 +587,13 @@ impl Store {
 
     // ---- cluster meta ------------------------------------------------------
 
+    /// What the cluster recorded at its first start; `None` before any node
+    /// started (needs the schema: after [`Store::migrate`]).
+    pub async fn recorded_meta(&self) -> Result<Option<ClusterMeta>, LeaseError> {
+        let recorded = dispatch!(self, s => s.recorded_meta().await?);
+        Ok(recorded.map(ClusterMeta::from_row))
+    }
+
     /// Records the cluster's shard count and lease timing on first start;
     /// later starts must match, else [`LeaseError::ClusterMetaMismatch`]
     /// names each differing value. Durations are compared in milliseconds.
@@ -580,11 +607,7 @@ impl Store {
         let count = i64::try_from(shard_count).map_err(|_| LeaseError::InvalidArgument("shard count too large".into()))?;
         let (c, t, r) = dispatch!(self, s =>
             s.check_cluster_meta(count, ms(lease_ttl), ms(renew_interval)).await?);
-        let recorded = ClusterMeta {
-            shard_count: c as u64,
-            lease_ttl: Duration::from_millis(t as u64),
-            renew_interval: Duration::from_millis(r as u64),
-        };
+        let recorded = ClusterMeta::from_row((c, t, r));
         let mut mismatches = Vec::new();
         if c != count {
             mismatches.push(MetaMismatch { field: "shard count", cluster: c.to_string(), ours: count.to_string() });

@@ -67,11 +67,26 @@ struct Held {
     lease: Lease,
     serve_until: Instant,
     gate: Arc<RwLock<()>>,
+    stage: Stage,
+}
+
+/// Where a held shard is on its way out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Served, no handoff picked it.
+    Serving,
     /// A handoff (a drain's, a round's or a split's) has picked the shard;
     /// writes are still served while the application finishes.
-    handing: bool,
+    Handing,
     /// No new write starts: the handoff waits for the in-flight ones.
-    draining: bool,
+    Draining,
+}
+
+impl Held {
+    /// Whether a new write may start under it now.
+    fn serves(&self, now: Instant) -> bool {
+        self.stage != Stage::Draining && self.serve_until > now
+    }
 }
 
 /// A write's permission to use a lease: the token to fence with and the
@@ -203,12 +218,8 @@ impl Leases {
     /// clock, which is what bounds it).
     pub fn held(&self) -> Vec<(Lease, Duration)> {
         let now = Instant::now();
-        let mut leases: Vec<(Lease, Duration)> = self
-            .lock()
-            .values()
-            .filter(|h| !h.draining && h.serve_until > now)
-            .map(|h| (h.lease.clone(), h.serve_until - now))
-            .collect();
+        let mut leases: Vec<(Lease, Duration)> =
+            self.lock().values().filter(|h| h.serves(now)).map(|h| (h.lease.clone(), h.serve_until - now)).collect();
         leases.sort_by(|a, b| a.0.shard.cmp(&b.0.shard));
         leases
     }
@@ -221,7 +232,7 @@ impl Leases {
     /// Whether a handoff of `shard` is under way here (a drain's, a round's
     /// or a split's), waiting for the application's answer or draining.
     pub fn is_draining(&self, shard: &str) -> bool {
-        self.lock().get(shard).is_some_and(|h| h.handing)
+        self.lock().get(shard).is_some_and(|h| h.stage != Stage::Serving)
     }
 
     /// Permission to write to `shard`, if this node serves it now. Waits for
@@ -229,12 +240,12 @@ impl Leases {
     pub async fn permit(&self, shard: &str) -> Option<Permit> {
         let gate = {
             let held = self.lock();
-            let h = held.get(shard).filter(|h| !h.draining && h.serve_until > Instant::now())?;
+            let h = held.get(shard).filter(|h| h.serves(Instant::now()))?;
             h.gate.clone()
         };
         let guard = gate.read_owned().await;
         let held = self.lock();
-        let h = held.get(shard).filter(|h| !h.draining && h.serve_until > Instant::now())?;
+        let h = held.get(shard).filter(|h| h.serves(Instant::now()))?;
         Some(Permit { token: h.lease.token(), _gate: guard })
     }
 
@@ -253,7 +264,7 @@ impl Leases {
                 _ => {
                     held.insert(
                         shard.clone(),
-                        Held { lease, serve_until, gate: Arc::new(RwLock::new(())), handing: false, draining: false },
+                        Held { lease, serve_until, gate: Arc::new(RwLock::new(())), stage: Stage::Serving },
                     );
                     true
                 }
@@ -329,8 +340,12 @@ impl Leases {
     /// Renews every held lease with its own expiry that is not draining
     /// (the heartbeat renews those on liveness).
     pub async fn renew_all(&self) {
-        let leases: Vec<Lease> =
-            self.lock().values().filter(|h| !h.draining && h.lease.liveness_epoch.is_none()).map(|h| h.lease.clone()).collect();
+        let leases: Vec<Lease> = self
+            .lock()
+            .values()
+            .filter(|h| h.stage != Stage::Draining && h.lease.liveness_epoch.is_none())
+            .map(|h| h.lease.clone())
+            .collect();
         for lease in leases {
             let sent = Instant::now();
             match self.store.renew(&lease).await {
@@ -410,31 +425,30 @@ impl Leases {
     fn pick_for_handoff(&self, shard: &str) -> Result<Option<(Arc<RwLock<()>>, Lease)>, LeaseError> {
         let mut held = self.lock();
         let Some(h) = held.get_mut(shard) else { return Ok(None) };
-        if h.handing {
+        if h.stage != Stage::Serving {
             return Err(LeaseError::InvalidArgument(format!("shard `{shard}` is already being handed over")));
         }
-        h.handing = true;
+        h.stage = Stage::Handing;
         Ok(Some((h.gate.clone(), h.lease.clone())))
     }
 
     /// No new write of a picked shard starts from now on.
     fn start_draining(&self, shard: &str, epoch: i64) {
         if let Some(h) = self.lock().get_mut(shard).filter(|h| h.lease.epoch == epoch) {
-            h.draining = true;
+            h.stage = Stage::Draining;
         }
     }
 
     /// Whether a handoff of `shard` at `epoch` is under way here (the
     /// application's answer to it is awaited, or it is draining).
     pub fn is_handing_over(&self, shard: &str, epoch: i64) -> bool {
-        self.lock().get(shard).is_some_and(|h| h.handing && h.lease.epoch == epoch)
+        self.lock().get(shard).is_some_and(|h| h.stage != Stage::Serving && h.lease.epoch == epoch)
     }
 
     /// Serves a shard whose handoff did not happen.
     fn undrain(&self, shard: &str, epoch: i64) {
         if let Some(h) = self.lock().get_mut(shard).filter(|h| h.lease.epoch == epoch) {
-            h.handing = false;
-            h.draining = false;
+            h.stage = Stage::Serving;
         }
         self.notify_change();
     }

@@ -106,6 +106,11 @@ pub enum NodeError {
          and that the host name of the URL is one of that certificate's names"
     )]
     StoreTls { store: &'static str, key: &'static str, reason: String },
+    #[error(
+        "this node takes its cluster's lease timing (TTL {ttl:?}, renew interval {round:?}: leases.ttl_secs and \
+         leases.renew_interval_secs are unset), which its other settings do not fit: {source}"
+    )]
+    ClusterTiming { ttl: Duration, round: Duration, source: crate::settings::SettingsError },
     #[error("cannot listen on {addr} ({what}): {source}")]
     Listen { addr: String, what: &'static str, source: std::io::Error },
 }
@@ -194,7 +199,7 @@ impl Node {
     /// Runs the start sequence: policies, name, database checks, cluster
     /// meta, registration. The node is `joining` after it. A cluster-mode
     /// node needs its provisioned config (and the id `bootstrap` gave it).
-    pub async fn start(settings: Settings, provisioned: Option<stored::Provisioned>) -> Result<Arc<Node>, NodeError> {
+    pub async fn start(mut settings: Settings, provisioned: Option<stored::Provisioned>) -> Result<Arc<Node>, NodeError> {
         let standalone = !settings.cluster.enabled;
         let data_dir = settings.node.data_dir.clone();
         std::fs::create_dir_all(&data_dir)
@@ -225,12 +230,20 @@ impl Node {
             max_connections: settings.database.max_connections,
             acquire_timeout: std::time::Duration::from_secs_f64(settings.database.acquire_timeout_secs),
         };
-        let store = Store::connect_with(&url, options).await.map_err(|e| match crate::security::tls::tls_cause(&e) {
+        let mut store = Store::connect_with(&url, options).await.map_err(|e| match crate::security::tls::tls_cause(&e) {
             Some(reason) => NodeError::StoreTls { store: "the database", key: "database.ca_file", reason },
             None => e.into(),
         })?;
         lease::checks::run(&store, !standalone).await?;
         store.migrate().await?;
+        let recorded = store.recorded_meta().await?.map(|m| (m.lease_ttl, m.renew_interval));
+        if let Some(leases) = settings.leases.at_cluster_timing(recorded) {
+            settings.leases = leases;
+            let (ttl, round) = (settings.lease_ttl(), settings.renew_interval());
+            settings.validate().map_err(|source| NodeError::ClusterTiming { ttl, round, source })?;
+            store.set_lease_timing(ttl, round);
+            tracing::info!(?ttl, ?round, "lease timing: the cluster's (leases.ttl_secs and renew_interval_secs unset)");
+        }
 
         let (config, map, address) = if standalone {
             let address = local_address(&settings.api.listen);

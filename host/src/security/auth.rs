@@ -23,7 +23,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
+use tonic::codegen::http;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::{Request, Status};
 
 use super::tls::PeerCa;
@@ -162,8 +163,8 @@ impl Caller {
 }
 
 /// The bearer token of `metadata`, if it has one.
-fn bearer(metadata: &MetadataMap) -> Option<&str> {
-    metadata.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
+fn bearer(headers: &http::HeaderMap) -> Option<&str> {
+    headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
 }
 
 /// The server side of one plane: refuses a call unless it carries the
@@ -209,8 +210,8 @@ impl Guard {
     /// Who `metadata` authenticates as, or the refusal; `cluster_certificate`
     /// says (asked only when it matters) whether the caller's TLS
     /// certificate is one of the cluster CA.
-    pub fn check(&self, metadata: &MetadataMap, cluster_certificate: impl FnOnce() -> bool) -> Result<Caller, Status> {
-        let given = bearer(metadata);
+    pub fn check(&self, headers: &http::HeaderMap, cluster_certificate: impl FnOnce() -> bool) -> Result<Caller, Status> {
+        let given = bearer(headers);
         let matches = |t: &Option<Arc<str>>, g: &str| t.as_deref().is_some_and(|t| constant_time_eq(t.as_bytes(), g.as_bytes()));
         if given.is_some_and(|g| matches(&self.peer, g)) || (self.peer_ca.is_some() && cluster_certificate()) {
             return Ok(Caller::Peer);
@@ -281,7 +282,7 @@ impl Gatekeeper {
     pub fn check(
         &self,
         path: &str,
-        metadata: &MetadataMap,
+        headers: &http::HeaderMap,
         cluster_certificate: impl FnOnce() -> bool,
     ) -> Result<Caller, Status> {
         match plane_of(path) {
@@ -289,9 +290,9 @@ impl Gatekeeper {
             Some(Plane::Peer) if self.standalone => Err(Status::permission_denied(
                 "this node runs standalone ([cluster] enabled = false): it has no peers, and its Peer plane is closed",
             )),
-            Some(Plane::Admin) => self.admin.check(metadata, cluster_certificate),
-            Some(Plane::Client) => self.client.check(metadata, cluster_certificate),
-            Some(Plane::Peer) => self.peer.check(metadata, cluster_certificate),
+            Some(Plane::Admin) => self.admin.check(headers, cluster_certificate),
+            Some(Plane::Client) => self.client.check(headers, cluster_certificate),
+            Some(Plane::Peer) => self.peer.check(headers, cluster_certificate),
         }
     }
 }
@@ -337,8 +338,8 @@ pub fn token_from_env(plane: Plane) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn meta(authorization: Option<&str>) -> MetadataMap {
-        let mut m = MetadataMap::new();
+    fn meta(authorization: Option<&str>) -> http::HeaderMap {
+        let mut m = http::HeaderMap::new();
         if let Some(a) = authorization {
             m.insert("authorization", a.parse().unwrap());
         }

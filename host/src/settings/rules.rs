@@ -115,20 +115,20 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     tls_rules(settings, &mut bad);
 
     let l = &settings.leases;
-    let ttl_rule = seconds(l.ttl_secs, 1.0, "must be at least 1 second");
-    let r = l.renew_interval_secs;
+    let ttl = l.ttl();
+    let ttl_rule = seconds(ttl, 1.0, "must be at least 1 second");
+    let r = l.renew_interval();
     let renew_rule = seconds(r, 0.05, "must be at least 0.05 seconds").or_else(|| {
-        (ttl_rule.is_none() && r >= l.ttl_secs / 2.0).then(|| {
+        (ttl_rule.is_none() && r >= ttl / 2.0).then(|| {
             format!(
-                "must be less than half of leases.ttl_secs ({}), i.e. below {}, so that two renewals fit \
+                "must be less than half of leases.ttl_secs ({ttl}), i.e. below {}, so that two renewals fit \
                  in a lease's lifetime",
-                l.ttl_secs,
-                l.ttl_secs / 2.0
+                ttl / 2.0
             )
         })
     });
     if let Some(rule) = ttl_rule {
-        bad("leases.ttl_secs", l.ttl_secs.to_string(), rule);
+        bad("leases.ttl_secs", ttl.to_string(), rule);
     }
     let renew_valid = renew_rule.is_none();
     if let Some(rule) = renew_rule {

@@ -142,15 +142,25 @@ impl Default for DatabaseSettings {
 }
 
 /// `[leases]`
+///
+/// The lease timing (`ttl_secs`, `renew_interval_secs`) is the cluster's:
+/// the first node records it in the database and every later node must
+/// match. Leave both unset and a node takes the timing its cluster was
+/// created with (a new cluster: [`DEFAULT_TTL_SECS`],
+/// [`DEFAULT_RENEW_INTERVAL_SECS`]), so that a change of the defaults never
+/// stops a rolling upgrade.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LeaseSettings {
-    /// Lifetime of a lease, in seconds.
-    #[serde(deserialize_with = "secs")]
-    pub ttl_secs: f64,
-    /// Must be less than `ttl_secs / 2`.
-    #[serde(deserialize_with = "secs")]
-    pub renew_interval_secs: f64,
+    /// Lifetime of a lease, in seconds: a paused or cut-off holder's shards
+    /// are writable elsewhere about this long after its last heartbeat.
+    /// Unset: see the section.
+    #[serde(deserialize_with = "some_secs", skip_serializing_if = "Option::is_none")]
+    pub ttl_secs: Option<f64>,
+    /// Seconds between rounds (heartbeat, renewals, takeovers); less than
+    /// `ttl_secs / 2`. Unset: see the section.
+    #[serde(deserialize_with = "some_secs", skip_serializing_if = "Option::is_none")]
+    pub renew_interval_secs: Option<f64>,
     /// Handoffs per rebalance round per database.
     pub max_handoffs_per_round: u32,
     /// How long a handoff waits for the application's RELEASED after
@@ -160,16 +170,52 @@ pub struct LeaseSettings {
     pub release_timeout_ms: Option<u64>,
 }
 
+/// A new cluster's lease TTL: a paused or cut-off node's shards are writable
+/// elsewhere within about TTL + one round (2.5 s), while a 1 s database
+/// stall or a 500 ms pause of the node still leaves a heartbeat in every TTL
+/// (`docs/operations.md`, "Lease timing").
+pub const DEFAULT_TTL_SECS: f64 = 2.0;
+/// A new cluster's renew interval: four heartbeats per TTL.
+pub const DEFAULT_RENEW_INTERVAL_SECS: f64 = 0.5;
+
 impl Default for LeaseSettings {
     fn default() -> Self {
-        LeaseSettings { ttl_secs: 15.0, renew_interval_secs: 5.0, max_handoffs_per_round: 4, release_timeout_ms: None }
+        LeaseSettings { ttl_secs: None, renew_interval_secs: None, max_handoffs_per_round: 4, release_timeout_ms: None }
     }
 }
 
 impl LeaseSettings {
+    /// `ttl_secs`, or the new cluster's default.
+    pub fn ttl(&self) -> f64 {
+        self.ttl_secs.unwrap_or(DEFAULT_TTL_SECS)
+    }
+
+    /// `renew_interval_secs`, or the new cluster's default.
+    pub fn renew_interval(&self) -> f64 {
+        self.renew_interval_secs.unwrap_or(DEFAULT_RENEW_INTERVAL_SECS)
+    }
+
+    /// Whether the timing is left to the cluster (neither key set).
+    pub fn timing_unset(&self) -> bool {
+        self.ttl_secs.is_none() && self.renew_interval_secs.is_none()
+    }
+
+    /// These settings at the cluster's recorded timing (TTL, round), when
+    /// they leave the timing to the cluster and it recorded another; `None`
+    /// when they run as they are.
+    pub fn at_cluster_timing(&self, recorded: Option<(Duration, Duration)>) -> Option<LeaseSettings> {
+        let (ttl, round) = recorded.filter(|_| self.timing_unset())?;
+        let (ttl, round) = (ttl.as_secs_f64(), round.as_secs_f64());
+        (ttl != self.ttl() || round != self.renew_interval()).then(|| LeaseSettings {
+            ttl_secs: Some(ttl),
+            renew_interval_secs: Some(round),
+            ..self.clone()
+        })
+    }
+
     /// `release_timeout_ms`, or half the renew interval (after the rules).
     pub fn release_timeout(&self) -> Duration {
-        self.release_timeout_ms.map_or_else(|| Duration::from_secs_f64(self.renew_interval_secs / 2.0), Duration::from_millis)
+        self.release_timeout_ms.map_or_else(|| Duration::from_secs_f64(self.renew_interval() / 2.0), Duration::from_millis)
     }
 }
 
@@ -335,14 +381,14 @@ impl Settings {
         Duration::from_secs_f64(self.cluster.liveness_timeout_secs)
     }
 
-    /// `leases.ttl_secs`.
+    /// `leases.ttl_secs` (or its default).
     pub fn lease_ttl(&self) -> Duration {
-        Duration::from_secs_f64(self.leases.ttl_secs)
+        Duration::from_secs_f64(self.leases.ttl())
     }
 
-    /// `leases.renew_interval_secs`.
+    /// `leases.renew_interval_secs` (or its default).
     pub fn renew_interval(&self) -> Duration {
-        Duration::from_secs_f64(self.leases.renew_interval_secs)
+        Duration::from_secs_f64(self.leases.renew_interval())
     }
 
     /// `database.url`, or in its absence the standalone SQLite file
@@ -440,4 +486,39 @@ fn secs<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     }
 
     d.deserialize_f64(Secs)
+}
+
+/// [`secs`] for an optional key: present means set.
+fn some_secs<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    secs(d).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_timing_is_taken_only_when_both_keys_are_unset() {
+        let secs = Duration::from_secs_f64;
+        let old = Some((secs(15.0), secs(5.0)));
+        let new = Some((secs(DEFAULT_TTL_SECS), secs(DEFAULT_RENEW_INTERVAL_SECS)));
+        type Timing = Option<(Duration, Duration)>;
+        // (ttl_secs, renew_interval_secs, recorded) → the timing taken, if any
+        let cases: &[(Option<f64>, Option<f64>, Timing, Option<(f64, f64)>)] = &[
+            (None, None, old, Some((15.0, 5.0))),
+            // A new cluster, or one at the defaults: nothing to take.
+            (None, None, None, None),
+            (None, None, new, None),
+            // Either key set: the settings are the node's, checked against the
+            // cluster's record as before.
+            (Some(15.0), None, old, None),
+            (None, Some(5.0), old, None),
+            (Some(3.0), Some(1.0), old, None),
+        ];
+        for &(ttl_secs, renew_interval_secs, recorded, want) in cases {
+            let given = LeaseSettings { ttl_secs, renew_interval_secs, ..LeaseSettings::default() };
+            let got = given.at_cluster_timing(recorded).map(|l| (l.ttl(), l.renew_interval()));
+            assert_eq!(got, want, "{given:?} with {recorded:?}");
+        }
+    }
 }

@@ -266,6 +266,23 @@ impl PrivatePostgres {
         Ok(())
     }
 
+    /// Stops the server and every backend (SIGSTOP) for `how_long`, then
+    /// lets them go on: a database stall (a slow disk, a frozen VM) as its
+    /// clients meet it: every statement in flight or sent meanwhile waits.
+    pub fn stall(&self, how_long: Duration) -> Result<(), KitError> {
+        let pid_file = self.data.join("postmaster.pid");
+        let text = std::fs::read_to_string(&pid_file).map_err(KitError::io(format!("read {}", pid_file.display())))?;
+        let postmaster = text.lines().next().unwrap_or_default().trim().to_owned();
+        let run = |program: &str, args: &[&str]| {
+            Command::new(program).args(args).status().map(drop).map_err(KitError::io(format!("{program} {args:?}")))
+        };
+        run("pkill", &["-STOP", "-P", &postmaster])?;
+        run("kill", &["-STOP", &postmaster])?;
+        std::thread::sleep(how_long);
+        run("kill", &["-CONT", &postmaster])?;
+        run("pkill", &["-CONT", "-P", &postmaster])
+    }
+
     /// Stops at once, without a checkpoint: what a crash looks like to the
     /// nodes; what was committed must survive it.
     pub fn down(&mut self) -> Result<(), KitError> {

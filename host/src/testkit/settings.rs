@@ -50,8 +50,8 @@ pub fn cluster_node(node: &ClusterNode<'_>, shared: &ClusterShared<'_>) -> Setti
     s.cluster.heartbeat_interval_secs = HEARTBEAT_INTERVAL.as_secs_f64();
     s.cluster.liveness_timeout_secs = LIVENESS_TIMEOUT.as_secs_f64();
     s.database.url = Some(shared.database_url.to_string());
-    s.leases.ttl_secs = shared.ttl.as_secs_f64();
-    s.leases.renew_interval_secs = shared.renew.as_secs_f64();
+    s.leases.ttl_secs = Some(shared.ttl.as_secs_f64());
+    s.leases.renew_interval_secs = Some(shared.renew.as_secs_f64());
     s
 }
 
@@ -139,7 +139,7 @@ mod tests {
             let loaded = Settings::from_toml(&text, "test", std::iter::empty::<(String, String)>()).unwrap();
             assert_eq!(&loaded, s, "{text}");
         }
-        assert_eq!(cases[0].leases.renew_interval_secs, 0.5);
+        assert_eq!(cases[0].leases.renew_interval_secs, Some(0.5));
         assert_eq!(cases[1].cluster.config_file, None);
     }
 

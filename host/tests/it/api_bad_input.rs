@@ -738,8 +738,8 @@ async fn malformed_requests_are_refused_clearly_and_change_nothing() {
     // slow machine never moves a lease or expires an instance mid-sweep.
     let mut cluster = Cluster::new(Dialect::Postgres, 2, 4, 0, |name, s| {
         s.metrics.auth_token = Some(TOKEN.into());
-        s.leases.ttl_secs = 15.0;
-        s.leases.renew_interval_secs = 1.0;
+        s.leases.ttl_secs = Some(15.0);
+        s.leases.renew_interval_secs = Some(1.0);
         s.cluster.liveness_timeout_secs = 60.0;
         s.cluster.heartbeat_interval_secs = 2.0;
         if name == "node-01" {

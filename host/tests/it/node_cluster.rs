@@ -363,8 +363,8 @@ async fn an_acknowledging_application_writes_until_it_releases_and_only_then_the
     let _serial = SERIAL.lock().await;
     // A timeout well above the answer's delay: the answer, not the timeout, must let the handoff go on.
     let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, s| {
-        s.leases.ttl_secs = 9.0;
-        s.leases.renew_interval_secs = 3.0;
+        s.leases.ttl_secs = Some(9.0);
+        s.leases.renew_interval_secs = Some(3.0);
         s.leases.release_timeout_ms = Some(2_800);
     })
     .await

@@ -105,7 +105,7 @@ async fn steady_lease_rounds_ask_the_placement_policy_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut node = standalone_node(dir.path(), "standalone", |s| {
         s.metrics.auth_token = Some(TOKEN.into());
-        (s.leases.ttl_secs, s.leases.renew_interval_secs) = (2.0, 0.2);
+        (s.leases.ttl_secs, s.leases.renew_interval_secs) = (Some(2.0), Some(0.2));
     })
     .unwrap();
     node.wait_ready(Duration::from_secs(60)).await.unwrap();

@@ -374,8 +374,8 @@ fn standalone(dir: &std::path::Path, name: &str, edit: impl FnOnce(&mut chitin::
     let ports = free_ports(2).unwrap();
     let (api, metrics) = (format!("127.0.0.1:{}", ports[0]), format!("127.0.0.1:{}", ports[1]));
     let mut s = node_settings::standalone(dir.join("data"), &api, &metrics);
-    s.leases.ttl_secs = 2.0;
-    s.leases.renew_interval_secs = 0.5;
+    s.leases.ttl_secs = Some(2.0);
+    s.leases.renew_interval_secs = Some(0.5);
     edit(&mut s);
     let settings = dir.join("chitin.toml");
     node_settings::write(&settings, &s).unwrap();

@@ -35,9 +35,13 @@ fn run(cmd: &mut Command, what: &str) {
     );
 }
 
-/// A virtualenv with the test's packages, under target/.
+/// A virtualenv with the test's packages, under target/. The tests of this
+/// file run in processes of their own: a lock beside it lets one make it.
 fn venv(python3: &str) -> PathBuf {
     let dir = root().join("target").join("python-client-venv");
+    std::fs::create_dir_all(dir.parent().expect("under target/")).expect("create target/");
+    let lock = std::fs::File::create(dir.with_extension("lock")).expect("the venv's lock file");
+    lock.lock().expect("lock the venv");
     let python = dir.join("bin").join("python");
     let ready = dir.join(".packages");
     let wanted = PIP_PACKAGES.join(" ");
@@ -84,10 +88,11 @@ fn the_python_fence_runs_the_rust_statements() {
         println!("SKIPPED: python3 is not installed; the Python fence was not compared");
         return;
     }
+    let python = venv("python3");
     let package = root().join("clients").join("python");
     let script = "import json\nfrom chitin_client import fence\nprint(json.dumps({'pg': fence.POSTGRES._asdict(), \
                   'my': fence.MYSQL._asdict(), 'claim': fence.CLAIM_SCRIPT, 'write': fence.WRITE_SCRIPT}))";
-    let out = Command::new("python3").args(["-c", script]).env("PYTHONPATH", &package).output().unwrap();
+    let out = Command::new(&python).args(["-c", script]).env("PYTHONPATH", &package).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let dbapi = |sql: &str| {

@@ -42,8 +42,10 @@ fn defaults() {
     assert_eq!(s.liveness_timeout(), Duration::from_secs(30));
     assert_eq!(s.cluster.instance_id, None);
     assert_eq!(s.cluster.config_file, None);
-    assert_eq!(s.lease_ttl(), Duration::from_secs(15));
-    assert_eq!(s.renew_interval(), Duration::from_secs(5));
+    // A new cluster's timing, left to the cluster (an existing one keeps its own).
+    assert!(s.leases.timing_unset());
+    assert_eq!(s.lease_ttl(), Duration::from_secs(2));
+    assert_eq!(s.renew_interval(), Duration::from_millis(500));
     assert_eq!(s.leases.max_handoffs_per_round, 4);
     // Loopback only: a default node is reachable from this host alone.
     assert_eq!(s.api.listen, "127.0.0.1:50051");
@@ -81,8 +83,8 @@ config_file = "/etc/chitin/cluster_config.json"
 url = "postgres://chitin@db/chitin"
 
 [leases]
-ttl_secs = 2
-renew_interval_secs = 0.5
+ttl_secs = 3
+renew_interval_secs = 1
 max_handoffs_per_round = 2
 
 [api]
@@ -111,8 +113,8 @@ fn full_file() {
     assert_eq!(s.cluster.advertise.as_deref(), Some("node-01.internal:7946"));
     assert_eq!(s.cluster.config_file, Some(PathBuf::from("/etc/chitin/cluster_config.json")));
     assert_eq!(s.database_url(), "postgres://chitin@db/chitin");
-    assert_eq!(s.lease_ttl(), Duration::from_secs(2));
-    assert_eq!(s.renew_interval(), Duration::from_millis(500));
+    assert_eq!(s.lease_ttl(), Duration::from_secs(3));
+    assert_eq!(s.renew_interval(), Duration::from_secs(1));
     assert_eq!(s.leases.max_handoffs_per_round, 2);
     assert_eq!(s.metrics.auth_token.as_deref(), Some("s3cret"));
     assert_eq!(s.policies.placement, "/etc/chitin/placement.wasm");
@@ -129,8 +131,8 @@ fn every_field_round_trips() {
 #[test]
 fn environment_overrides() {
     let env = [
-        ("CHITIN__LEASES__TTL_SECS", "2"),
-        ("CHITIN__LEASES__RENEW_INTERVAL_SECS", "0.5"),
+        ("CHITIN__LEASES__TTL_SECS", "3"),
+        ("CHITIN__LEASES__RENEW_INTERVAL_SECS", "1"),
         ("CHITIN__CLUSTER__INSTANCE_ID", "node-07"),
         ("CHITIN__CLUSTER__ENABLED", "true"),
         ("CHITIN__CLUSTER__REDIS_URL", "redis://r:6379"),
@@ -144,8 +146,8 @@ fn environment_overrides() {
     ];
     let text = "[leases]\nttl_secs = 15\n[policies]\ninstance-id = \"default\"\n";
     let s = load(text, &env).unwrap();
-    assert_eq!(s.lease_ttl(), Duration::from_secs(2));
-    assert_eq!(s.renew_interval(), Duration::from_millis(500));
+    assert_eq!(s.lease_ttl(), Duration::from_secs(3));
+    assert_eq!(s.renew_interval(), Duration::from_secs(1));
     assert_eq!(s.cluster.instance_id.as_deref(), Some("node-07"));
     assert!(s.cluster.enabled);
     assert_eq!(s.database_url(), "mysql://root@127.0.0.1/test");
@@ -228,7 +230,7 @@ fn bad_values_name_key_value_and_rule() {
 
     let (value, rule, _) = bad_value("[leases]\nrenew_interval_secs = 8\n", &[], "leases.renew_interval_secs");
     assert_eq!(value, "8");
-    assert!(rule.contains("less than half of leases.ttl_secs (15)"), "{rule}");
+    assert!(rule.contains("less than half of leases.ttl_secs (2)"), "{rule}");
     // Exactly half is refused too.
     bad_value("[leases]\nttl_secs = 2\nrenew_interval_secs = 1\n", &[], "leases.renew_interval_secs");
 

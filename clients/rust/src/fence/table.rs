@@ -100,36 +100,34 @@ pub async fn migrate_mysql(pool: &MySqlPool) -> Result<(), FenceError> {
     Ok(())
 }
 
+/// One claim transaction on either dialect (their pools and holder columns
+/// differ in type, not in steps): claim, read back, judge, retire the parent.
+macro_rules! claim_in {
+    ($pool:expr, $token:expr, $parent:expr, $holder:expr, [$claim:expr, $read:expr, $retire:expr]) => {{
+        let mut tx = $pool.begin().await?;
+        sqlx::query($claim).bind(&$token.shard).bind($token.epoch()?).bind($holder).execute(&mut *tx).await?;
+        let row = sqlx::query($read).bind(&$token.shard).fetch_one(&mut *tx).await?;
+        let stored = Stored { epoch: row.try_get("epoch")?, holder: row.try_get("holder")?, retired: row.try_get("retired")? };
+        stored.judge($token)?;
+        if let Some(parent) = $parent.filter(|p| !p.is_empty()) {
+            sqlx::query($retire).bind(parent).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }};
+}
+
 /// Claims `token`'s shard for its epoch, retiring `parent` (the shard it was
 /// split from, [`crate::proto::ShardLease::parent`]) in the same
 /// transaction. Claiming again with the same token is a no-op.
 pub async fn claim_postgres(pool: &PgPool, token: &LeaseToken, parent: Option<&str>) -> Result<(), FenceError> {
-    let mut tx = pool.begin().await?;
-    sqlx::query(POSTGRES_CLAIM).bind(&token.shard).bind(token.epoch()?).bind(token.holder).execute(&mut *tx).await?;
-    let row = sqlx::query(POSTGRES_READ).bind(&token.shard).fetch_one(&mut *tx).await?;
-    let stored = Stored { epoch: row.try_get("epoch")?, holder: row.try_get("holder")?, retired: row.try_get("retired")? };
-    stored.judge(token)?;
-    if let Some(parent) = parent.filter(|p| !p.is_empty()) {
-        sqlx::query(POSTGRES_RETIRE).bind(parent).execute(&mut *tx).await?;
-    }
-    tx.commit().await?;
-    Ok(())
+    claim_in!(pool, token, parent, token.holder, [POSTGRES_CLAIM, POSTGRES_READ, POSTGRES_RETIRE])
 }
 
 /// Claims `token`'s shard for its epoch (MySQL/MariaDB); see
 /// [`claim_postgres`].
 pub async fn claim_mysql(pool: &MySqlPool, token: &LeaseToken, parent: Option<&str>) -> Result<(), FenceError> {
-    let mut tx = pool.begin().await?;
-    let holder = token.holder.to_string();
-    sqlx::query(MYSQL_CLAIM).bind(&token.shard).bind(token.epoch()?).bind(&holder).execute(&mut *tx).await?;
-    let row = sqlx::query(MYSQL_READ).bind(&token.shard).fetch_one(&mut *tx).await?;
-    let stored = Stored { epoch: row.try_get("epoch")?, holder: row.try_get("holder")?, retired: row.try_get("retired")? };
-    stored.judge(token)?;
-    if let Some(parent) = parent.filter(|p| !p.is_empty()) {
-        sqlx::query(MYSQL_RETIRE).bind(parent).execute(&mut *tx).await?;
-    }
-    tx.commit().await?;
-    Ok(())
+    claim_in!(pool, token, parent, token.holder.to_string(), [MYSQL_CLAIM, MYSQL_READ, MYSQL_RETIRE])
 }
 
 /// A shard's fence row as a claim left it.

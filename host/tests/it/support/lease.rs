@@ -1180,7 +1180,7 @@ pub async fn lock_wait_ends_the_attempt(url: String) -> Result<()> {
             let renewed = s.renew(&l1).await;
             let waited = started.elapsed();
             ensure!(
-                matches!(renewed, Err(LeaseError::Contention { attempts: 1, .. })),
+                matches!(renewed, Err(LeaseError::LockWait { .. })),
                 "a lock wait must end the attempt, not be retried: {renewed:?} after {waited:?}"
             );
             tx.rollback().await?;
