@@ -630,3 +630,37 @@ async fn a_drain_without_a_name_drains_the_node_it_asks() {
     assert!(s.leases.iter().all(|l| l.holder == other), "{drained} still holds shards: {:?}", s.leases);
     c.teardown().await.unwrap();
 }
+
+/// The lease timing is the cluster's: a node that sets neither key takes
+/// the recorded one (so a cluster created at other defaults keeps its timing
+/// through an upgrade), and serves; a node that sets another timing is
+/// refused at start, naming the cluster's value and how to take it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_without_lease_timing_takes_the_clusters_and_one_with_another_is_refused() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 4, 1, |name, s| {
+        (s.leases.ttl_secs, s.leases.renew_interval_secs) = match name {
+            "node-01" => (Some(15.0), Some(5.0)),
+            "node-02" => (None, None),
+            _ => (Some(3.0), Some(1.0)),
+        };
+    })
+    .await
+    .unwrap();
+    c.nodes[1].start().unwrap();
+    c.nodes[1].wait_ready(Duration::from_secs(60)).await.unwrap_or_else(|e| panic!("{e}\n{}", c.nodes[1].log_tail(30)));
+    let log = c.nodes[1].log_text();
+    assert!(log.contains("lease timing: the cluster's") && log.contains("15s"), "{}", c.nodes[1].log_tail(30));
+
+    c.nodes[2].start().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while c.nodes[2].is_running() {
+        assert!(Instant::now() < deadline, "a node with another lease timing kept running:\n{}", c.nodes[2].log_tail(30));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = c.nodes[2].log_text();
+    for needle in ["leases.ttl_secs", "15", "leave leases.ttl_secs and leases.renew_interval_secs both unset"] {
+        assert!(log.contains(needle), "no `{needle}` in:\n{}", c.nodes[2].log_tail(30));
+    }
+    c.teardown().await.unwrap();
+}
