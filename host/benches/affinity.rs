@@ -68,14 +68,15 @@ fn redis_benchmark_script(url: &str, ns: &str, n: usize, pipeline: usize, client
     let mut cmd = vec!["EVALSHA".to_string()];
     if pipeline == 1 {
         cmd.push(redis::Script::new(Affinity::claim_script()).get_hash().into());
-        cmd.extend(["2".into(), key, set, value.into(), ttl.to_string(), "__rand_int__".into()]);
+        let limit = u64::MAX.to_string();
+        cmd.extend(["2".into(), key, set, value.into(), ttl.to_string(), "__rand_int__".into(), limit]);
         redis_benchmark_cmd(url, n, 1, clients, &cmd)
     } else {
         cmd.push(redis::Script::new(Affinity::claim_many_script()).get_hash().into());
         cmd.push((1 + pipeline).to_string());
         cmd.push(set);
         cmd.extend(std::iter::repeat_n(key, pipeline));
-        cmd.extend([value.into(), ttl.to_string(), "1".into()]);
+        cmd.extend([value.into(), ttl.to_string(), "1".into(), u64::MAX.to_string()]);
         cmd.extend(std::iter::repeat_n("__rand_int__".to_string(), pipeline));
         pipeline as f64 * redis_benchmark_cmd(url, n / pipeline, 1, clients, &cmd)
     }

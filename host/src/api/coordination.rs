@@ -42,6 +42,7 @@ fn affinity_error(e: coord::AffinityError) -> Status {
             Status::invalid_argument(e.to_string())
         }
         coord::AffinityError::TargetOwnedByOther { .. } => Status::failed_precondition(e.to_string()),
+        coord::AffinityError::TooManyClaims { .. } => Status::resource_exhausted(e.to_string()),
         coord::AffinityError::Redis(_) => redis(e),
     }
 }
@@ -105,6 +106,7 @@ impl coordination_server::Coordination for Coordination {
                 r.target_id
             )),
             Declined::InvalidTarget { .. } => Status::invalid_argument(d.to_string()),
+            Declined::TooManyClaims { .. } => Status::resource_exhausted(d.to_string()),
         })?;
         Ok(Response::new(proto::DispatchResponse {
             outcome: outcome.wire_name().into(),

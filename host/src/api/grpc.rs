@@ -409,6 +409,7 @@ impl admin_server::Admin for Api {
             insecure_listen: crate::security::exposure::insecure(&self.0.settings),
             cluster_policies: cluster_policies.into_iter().collect(),
             policy_mismatch: node.policy_mismatch().iter().map(ToString::to_string).collect(),
+            policy_fallbacks: node.policy_fallbacks(),
         }))
     }
 

@@ -124,6 +124,7 @@ async fn status(nodes: &Nodes, json: bool) -> anyhow::Result<ExitCode> {
             "insecure_listen": s.insecure_listen,
             "cluster_policies": s.cluster_policies,
             "policy_mismatch": s.policy_mismatch,
+            "policy_fallbacks": s.policy_fallbacks,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(ExitCode::SUCCESS);
@@ -134,6 +135,9 @@ async fn status(nodes: &Nodes, json: bool) -> anyhow::Result<ExitCode> {
             "WARNING: {} serves unauthenticated callers from other hosts ([api] insecure_listen = true); see docs/security.md",
             s.node
         );
+    }
+    for f in &s.policy_fallbacks {
+        println!("WARNING: {}'s policy component failed; the embedded default answers for it: {f}", s.node);
     }
     println!();
     println!("{:<16} {:<36} {:<8} {:<10} {:>14} {:>7}  ADDRESS", "NODE", "UUID", "STATE", "VERSION", "HEARTBEAT", "SHARDS");

@@ -31,7 +31,13 @@ pub enum AffinityError {
     #[error("target {target} is owned by instance {owner}")]
     TargetOwnedByOther { target: String, owner: String },
     #[error("invalid target id {target:?}: {reason}")]
-    InvalidTarget { target: String, reason: &'static str },
+    InvalidTarget { target: String, reason: String },
+    /// This instance holds its limit of claims: release some first.
+    #[error(
+        "target {target} not claimed: this instance already holds {limit} claims (`cluster.max_claims_per_instance`); \
+         release targets it no longer serves, or raise the limit"
+    )]
+    TooManyClaims { target: String, limit: u64 },
     #[error(transparent)]
     InstanceId(#[from] InvalidInstanceId),
     #[error("Redis: {0}")]
@@ -53,8 +59,9 @@ pub struct ReleaseAllReport {
 }
 
 /// KEYS[1] claim key, KEYS[2] by-instance set; ARGV[1] value, ARGV[2] ttl,
-/// ARGV[3] target id. Returns 1 claimed, 2 already ours, or the other
-/// owner's claim value.
+/// ARGV[3] target id, ARGV[4] the instance's claim limit. Returns 1
+/// claimed, 2 already ours, 3 refused at the limit (nothing kept), or the
+/// other owner's claim value.
 ///
 /// Kept to the fewest server calls the layout allows, because at pipeline 1
 /// this script's own run time is what separates a claim from a bare
@@ -74,6 +81,9 @@ if v then
   if string.sub(v, 1, #val) ~= val then return v end
   redis.call('EXPIRE', KEYS[1], ttl)
   code = 2
+elseif redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[4]) then
+  redis.call('DEL', KEYS[1])
+  return 3
 end
 redis.call('SADD', KEYS[2], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ttl)
@@ -92,14 +102,16 @@ return 1
 "#;
 
 /// KEYS[1] by-instance set, KEYS[2..] claim keys; ARGV[1] value, ARGV[2]
-/// ttl, ARGV[3] "1" to refresh the TTL of claims already ours, ARGV[4..]
-/// target ids. Returns one entry per target: 1 claimed, 2 already ours, or
-/// the other owner's claim value. Same commands per target as [`CLAIM`],
+/// ttl, ARGV[3] "1" to refresh the TTL of claims already ours, ARGV[4] the
+/// instance's claim limit, ARGV[5..] target ids. Returns one entry per
+/// target: 1 claimed, 2 already ours, 3 refused at the limit, or the other
+/// owner's claim value. Same commands per target as [`CLAIM`],
 /// with one `SADD` and one `EXPIRE` of the set for the whole batch.
 const CLAIM_MANY: &str = r#"
-local val, ttl, refresh = ARGV[1], ARGV[2], ARGV[3] == '1'
+local val, ttl, refresh, limit = ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
 local n = #val
 local out, mine = {}, {}
+local held = redis.call('SCARD', KEYS[1])
 for i = 2, #KEYS do
   local k = KEYS[i]
   local v = redis.pcall('SET', k, val, 'NX', 'EX', ttl, 'GET')
@@ -107,13 +119,17 @@ for i = 2, #KEYS do
     v = redis.call('GET', k)
     if not v then redis.call('SET', k, val, 'EX', ttl) end
   end
-  if not v then
+  if not v and held >= limit then
+    redis.call('DEL', k)
+    out[i - 1] = 3
+  elseif not v then
+    held = held + 1
     out[i - 1] = 1
-    mine[#mine + 1] = ARGV[i + 2]
+    mine[#mine + 1] = ARGV[i + 3]
   elseif string.sub(v, 1, n) == val then
     if refresh then redis.call('EXPIRE', k, ttl) end
     out[i - 1] = 2
-    mine[#mine + 1] = ARGV[i + 2]
+    mine[#mine + 1] = ARGV[i + 3]
   else
     out[i - 1] = v
   end
@@ -153,11 +169,15 @@ return released
 "#;
 
 /// KEYS[1] by-instance set; ARGV[1] value, ARGV[2] ttl, ARGV[3] claim key
-/// prefix. Returns {refreshed, dropped}.
-const REFRESH_ALL: &str = r#"
+/// prefix, ARGV[4] the `SSCAN` cursor, ARGV[5] members per call. Refreshes
+/// one slice of the set; returns {refreshed, dropped, next cursor} ("0"
+/// when the scan is done). A script blocks the server while it runs, so the
+/// set is walked a slice per call and other clients' commands run between.
+const REFRESH_SLICE: &str = r#"
 local n = string.len(ARGV[1])
 local refreshed, dropped = 0, 0
-for _, t in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+local scan = redis.call('SSCAN', KEYS[1], ARGV[4], 'COUNT', ARGV[5])
+for _, t in ipairs(scan[2]) do
   local k = ARGV[3] .. t
   local v = redis.call('GET', k)
   if v and string.sub(v, 1, n) == ARGV[1] then
@@ -169,8 +189,18 @@ for _, t in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   end
 end
 if refreshed > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-return {refreshed, dropped}
+return {refreshed, dropped, scan[1]}
 "#;
+
+/// Members of the by-instance set one refresh call walks.
+const REFRESH_SLICE_LEN: usize = 1000;
+
+/// Claims one instance may hold by default (`cluster.max_claims_per_instance`).
+pub const DEFAULT_MAX_CLAIMS: u64 = 100_000;
+
+/// The longest target id, in bytes: an id is a key of the application's
+/// (a user, a session, a job), and Redis keeps every claim in memory.
+pub const MAX_TARGET_BYTES: usize = 512;
 
 /// Targets per script call in [`Affinity::claim_many`]. A script blocks the
 /// whole server while it runs (≈ 5–10 µs per target here), so a huge batch
@@ -234,7 +264,7 @@ struct Scripts {
     claim_many: Lua,
     release: Lua,
     release_all: Lua,
-    refresh_all: Lua,
+    refresh_slice: Lua,
 }
 
 /// `{prefix}{target}` written straight into the command buffer, so a claim
@@ -259,30 +289,38 @@ pub struct Affinity {
     claim_prefix: Arc<str>,
     set_key: Arc<str>,
     ttl: u64,
+    /// Claims this instance may hold at once.
+    max_claims: u64,
     scripts: Arc<Scripts>,
 }
 
 fn validate_target(target: &str) -> Result<(), AffinityError> {
     let reason = if target.is_empty() {
-        "it is empty"
+        "it is empty".to_string()
+    } else if target.len() > MAX_TARGET_BYTES {
+        format!("it is {} bytes long; at most {MAX_TARGET_BYTES}", target.len())
     } else if target.starts_with("by-instance:") {
-        "it would collide with the by-instance sets"
+        "it would collide with the by-instance sets".to_string()
     } else if target.chars().any(char::is_whitespace) {
-        "it contains whitespace"
+        "it contains whitespace".to_string()
     } else {
         return Ok(());
     };
-    Err(AffinityError::InvalidTarget { target: target.to_string(), reason })
+    // A long id is shown by its start: the message must not be the flood.
+    let shown: String = target.chars().take(64).collect();
+    Err(AffinityError::InvalidTarget { target: shown, reason })
 }
 
 /// What one claim script reply means for `target`: 1 claimed, 2 already
-/// ours, a string is the other owner's claim value. Anything else is a
+/// ours, 3 refused at the instance's `limit`, a string is the other owner's
+/// claim value. Anything else is a
 /// server that does not run our script; it counts as a Redis error, so
 /// dispatch fails open on it like on any other.
-fn claim_outcome(target: &str, reply: redis::Value) -> Result<Claim, AffinityError> {
+fn claim_outcome(target: &str, limit: u64, reply: redis::Value) -> Result<Claim, AffinityError> {
     match reply {
         redis::Value::Int(1) => Ok(Claim::Claimed),
         redis::Value::Int(2) => Ok(Claim::AlreadyOurs),
+        redis::Value::Int(3) => Err(AffinityError::TooManyClaims { target: target.to_string(), limit }),
         redis::Value::BulkString(v) => Err(AffinityError::TargetOwnedByOther {
             target: target.to_string(),
             owner: Keys::owner_of_claim(&String::from_utf8_lossy(&v)).to_string(),
@@ -311,18 +349,27 @@ impl Affinity {
             set_key: keys.affinity_by_instance(instance_id).into(),
             keys,
             ttl: ttl_secs(liveness),
+            max_claims: DEFAULT_MAX_CLAIMS,
             scripts: Arc::new(Scripts {
                 claim: Lua::new(if crate::plant::active(crate::plant::Plant::AffinityClaim) { CLAIM_OVERWRITING } else { CLAIM }),
                 claim_many: Lua::new(CLAIM_MANY),
                 release: Lua::new(RELEASE),
                 release_all: Lua::new(RELEASE_ALL),
-                refresh_all: Lua::new(REFRESH_ALL),
+                refresh_slice: Lua::new(REFRESH_SLICE),
             }),
         })
     }
 
+    /// At most `limit` claims at once: a claim past it is refused with
+    /// [`AffinityError::TooManyClaims`] (default [`DEFAULT_MAX_CLAIMS`]).
+    pub fn with_max_claims(mut self, limit: u64) -> Self {
+        self.max_claims = limit;
+        self
+    }
+
     /// The source of the single-target claim script (KEYS: claim key,
-    /// by-instance set; ARGV: claim value, TTL seconds, target id), so that a
+    /// by-instance set; ARGV: claim value, TTL seconds, target id, claim
+    /// limit), so that a
     /// benchmark can run exactly this script from another client.
     pub fn claim_script() -> &'static str {
         CLAIM
@@ -330,7 +377,7 @@ impl Affinity {
 
     /// The source of the batch claim script (KEYS: by-instance set, then one
     /// claim key per target; ARGV: claim value, TTL seconds, "1" to refresh
-    /// claims already ours, then one target id per target).
+    /// claims already ours, the claim limit, then one target id per target).
     pub fn claim_many_script() -> &'static str {
         CLAIM_MANY
     }
@@ -357,9 +404,10 @@ impl Affinity {
         validate_target(target)?;
         let mut cmd = self.scripts.claim.call(2);
         cmd.arg(ClaimKey(&self.claim_prefix, target)).arg(&*self.set_key).arg(&*self.value).arg(self.ttl).arg(target);
+        cmd.arg(self.max_claims);
         let mut c = self.conn.get().await?;
         let reply: redis::Value = self.scripts.claim.run(&cmd, &mut c).await?;
-        claim_outcome(target, reply)
+        claim_outcome(target, self.max_claims, reply)
     }
 
     /// Claims many targets in one round trip, each with its own outcome, in
@@ -392,7 +440,7 @@ impl Affinity {
                 for &i in chunk {
                     cmd.arg(ClaimKey(&self.claim_prefix, targets[i].as_ref()));
                 }
-                cmd.arg(&*self.value).arg(self.ttl).arg(refresh);
+                cmd.arg(&*self.value).arg(self.ttl).arg(refresh).arg(self.max_claims);
                 for &i in chunk {
                     cmd.arg(targets[i].as_ref());
                 }
@@ -409,7 +457,7 @@ impl Affinity {
                 ))));
             }
             for (i, reply) in valid.into_iter().zip(replies) {
-                out[i] = Some(claim_outcome(targets[i].as_ref(), reply));
+                out[i] = Some(claim_outcome(targets[i].as_ref(), self.max_claims, reply));
             }
         }
         Ok(out.into_iter().map(|o| o.expect("every target has an outcome")).collect())
@@ -452,12 +500,21 @@ impl Affinity {
     }
 
     /// Refreshes the TTL of every claim still ours (called on heartbeat) and
-    /// drops lost ones from our set. Returns (refreshed, dropped).
+    /// drops lost ones from our set, a slice of the set per script call.
+    /// Returns (refreshed, dropped).
     pub async fn refresh_all(&self) -> Result<(u64, u64), AffinityError> {
-        let mut cmd = self.scripts.refresh_all.call(1);
-        cmd.arg(&*self.set_key).arg(&*self.value).arg(self.ttl).arg(&*self.claim_prefix);
         let mut c = self.conn.get().await?;
-        Ok(self.scripts.refresh_all.run(&cmd, &mut c).await?)
+        let (mut refreshed, mut dropped, mut cursor) = (0, 0, "0".to_string());
+        loop {
+            let mut cmd = self.scripts.refresh_slice.call(1);
+            cmd.arg(&*self.set_key).arg(&*self.value).arg(self.ttl).arg(&*self.claim_prefix);
+            cmd.arg(&cursor).arg(REFRESH_SLICE_LEN);
+            let (r, d, next): (u64, u64, String) = self.scripts.refresh_slice.run(&cmd, &mut c).await?;
+            (refreshed, dropped, cursor) = (refreshed + r, dropped + d, next);
+            if cursor == "0" {
+                return Ok((refreshed, dropped));
+            }
+        }
     }
 
     /// How many targets this instance's by-instance set holds.
@@ -560,14 +617,15 @@ mod tests {
     #[test]
     fn claim_replies_map_to_outcomes() {
         use redis::Value;
-        assert_eq!(claim_outcome("t", Value::Int(1)).unwrap(), Claim::Claimed);
-        assert_eq!(claim_outcome("t", Value::Int(2)).unwrap(), Claim::AlreadyOurs);
-        assert_eq!(owner(claim_outcome("t", Value::BulkString(b"n-10:".to_vec()))), "n-10");
-        assert_eq!(owner(claim_outcome("t", Value::SimpleString("n-2:".into()))), "n-2");
+        assert_eq!(claim_outcome("t", 9, Value::Int(1)).unwrap(), Claim::Claimed);
+        assert_eq!(claim_outcome("t", 9, Value::Int(2)).unwrap(), Claim::AlreadyOurs);
+        assert!(matches!(claim_outcome("t", 9, Value::Int(3)), Err(AffinityError::TooManyClaims { limit: 9, .. })));
+        assert_eq!(owner(claim_outcome("t", 9, Value::BulkString(b"n-10:".to_vec()))), "n-10");
+        assert_eq!(owner(claim_outcome("t", 9, Value::SimpleString("n-2:".into()))), "n-2");
         // A value written by hand without the delimiter still names someone.
-        assert_eq!(owner(claim_outcome("t", Value::BulkString(b"legacy".to_vec()))), "legacy");
-        for odd in [Value::Int(0), Value::Int(3), Value::Nil, Value::Array(vec![])] {
-            let e = claim_outcome("t", odd.clone()).unwrap_err();
+        assert_eq!(owner(claim_outcome("t", 9, Value::BulkString(b"legacy".to_vec()))), "legacy");
+        for odd in [Value::Int(0), Value::Int(4), Value::Nil, Value::Array(vec![])] {
+            let e = claim_outcome("t", 9, odd.clone()).unwrap_err();
             assert!(e.is_redis(), "{odd:?} must count as a Redis error (fail open), got {e:?}");
         }
     }
@@ -606,8 +664,12 @@ mod tests {
         for ok in ["t-1", "019b9450-0b91-8c10-86c3-5c2c3f6b9f04", "a:b"] {
             assert!(validate_target(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "by-instance:n-1", "a b", "x\t"] {
+        let long = "x".repeat(MAX_TARGET_BYTES + 1);
+        for bad in ["", "by-instance:n-1", "a b", "x\t", &long] {
             assert!(matches!(validate_target(bad), Err(AffinityError::InvalidTarget { .. })), "{bad:?}");
         }
+        assert!(validate_target(&long[1..]).is_ok(), "{MAX_TARGET_BYTES} bytes is the limit, not over it");
+        let Err(AffinityError::InvalidTarget { target, reason }) = validate_target(&long) else { unreachable!() };
+        assert!(target.len() <= 64 && reason.contains("513 bytes"), "{target} {reason}");
     }
 }

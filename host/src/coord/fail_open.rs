@@ -65,7 +65,14 @@ pub enum Declined {
     TargetOwnedByOther { target: String, owner: String },
     /// The target id cannot be a key (empty, whitespace, `by-instance:`…).
     #[error("invalid target id {target:?}: {reason}")]
-    InvalidTarget { target: String, reason: &'static str },
+    InvalidTarget { target: String, reason: String },
+    /// This instance holds its limit of claims (not a Redis failure: no
+    /// fail-open).
+    #[error(
+        "target {target} not claimed: this instance already holds {limit} claims (`cluster.max_claims_per_instance`); \
+         release targets it no longer serves, or raise the limit"
+    )]
+    TooManyClaims { target: String, limit: u64 },
 }
 
 /// Retry and logging bounds.
@@ -171,6 +178,10 @@ impl Dispatcher {
                 }
                 Err(AffinityError::InvalidTarget { target, reason }) => {
                     return Err(Declined::InvalidTarget { target, reason });
+                }
+                Err(AffinityError::TooManyClaims { target, limit }) => {
+                    self.windows.reached_redis();
+                    return Err(Declined::TooManyClaims { target, limit });
                 }
                 Err(e) => {
                     tracing::debug!(target_id = target, attempt, error = %e, "Affinity check failed");

@@ -38,7 +38,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use affinity::{Affinity, AffinityError, Claim, ReleaseAllReport};
+pub use affinity::{Affinity, AffinityError, Claim, DEFAULT_MAX_CLAIMS, MAX_TARGET_BYTES, ReleaseAllReport};
 pub use conn::{ConnError, RedisConn, RedisSettings};
 pub use deployments::{
     Deployment, DeploymentError, DeploymentState, DeploymentUpdate, Deployments, ListFilter, NewDeployment, Progress,
@@ -70,6 +70,8 @@ pub struct CoordConfig {
     pub monitor_interval: Duration,
     /// Retries before a dispatch fails open.
     pub fail_open: FailOpenPolicy,
+    /// Claims this instance may hold at once (`[cluster] max_claims_per_instance`).
+    pub max_claims: u64,
 }
 
 impl CoordConfig {
@@ -82,6 +84,7 @@ impl CoordConfig {
             liveness_timeout: Duration::from_secs(30),
             monitor_interval: Duration::from_secs(10),
             fail_open: FailOpenPolicy::default(),
+            max_claims: affinity::DEFAULT_MAX_CLAIMS,
         }
     }
 }
@@ -126,7 +129,8 @@ impl Coordinator {
         let keys = Keys::new(&config.namespace);
         let metrics = Arc::new(CoordMetrics::default());
         let registry = Registry::new(conn.clone(), keys.clone(), info.clone(), config.liveness_timeout);
-        let affinity = Affinity::new(conn.clone(), keys.clone(), &info.instance_id, config.liveness_timeout)?;
+        let affinity = Affinity::new(conn.clone(), keys.clone(), &info.instance_id, config.liveness_timeout)?
+            .with_max_claims(config.max_claims);
         let dispatcher = Dispatcher::new(affinity.clone(), config.fail_open.clone(), metrics.clone());
         let deployments = Deployments::new(conn.clone(), keys.clone(), &info.instance_id)?;
         let monitor = Monitor::new(conn.clone(), keys.clone(), metrics.clone());

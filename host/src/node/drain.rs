@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::plan::{self, DrainInput, Kept};
 use super::{Lifecycle, Node, NodeError};
 use crate::lease::{Lease, LeaseError, NodeState};
+use crate::policy::Slot;
 
 /// What a drain did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -85,8 +86,11 @@ impl Node {
             load: self.load.snapshot(None).iter().filter(|l| placeable.contains(&l.shard)).map(|l| l.policy_load()).collect(),
             max_per_round: cap,
         };
-        let policy_rounds =
-            if placeable.is_empty() { Vec::new() } else { self.call_policy(move |p| p.plan_drain(request)).await? };
+        let policy_rounds = if placeable.is_empty() {
+            Vec::new()
+        } else {
+            self.call_policy_or_default(Slot::Drain, move |p| p.plan_drain(request.clone())).await?.0
+        };
         let drain_plan = plan::drain_plan(&input, &placeable, &policy_rounds);
         kept.extend(drain_plan.kept);
 

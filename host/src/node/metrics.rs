@@ -106,6 +106,8 @@ metrics! {
         outcome_unknown => "chitin_outcome_unknown", "Forwarded appends whose outcome was unknown";
         policy_calls => "chitin_policy_calls", "Calls into policy components";
         policy_errors => "chitin_policy_errors", "Policy calls that failed (refusal, trap, timeout, memory)";
+        policy_fallbacks => "chitin_policy_fallbacks",
+            "Placement rankings and drain plans the embedded default answered because the slot's component failed";
         session_takeovers => "chitin_session_takeovers",
             "Peers this node found dead by their ended liveness session, marked down and freed the leases of";
     }

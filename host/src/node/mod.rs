@@ -11,6 +11,7 @@
 //! - [`peers`]: pooled channels to the other nodes, ownership notices;
 //! - [`liveness`]: the liveness session and the watch of the next node;
 //! - [`policy_hashes`]: the same policy components on every node;
+//! - [`fallback`]: the embedded default answering for a failing component;
 //! - [`control`]: the process's control block (the node once it exists);
 //! - [`metrics`]: the node's counters;
 //! - [`load`]: append load per shard and sub-range, for the split policy;
@@ -23,6 +24,7 @@
 pub mod acks;
 pub mod control;
 pub mod drain;
+mod fallback;
 pub mod group_commit;
 pub mod journal;
 pub mod leases;
@@ -185,6 +187,8 @@ pub struct Node {
     session_up: std::sync::atomic::AtomicBool,
     /// The slots whose component differs from the cluster's, as last read.
     policy_mismatch: Mutex<Vec<policy_hashes::Mismatch>>,
+    /// The embedded default, for a slot whose component fails.
+    fallback: Arc<fallback::Fallback>,
     /// Appends counted per shard and sub-range.
     pub load: load::Load,
     /// Concurrent appends to one shard, committed together.
@@ -322,6 +326,7 @@ impl Node {
             session: Mutex::new(session),
             session_up: std::sync::atomic::AtomicBool::new(true),
             policy_mismatch: Mutex::new(Vec::new()),
+            fallback: Arc::default(),
             load: load::Load::default(),
             group_commit: Arc::default(),
             rankings: Default::default(),
@@ -342,6 +347,12 @@ impl Node {
     /// The slots whose component differs from the cluster's record.
     pub fn policy_mismatch(&self) -> Vec<policy_hashes::Mismatch> {
         self.policy_mismatch.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// `slot: error` for each slot whose component failed its last call
+    /// and the embedded default answers for.
+    pub fn policy_fallbacks(&self) -> Vec<String> {
+        self.fallback.failing()
     }
 
     /// Whether this node may take leases: its components are the cluster's,
@@ -555,6 +566,35 @@ impl Node {
         result
     }
 
+    /// Calls `slot`'s component with `f`; when the call fails, the embedded
+    /// default answers it (loudly: see [`fallback`]), so that a broken
+    /// component never stops takeovers or drains. The answer, and whether
+    /// the default gave it.
+    async fn call_policy_or_default<T: Send + 'static>(
+        &self,
+        slot: crate::policy::Slot,
+        f: impl Fn(&Policies) -> Result<T, PolicyCallError> + Clone + Send + 'static,
+    ) -> Result<(T, bool), PolicyCallError> {
+        let failure = match self.call_policy(f.clone()).await {
+            Ok(answer) => {
+                self.fallback.record(slot, None);
+                return Ok((answer, false));
+            }
+            Err(e) => e,
+        };
+        if self.fallback.record(slot, Some(&failure)) {
+            tracing::warn!(
+                %slot,
+                error = %failure,
+                "the policy component failed; the embedded default answers for it until it answers again"
+            );
+        }
+        self.metrics.policy_fallbacks.inc();
+        let fallback = self.fallback.clone();
+        let answer = tokio::task::spawn_blocking(move || fallback.defaults().and_then(|d| f(&d))).await.expect("policy task")?;
+        Ok((answer, true))
+    }
+
     /// This node's lease of `shard` at `epoch`, to take up with
     /// [`Leases::adopt`], whose renewal proves it and sets the expiry.
     fn own_lease(&self, shard: &str, epoch: i64) -> lease::Lease {
@@ -635,6 +675,7 @@ fn coordinator(settings: &Settings, uuid: Uuid, address: &str) -> Result<crate::
     config.liveness_timeout = settings.liveness_timeout();
     config.monitor_interval = settings.heartbeat_interval();
     config.redis.ca_file = settings.cluster.redis_ca_file.clone();
+    config.max_claims = settings.cluster.max_claims_per_instance;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
     let info = crate::coord::InstanceInfo {
         instance_id: uuid.to_string(),

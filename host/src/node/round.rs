@@ -13,6 +13,7 @@ use super::plan::{self, Action, LeaseView, RoundInput};
 use super::rankings::{RankingKey, Rankings};
 use super::{Lifecycle, Node, NodeError};
 use crate::lease::{self, LeaseError, NodeRecord, NodeState};
+use crate::policy::Slot;
 use crate::topology::policy_view;
 
 impl Node {
@@ -115,7 +116,8 @@ impl Node {
             shards: policy_view::shards(&topology.config),
             replicas: policy_view::replicas(&topology.config),
         };
-        let answer = self.call_policy(move |p| p.preferred_holders(request)).await?;
+        let (answer, by_default) =
+            self.call_policy_or_default(Slot::Placement, move |p| p.preferred_holders(request.clone())).await?;
         let (rankings, dropped) = super::rankings::validated(answer, &topology.map);
         if !dropped.is_empty() {
             // Once per answer: answers are asked for again only on a change.
@@ -126,7 +128,10 @@ impl Node {
             );
         }
         let rankings: Rankings = Arc::new(rankings);
-        self.rankings.put(key, rankings.clone());
+        // The component is asked again next round while the default answers.
+        if !by_default {
+            self.rankings.put(key, rankings.clone());
+        }
         Ok(rankings)
     }
 

@@ -49,6 +49,9 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     if let Some(rule) = live_rule {
         bad("cluster.liveness_timeout_secs", live.to_string(), rule);
     }
+    if c.max_claims_per_instance == 0 {
+        bad("cluster.max_claims_per_instance", "0".into(), "must be at least 1".into());
+    }
     if let Some(id) = &c.instance_id
         && (id.is_empty() || id.contains(':') || id.chars().any(char::is_whitespace) || id.len() > 255)
     {

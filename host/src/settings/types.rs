@@ -91,6 +91,9 @@ pub struct ClusterSettings {
     /// CA certificates (PEM) that verify the Redis server's certificate
     /// for a `rediss://` `redis_url`; unset, the system's roots do.
     pub redis_ca_file: Option<PathBuf>,
+    /// Target affinity claims one instance may hold at once; a claim past
+    /// it is refused (RESOURCE_EXHAUSTED) until the instance releases some.
+    pub max_claims_per_instance: u64,
 }
 
 impl Default for ClusterSettings {
@@ -109,6 +112,7 @@ impl Default for ClusterSettings {
             peer_token: None,
             peer_token_file: None,
             redis_ca_file: None,
+            max_claims_per_instance: crate::coord::DEFAULT_MAX_CLAIMS,
         }
     }
 }

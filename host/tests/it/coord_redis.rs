@@ -287,6 +287,54 @@ async fn claims_carry_liveness_ttl_and_refresh_all_keeps_them() {
     assert_eq!(t.smembers(&set_key), vec!["r-1"]);
 }
 
+/// An instance holds at most its limit of claims: one past it is refused
+/// (nothing kept in Redis), by the single and the batch script alike, and a
+/// dispatch declines it instead of failing open; a released claim makes
+/// room, and a claim already ours is still refreshed at the limit.
+#[tokio::test]
+async fn claims_past_the_instance_limit_are_refused_and_keep_nothing() {
+    let t = TestNs::new();
+    let a = t.affinity("node-a", LONG).with_max_claims(3);
+    for target in ["l-1", "l-2", "l-3"] {
+        assert_eq!(a.claim(target).await.unwrap(), Claim::Claimed);
+    }
+    let refused = a.claim("l-4").await.unwrap_err();
+    assert!(matches!(refused, AffinityError::TooManyClaims { limit: 3, .. }), "{refused:?}");
+    assert!(refused.to_string().contains("cluster.max_claims_per_instance"), "{refused}");
+    assert_eq!(a.owner("l-4").await.unwrap(), None, "a refused claim left its key behind");
+    assert_eq!(a.claim("l-1").await.unwrap(), Claim::AlreadyOurs);
+    let batch = a.claim_many(&["l-2", "l-5"]).await.unwrap();
+    assert_eq!(batch[0].as_ref().unwrap(), &Claim::AlreadyOurs);
+    assert!(matches!(batch[1], Err(AffinityError::TooManyClaims { .. })), "{:?}", batch[1]);
+    assert_eq!(a.owner("l-5").await.unwrap(), None);
+    assert!(a.release("l-3").await.unwrap());
+    assert_eq!(a.claim("l-4").await.unwrap(), Claim::Claimed);
+    assert_eq!(a.owned_count().await.unwrap(), 3);
+
+    let mut config = t.config(LONG);
+    config.max_claims = 1;
+    let node =
+        chitin::coord::Coordinator::new(config, chitin::coord::InstanceInfo::new("node-b", "h", "127.0.0.1:1", "0")).unwrap();
+    assert_eq!(node.dispatcher.dispatch("d-1").await.unwrap(), chitin::coord::Dispatch::Claimed);
+    let declined = node.dispatcher.dispatch("d-2").await.unwrap_err();
+    assert!(matches!(declined, chitin::coord::Declined::TooManyClaims { limit: 1, .. }), "{declined:?}");
+    assert_eq!(node.metrics.fail_open_total.load(std::sync::atomic::Ordering::Relaxed), 0, "a full instance failed open");
+}
+
+/// `refresh_all` walks a set larger than one slice (a script call each, so
+/// other clients run between) and refreshes every claim.
+#[tokio::test]
+async fn refresh_all_walks_a_large_set_in_slices() {
+    let t = TestNs::new();
+    let a = t.affinity("node-a", Duration::from_secs(30));
+    let targets: Vec<String> = (0..2_500).map(|i| format!("big-{i}")).collect();
+    assert!(a.claim_many(&targets).await.unwrap().iter().all(Result::is_ok));
+    let lapsing = format!("{}:affinity:big-7", t.ns);
+    let _: () = redis::cmd("EXPIRE").arg(&lapsing).arg(5).query(&mut t.raw()).unwrap();
+    assert_eq!(a.refresh_all().await.unwrap(), (2_500, 0));
+    assert!(t.ttl(&lapsing) >= 28, "a claim of a later slice was not refreshed");
+}
+
 /// The child half of `ttl_lapse_after_kill_9_and_reclaim`: a node that
 /// registers, claims, heartbeats and waits to be killed. Does nothing when
 /// run as an ordinary test.

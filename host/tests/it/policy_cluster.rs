@@ -98,3 +98,38 @@ async fn a_node_running_another_component_takes_no_lease_unless_allowed() {
     }
     c.teardown().await.unwrap();
 }
+
+/// A placement component that traps on every call stops no takeover: the
+/// embedded default ranks instead, loudly (the node's status, a metric, one
+/// warning per streak), and a killed holder's shards are writable
+/// elsewhere. Before, no round could rank, so no node ever took a lease.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_placement_component_that_always_traps_leaves_the_default_ranking_and_takeovers_go_on() {
+    let guest = PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR")).join("bad_trap.wasm").display().to_string();
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, s| s.policies.placement = guest.clone()).await.unwrap();
+    let status = c.wait_settled(Duration::from_secs(60)).await.unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+    assert!(status.unowned.is_empty(), "{:?}", status.unowned);
+    let fallbacks = &status.policy_fallbacks;
+    assert!(
+        fallbacks.len() == 1 && fallbacks[0].starts_with("placement: ") && fallbacks[0].contains("bad_trap always panics"),
+        "{fallbacks:?}"
+    );
+    let (_, metrics) = http_get(&c.nodes[0].metrics, "/metrics", None).await.unwrap();
+    let counted = metrics.lines().find_map(|l| l.strip_prefix("chitin_policy_fallbacks_total ")).unwrap_or("0");
+    assert!(counted.parse::<f64>().unwrap() >= 1.0, "{metrics}");
+    let warnings = c.nodes[0].log_text().matches("the embedded default answers for it").count();
+    assert_eq!(warnings, 1, "one warning per streak of failures:\n{}", c.nodes[0].log_tail(30));
+
+    let v = c.busiest(&status);
+    let victim = c.nodes[v].name.clone();
+    let map = c.shard_map();
+    let others: Vec<String> = c.nodes.iter().enumerate().filter(|(i, _)| *i != v).map(|(_, n)| n.api.clone()).collect();
+    c.nodes[v].kill9().unwrap();
+    for lease in status.leases.iter().filter(|l| l.holder == victim) {
+        let stream = stream_on(&map, &lease.shard, "fallback");
+        append_until_acked(others.clone(), stream, "after-kill".into(), Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}\n{}", lease.shard, c.logs()));
+    }
+    c.teardown().await.unwrap();
+}

@@ -180,7 +180,7 @@ class NodeStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., uuid: _Optional[str] = ..., state: _Optional[str] = ..., address: _Optional[str] = ..., last_seen_ms_ago: _Optional[int] = ..., shards_held: _Optional[int] = ..., version: _Optional[str] = ..., protocol: _Optional[int] = ..., policies: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("node", "state", "config_version", "nodes", "leases", "unowned", "insecure_listen", "cluster_policies", "policy_mismatch")
+    __slots__ = ("node", "state", "config_version", "nodes", "leases", "unowned", "insecure_listen", "cluster_policies", "policy_mismatch", "policy_fallbacks")
     class ClusterPoliciesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -197,6 +197,7 @@ class StatusResponse(_message.Message):
     INSECURE_LISTEN_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_POLICIES_FIELD_NUMBER: _ClassVar[int]
     POLICY_MISMATCH_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FALLBACKS_FIELD_NUMBER: _ClassVar[int]
     node: str
     state: str
     config_version: int
@@ -206,7 +207,8 @@ class StatusResponse(_message.Message):
     insecure_listen: bool
     cluster_policies: _containers.ScalarMap[str, str]
     policy_mismatch: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, node: _Optional[str] = ..., state: _Optional[str] = ..., config_version: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[ShardLease, _Mapping]]] = ..., unowned: _Optional[_Iterable[str]] = ..., insecure_listen: _Optional[bool] = ..., cluster_policies: _Optional[_Mapping[str, str]] = ..., policy_mismatch: _Optional[_Iterable[str]] = ...) -> None: ...
+    policy_fallbacks: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node: _Optional[str] = ..., state: _Optional[str] = ..., config_version: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[ShardLease, _Mapping]]] = ..., unowned: _Optional[_Iterable[str]] = ..., insecure_listen: _Optional[bool] = ..., cluster_policies: _Optional[_Mapping[str, str]] = ..., policy_mismatch: _Optional[_Iterable[str]] = ..., policy_fallbacks: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DrainRequest(_message.Message):
     __slots__ = ()
