@@ -16,6 +16,7 @@ pub enum ClusterCommand {
     Status {
         #[command(flatten)]
         addr: NodeAddr,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -29,6 +30,7 @@ pub enum ClusterCommand {
         /// Only this shard, with its 64 sub-ranges.
         #[arg(long, value_name = "ID")]
         shard: Option<String>,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -43,6 +45,7 @@ pub enum ClusterCommand {
     Instances {
         #[command(flatten)]
         addr: NodeAddr,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -56,6 +59,7 @@ pub enum ClusterCommand {
     UpgradeStatus {
         #[command(flatten)]
         addr: NodeAddr,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },

@@ -38,10 +38,13 @@ pub enum ConfigCommand {
     },
     /// Add a node (the version increases by one).
     AddNode {
+        /// The config file to change.
         #[arg(long, default_value = DEFAULT_FILE, value_name = "FILE")]
         config: PathBuf,
+        /// The new node's id.
         #[arg(long, value_name = "ID")]
         node_id: String,
+        /// The new node's gRPC address (host:port).
         #[arg(long, value_name = "ADDR")]
         node_address: String,
         /// Node metadata as KEY=VALUE, repeatable (`zone=us-west-2a` reaches the policies as the zone).
@@ -50,8 +53,10 @@ pub enum ConfigCommand {
     },
     /// Add an application with N equal shards placed by the placement policy (the version increases by one).
     AddApplication {
+        /// The config file to change.
         #[arg(long, default_value = DEFAULT_FILE, value_name = "FILE")]
         config: PathBuf,
+        /// The application's name (its shards are named after it).
         #[arg(long)]
         name: String,
         /// Defaults to the name.
@@ -60,6 +65,7 @@ pub enum ConfigCommand {
         /// A power of two; shard i of N covers [i·2³²/N, (i+1)·2³²/N − 1].
         #[arg(long, default_value_t = ops::DEFAULT_SHARDS, value_name = "N")]
         shards_count: u32,
+        /// Replicas of each shard, on distinct nodes.
         #[arg(long, default_value_t = 3, value_name = "N")]
         replication_factor: u32,
         #[command(flatten)]
@@ -67,6 +73,7 @@ pub enum ConfigCommand {
     },
     /// Check one config against every single-config rule.
     Validate {
+        /// The config file.
         file: PathBuf,
         /// Print the result as JSON.
         #[arg(long)]
@@ -74,23 +81,31 @@ pub enum ConfigCommand {
     },
     /// Check that going from one config to another is safe (both must be valid too).
     ValidateTransition {
+        /// The config served now.
         #[arg(long, value_name = "OLD")]
         from: PathBuf,
+        /// The config to move to.
         #[arg(long, value_name = "NEW")]
         to: PathBuf,
+        /// Print the result as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Show what changed between two configs.
     Diff {
+        /// The earlier config file.
         old: PathBuf,
+        /// The later config file.
         new: PathBuf,
+        /// Print the changes as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Show a config: nodes with their replicas, applications with shards by state.
     Show {
+        /// The config file.
         file: PathBuf,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
         /// List every shard (by default only shards in a split are listed).
@@ -99,7 +114,9 @@ pub enum ConfigCommand {
     },
     /// Which shard serves a key.
     Route {
+        /// The config file.
         file: PathBuf,
+        /// The application whose shards the key falls in.
         #[arg(long)]
         application: String,
         /// The key in hex: 8 digits, or a shorter even-length prefix padded with 00.

@@ -30,12 +30,14 @@ pub enum AffinityCommand {
     Owner {
         #[command(flatten)]
         addr: NodeAddr,
+        /// The target id.
         target: String,
     },
     /// The targets an instance owns (default: the node's own).
     List {
         #[command(flatten)]
         addr: NodeAddr,
+        /// The instance id (a node's registration UUID).
         #[arg(long)]
         instance: Option<String>,
     },
@@ -43,6 +45,7 @@ pub enum AffinityCommand {
     Release {
         #[command(flatten)]
         addr: NodeAddr,
+        /// The target id.
         target: String,
     },
 }
@@ -53,6 +56,7 @@ pub enum DeploymentsCommand {
     Start {
         #[command(flatten)]
         addr: NodeAddr,
+        /// What is being deployed, for people reading the state.
         #[arg(long, default_value = "")]
         description: String,
         /// pending (default) or running.
@@ -66,13 +70,18 @@ pub enum DeploymentsCommand {
     Update {
         #[command(flatten)]
         addr: NodeAddr,
+        /// The deployment's id (as `start` printed it).
         id: String,
+        /// The new state: pending, running (empty: unchanged).
         #[arg(long, default_value = "")]
         state: String,
+        /// A progress message (empty: unchanged).
         #[arg(long, default_value = "")]
         message: String,
+        /// Steps done.
         #[arg(long, default_value_t = 0)]
         completed: u64,
+        /// Steps in all.
         #[arg(long, default_value_t = 0)]
         total: u64,
     },
@@ -80,15 +89,20 @@ pub enum DeploymentsCommand {
     Finish {
         #[command(flatten)]
         addr: NodeAddr,
+        /// The deployment's id (as `start` printed it).
         id: String,
+        /// How it ended: succeeded, failed or cancelled.
         #[arg(long, default_value = "succeeded")]
         state: String,
+        /// A closing message.
         #[arg(long, default_value = "")]
         message: String,
     },
+    /// One deployment, as JSON.
     Show {
         #[command(flatten)]
         addr: NodeAddr,
+        /// The deployment's id.
         id: String,
     },
     List {

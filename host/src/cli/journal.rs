@@ -15,6 +15,7 @@ pub enum JournalCommand {
     Append {
         #[command(flatten)]
         addr: NodeAddr,
+        /// The stream (any name of at most 255 bytes, no NUL, no trailing space).
         #[arg(long)]
         stream: String,
         /// The entry (UTF-8 text).
@@ -32,11 +33,13 @@ pub enum JournalCommand {
     Read {
         #[command(flatten)]
         addr: NodeAddr,
+        /// The stream (any name of at most 255 bytes, no NUL, no trailing space).
         #[arg(long)]
         stream: String,
         /// First sequence number to read.
         #[arg(long, default_value_t = 1)]
         from: u64,
+        /// At most this many entries (a node answers at most 10,000 and about 2 MiB).
         #[arg(long, default_value_t = 1000)]
         limit: u32,
         /// Print JSON lines instead of a table.

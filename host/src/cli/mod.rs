@@ -14,6 +14,7 @@ mod progress;
 mod rollout;
 mod scaffold;
 mod settings;
+mod shell;
 mod upgrade;
 
 use std::process::ExitCode;
@@ -80,6 +81,10 @@ pub enum Command {
     /// with private Redis and PostgreSQL and stops it all on Ctrl-C.
     #[command(subcommand)]
     Dev(dev::DevCommand),
+    /// Print the shell completion script of bash, zsh, fish, elvish or PowerShell.
+    Completions(shell::CompletionsArgs),
+    /// Write the man pages (`chitin.1`, `chitin-<command>.1`) into a directory.
+    Manpages(shell::ManpagesArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -111,6 +116,8 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Dev(cmd) => dev::run(cmd),
         Command::Probe(args) => probe::run(args),
         Command::Settings(cmd) => settings::run(cmd),
+        Command::Completions(args) => shell::completions(args),
+        Command::Manpages(args) => shell::manpages(args),
     }
 }
 

@@ -33,6 +33,7 @@ const DEFAULT_FILE: &str = "cluster_config.json";
 pub enum RolloutCommand {
     /// Give every node of the config its id and the config (each dialled at its grpc_address).
     BootstrapNodes {
+        /// The cluster config file (read; a sequence that changes the cluster writes it back).
         #[arg(long, default_value = DEFAULT_FILE, value_name = "FILE")]
         config: PathBuf,
         #[command(flatten)]
@@ -40,8 +41,10 @@ pub enum RolloutCommand {
     },
     /// Give one node of the config its id and the config (e.g. a replaced node).
     BootstrapNode {
+        /// The cluster config file (read; a sequence that changes the cluster writes it back).
         #[arg(long, default_value = DEFAULT_FILE, value_name = "FILE")]
         config: PathBuf,
+        /// The node's id in the config.
         #[arg(long, value_name = "ID")]
         node_id: String,
         #[command(flatten)]
@@ -49,8 +52,10 @@ pub enum RolloutCommand {
     },
     /// Add a node to the running cluster (one version), optionally followed by a rebalance.
     AddNode {
+        /// The cluster config file (read; a sequence that changes the cluster writes it back).
         #[arg(long, default_value = DEFAULT_FILE, value_name = "FILE")]
         config: PathBuf,
+        /// The node's id in the config.
         #[arg(long, value_name = "ID")]
         node_id: String,
         /// The node's gRPC address (host:port).
@@ -72,12 +77,16 @@ pub enum RolloutCommand {
     },
     /// Move a shard's replica to another node: add the new replica, bake, remove the old one.
     MoveShard {
+        /// The cluster config file (read; a sequence that changes the cluster writes it back).
         #[arg(long, default_value = DEFAULT_FILE, value_name = "FILE")]
         config: PathBuf,
+        /// The shard's id in the config.
         #[arg(long, value_name = "ID")]
         shard_id: String,
+        /// The node that gives the replica up.
         #[arg(long, value_name = "ID")]
         from_node: String,
+        /// The node that takes the replica.
         #[arg(long, value_name = "ID")]
         to_node: String,
         #[command(flatten)]
@@ -85,8 +94,10 @@ pub enum RolloutCommand {
     },
     /// Split an active shard: children activating on the parent's nodes, then active (parent inactive).
     SplitShard {
+        /// The cluster config file (read; a sequence that changes the cluster writes it back).
         #[arg(long, default_value = DEFAULT_FILE, value_name = "FILE")]
         config: PathBuf,
+        /// The shard's id in the config.
         #[arg(long, value_name = "ID")]
         shard_id: String,
         /// The first key of the second child, 8 hex digits (e.g. 08000000); without it the split policy chooses.
@@ -102,6 +113,7 @@ pub enum RolloutCommand {
     },
     /// Even out replicas across nodes as the placement policy's rebalance plan says.
     Rebalance {
+        /// The cluster config file (read; a sequence that changes the cluster writes it back).
         #[arg(long, default_value = DEFAULT_FILE, value_name = "FILE")]
         config: PathBuf,
         /// Replica moves per round (each move hands a lease over).
