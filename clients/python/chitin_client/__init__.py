@@ -27,13 +27,20 @@ import grpc
 
 from chitin_client.proto import chitin_pb2 as pb
 from chitin_client.proto import chitin_pb2_grpc as rpc
+from chitin_client.watch import Acquired, Draining, Gap, Lost, OwnershipWatch, Subscribed
 
 __all__ = [
+    "Acquired",
     "Applied",
     "Client",
+    "Draining",
+    "Gap",
     "Holder",
+    "Lost",
     "NotApplied",
+    "OwnershipWatch",
     "Refused",
+    "Subscribed",
     "Unknown",
     "classify",
     "parse_nodes",
@@ -326,6 +333,12 @@ class Client:
     def route_stream(self, stream: str) -> "pb.ShardLease":
         """The lease of the shard ``stream``'s appends go to."""
         return self.route(self.application, stream_key(stream))
+
+    def watch_ownership(self, acknowledges: bool = False) -> "OwnershipWatch":
+        """The ownership events of the first node that answers, surviving
+        gaps (:mod:`chitin_client.watch`); with ``acknowledges`` the watch
+        takes part in handoffs (answer each Draining with ``released``)."""
+        return OwnershipWatch(self, acknowledges)
 
     def read(self, stream: str, from_: int = 1, limit: int = 1000) -> "pb.ReadResponse":
         """Entries of ``stream`` from sequence ``from_`` (any node answers)."""

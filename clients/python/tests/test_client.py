@@ -6,7 +6,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from chitin_client import Applied, Client, NotApplied, Refused, parse_nodes, stream_key
+from chitin_client import Applied, Client, NotApplied, Refused, Subscribed, parse_nodes, stream_key
 
 HERE = Path(__file__).resolve().parent
 
@@ -81,3 +81,17 @@ def test_a_bad_request_is_refused_not_retried(node):
             c.append("", b"p")
         assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
         assert "stream must be 1..=255 bytes" in e.value.message
+
+
+def test_a_watch_subscribes_past_a_dead_node_with_everything_held(node, dead):
+    with Client([dead, node.api], backoff=0.01) as c:
+        watch = c.watch_ownership(acknowledges=True)
+        first = next(watch)
+        assert isinstance(first, Subscribed), first
+        assert first.node == node.api
+        # A standalone node holds every shard: any stream's is among them.
+        assert c.route_stream(fresh("w")).shard in {lease.shard for lease in first.held}
+        # A RELEASED that no handoff waits for is refused by the node: nothing to do.
+        lease = first.held[0]
+        assert watch.released(lease.shard, lease.epoch) is False
+        watch.close()

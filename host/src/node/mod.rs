@@ -240,14 +240,7 @@ impl Node {
         })?;
         lease::checks::run(&store, !standalone).await?;
         store.migrate().await?;
-        let recorded = store.recorded_meta().await?.map(|m| (m.lease_ttl, m.renew_interval));
-        if let Some(leases) = settings.leases.at_cluster_timing(recorded) {
-            settings.leases = leases;
-            let (ttl, round) = (settings.lease_ttl(), settings.renew_interval());
-            settings.validate().map_err(|source| NodeError::ClusterTiming { ttl, round, source })?;
-            store.set_lease_timing(ttl, round);
-            tracing::info!(?ttl, ?round, "lease timing: the cluster's (leases.ttl_secs and renew_interval_secs unset)");
-        }
+        take_cluster_timing(&mut settings, &mut store).await?;
 
         let (config, map, address) = if standalone {
             let address = local_address(&settings.api.listen);
@@ -667,6 +660,20 @@ impl Node {
 
 /// The Redis coordinator of a cluster-mode node; it connects on first use,
 /// so a node whose Redis is down still starts (and fails open).
+/// Runs at the cluster's recorded lease timing when `settings` leave it to
+/// the cluster ([`crate::settings::LeaseSettings::at_cluster_timing`]).
+async fn take_cluster_timing(settings: &mut Settings, store: &mut Store) -> Result<(), NodeError> {
+    let recorded = store.recorded_meta().await?.map(|m| (m.lease_ttl, m.renew_interval));
+    if let Some(leases) = settings.leases.at_cluster_timing(recorded) {
+        settings.leases = leases;
+        let (ttl, round) = (settings.lease_ttl(), settings.renew_interval());
+        settings.validate().map_err(|source| NodeError::ClusterTiming { ttl, round, source })?;
+        store.set_lease_timing(ttl, round);
+        tracing::info!(?ttl, ?round, "lease timing: the cluster's (leases.ttl_secs and renew_interval_secs unset)");
+    }
+    Ok(())
+}
+
 fn coordinator(settings: &Settings, uuid: Uuid, address: &str) -> Result<crate::coord::Coordinator, NodeError> {
     let url = settings.cluster.redis_url.clone().unwrap_or_default();
     let mut config = crate::coord::CoordConfig::new(url);

@@ -365,22 +365,31 @@ async fn a_live_node_whose_liveness_session_is_ended_keeps_its_shards_mariadb() 
 /// Every node's liveness session ended at once (a pooler or proxy restart):
 /// every watcher finds a free lock at once, nobody is marked down, nothing
 /// moves.
-#[tokio::test(flavor = "multi_thread")]
-async fn every_liveness_session_ended_at_once_moves_nothing() {
+async fn every_session_ended_moves_nothing(dialect: Dialect) -> Result<()> {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, at_defaults).await.unwrap();
-    c.wait_settled(Duration::from_secs(90)).await.unwrap();
+    let mut c = Cluster::new(dialect, 3, 8, 3, at_defaults).await?;
+    c.wait_settled(Duration::from_secs(90)).await?;
     let store = c.store().await;
-    let before = quiet_holders(&store).await.unwrap();
+    let before = quiet_holders(&store).await?;
     let mut victims = Vec::new();
     for n in &c.nodes {
-        victims.push(registration(&store, &n.name).await.unwrap().id);
+        victims.push(registration(&store, &n.name).await?.id);
     }
-    end_sessions(Dialect::Postgres, &c.db.as_ref().unwrap().url, &victims).await.unwrap();
-    wait_sessions_back(&c, &[0, 1, 2]).await.unwrap();
-    assert_nothing_moved(&mut c, &store, &before).await.unwrap();
+    end_sessions(dialect, &c.db.as_ref().unwrap().url, &victims).await?;
+    wait_sessions_back(&c, &[0, 1, 2]).await?;
+    assert_nothing_moved(&mut c, &store, &before).await?;
     store.close().await;
-    c.teardown().await.unwrap();
+    c.teardown().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_liveness_session_ended_at_once_moves_nothing_postgres() {
+    every_session_ended_moves_nothing(Dialect::Postgres).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_liveness_session_ended_at_once_moves_nothing_mariadb() {
+    every_session_ended_moves_nothing(Dialect::MySql).await.unwrap();
 }
 
 /// A backend of the database killed with SIGKILL: PostgreSQL then restarts

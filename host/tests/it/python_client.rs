@@ -116,3 +116,65 @@ fn the_python_fence_runs_the_rust_statements() {
     });
     assert_eq!(got, want);
 }
+
+/// A Python application takes part in handoffs through the client's
+/// acknowledging watch (`tests/acknowledging_app.py`): each shard of its
+/// drained node is released by the application (the node takes the answer)
+/// and lost only after that, well before the release timeout would have let
+/// the handoff go on without it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_application_releases_each_draining_shard_before_it_moves() {
+    use crate::support::cluster::*;
+    use chitin::api::proto;
+    use std::io::BufRead;
+    if Command::new("python3").arg("--version").output().is_err() {
+        println!("SKIPPED: python3 is not installed; the Python watch was not tested against a cluster");
+        return;
+    }
+    let python = venv("python3");
+    const RELEASE_TIMEOUT_MS: u64 = 2_800;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, s| {
+        s.leases.ttl_secs = Some(9.0);
+        s.leases.renew_interval_secs = Some(3.0);
+        s.leases.release_timeout_ms = Some(RELEASE_TIMEOUT_MS);
+    })
+    .await
+    .unwrap();
+    let status = c.wait_settled(std::time::Duration::from_secs(60)).await.unwrap();
+    let w = c.busiest(&status);
+    let package = root().join("clients").join("python");
+    let mut app = Command::new(&python)
+        .arg(package.join("tests").join("acknowledging_app.py"))
+        .arg(&c.nodes[w].api)
+        .env("PYTHONPATH", &package)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, done) = std::sync::mpsc::channel();
+    let stdout = app.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = lines.send(serde_json::from_str::<serde_json::Value>(&line).expect("a JSON line"));
+        }
+    });
+    let within = std::time::Duration::from_secs(60);
+    let first = done.recv_timeout(within).expect("the application subscribed");
+    let held: Vec<String> = serde_json::from_value(first["held"].clone()).unwrap();
+    assert!(!held.is_empty(), "{first}");
+    c.nodes[w].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap();
+    let status = app.wait().unwrap();
+    let events: Vec<serde_json::Value> = done.try_iter().collect();
+    assert!(status.success(), "the application failed: {events:?}\n{}", c.logs());
+    for shard in &held {
+        let of = |kind: &str| events.iter().find(|e| e["event"] == kind && e["shard"] == shard.as_str());
+        let (released, lost) = (of("released"), of("lost"));
+        let (Some(r), Some(l)) = (released, lost) else { panic!("{shard}: released {released:?}, lost {lost:?}") };
+        assert_eq!(r["ok"], true, "the node did not take the RELEASED of {shard}: {r}");
+        let (r, l) = (r["at"].as_f64().unwrap(), l["at"].as_f64().unwrap());
+        assert!(r < l, "{shard} was lost before the application released it");
+        assert!(l - r < RELEASE_TIMEOUT_MS as f64 / 1000.0 * 0.7, "{shard}: lost {:.2} s after RELEASED", l - r);
+    }
+    c.teardown().await.unwrap();
+}
