@@ -273,8 +273,16 @@ impl PrivatePostgres {
         let pid_file = self.data.join("postmaster.pid");
         let text = std::fs::read_to_string(&pid_file).map_err(KitError::io(format!("read {}", pid_file.display())))?;
         let postmaster = text.lines().next().unwrap_or_default().trim().to_owned();
+        // A signal that reached nothing would make the stall a no-op and its
+        // test pass for nothing: every step must succeed (the postmaster
+        // always has children: checkpointer, writer, the clients' backends).
         let run = |program: &str, args: &[&str]| {
-            Command::new(program).args(args).status().map(drop).map_err(KitError::io(format!("{program} {args:?}")))
+            let status = Command::new(program).args(args).status().map_err(KitError::io(format!("{program} {args:?}")))?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(KitError::Tool { command: format!("{program} {}", args.join(" ")), output: status.to_string() })
+            }
         };
         run("pkill", &["-STOP", "-P", &postmaster])?;
         run("kill", &["-STOP", &postmaster])?;
