@@ -5,8 +5,9 @@
 //!
 //! `CHITIN_FAILPOINTS=name=probability:millis[,name=…]` arms them: for
 //! example `append.before_commit=0.01:3000` pauses one append in a hundred
-//! for three seconds between its fence and its COMMIT, holding the lease
-//! row shared. [`POINTS`] lists every name.
+//! for three seconds of the node's running time (a SIGSTOP does not count)
+//! between its fence and its COMMIT, holding the lease row shared.
+//! [`POINTS`] lists every name.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -108,7 +109,28 @@ pub async fn hit(name: &'static str) {
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     if ((z ^ (z >> 31)) as f64 / u64::MAX as f64) < point.probability {
         tracing::warn!(failpoint = name, pause = ?point.pause, "failpoint: pausing");
-        tokio::time::sleep(point.pause).await;
+        park(point.pause).await;
+    }
+}
+
+/// The step a park's running time is counted in.
+#[cfg(feature = "failpoints")]
+const PARK_STEP: Duration = Duration::from_millis(100);
+
+/// Parks for `pause` of this process's running time: a SIGSTOP that falls
+/// within it ends at most the step under way, so the park goes on after
+/// SIGCONT for what it had left, as the slow work of a stopped process
+/// would. A sleep of `pause` by the wall clock would end during a long
+/// enough stop, and a holder paused mid-append would resume with nothing
+/// left holding its transaction open: whether a stopped holder keeps its
+/// lock past the takeover bound would be left to where the stop fell.
+#[cfg(feature = "failpoints")]
+async fn park(pause: Duration) {
+    let mut left = pause;
+    while !left.is_zero() {
+        let step = left.min(PARK_STEP);
+        tokio::time::sleep(step).await;
+        left -= step;
     }
 }
 
@@ -140,5 +162,21 @@ mod tests {
             let e = parse(spec).unwrap_err();
             assert!(e.contains(says), "{spec}: {e}");
         }
+    }
+
+    /// A stop of the whole process (here: its runtime's only thread
+    /// blocked, as SIGSTOP blocks it) ends at most the step under way.
+    #[cfg(feature = "failpoints")]
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_stop_of_the_process_does_not_count_toward_a_park() {
+        let start = std::time::Instant::now();
+        let parked = tokio::spawn(park(Duration::from_millis(500)));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        std::thread::sleep(Duration::from_millis(1000));
+        parked.await.unwrap();
+        // By the wall clock the park would have ended with the stop, at
+        // 1.15 s; it had 300 ms of its own time left then.
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(1350), "the park ended {took:?} after it began");
     }
 }

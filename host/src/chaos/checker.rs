@@ -221,6 +221,14 @@ pub enum Violation {
     },
 }
 
+impl Violation {
+    /// Its `kind`, as the report names it (the serde tag, so the two cannot
+    /// drift apart).
+    pub fn kind(&self) -> String {
+        serde_json::to_value(self).ok().and_then(|v| v["kind"].as_str().map(str::to_owned)).unwrap_or_default()
+    }
+}
+
 /// A measured takeover.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Takeover {

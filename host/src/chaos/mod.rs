@@ -25,7 +25,9 @@
 //! - [`checker`]: the pure rules a run is judged by, and [`claims`], the
 //!   one its dispatches are;
 //! - [`verdict`]: the pure rules a run passes by;
-//! - [`report`]: the summary table and JSON.
+//! - [`report`]: the summary table and JSON;
+//! - [`matrix`]: the control and every planted bug on one seed, each judged
+//!   by the violation it must cause.
 
 pub mod checker;
 pub mod claims;
@@ -34,6 +36,7 @@ pub mod clock;
 pub mod dispatch;
 pub mod evidence;
 pub mod lab;
+pub mod matrix;
 pub mod nemesis;
 pub mod network;
 pub mod report;

@@ -59,6 +59,20 @@ impl FaultKind {
         FaultKind::Partition,
     ];
 
+    /// Every kind, the topology changes too.
+    pub const EVERY: [FaultKind; 10] = [
+        FaultKind::Kill,
+        FaultKind::Pause,
+        FaultKind::Restart,
+        FaultKind::Drain,
+        FaultKind::Redis,
+        FaultKind::Database,
+        FaultKind::Partition,
+        FaultKind::SplitShard,
+        FaultKind::MoveShard,
+        FaultKind::AddNode,
+    ];
+
     /// The kind's name on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {

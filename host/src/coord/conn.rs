@@ -6,12 +6,18 @@
 //! comes up connects. Bounded connect and response timeouts make a dead or
 //! unreachable Redis fail fast, so dispatch can fail open instead of hanging.
 //!
+//! A first connect that fails fails for every caller that waited on it: the
+//! callers that arrive while it runs share its outcome, and for one connect
+//! timeout after it failed every caller is answered at once, instead of
+//! each trying again in turn (with Redis unreachable, the hundredth of a
+//! hundred concurrent dispatches would otherwise wait a hundred timeouts).
+//!
 //! `rediss://` is TLS (rustls), verified against the system's roots or, with
 //! [`RedisSettings::ca_file`], against the CA certificates of that file.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
@@ -65,6 +71,8 @@ pub struct RedisConn {
     client: redis::Client,
     settings: Arc<RedisSettings>,
     manager: Arc<OnceCell<ConnectionManager>>,
+    /// Held while a first connect runs; the last one's failure, and when.
+    connecting: Arc<tokio::sync::Mutex<Option<(Instant, String)>>>,
 }
 
 impl std::fmt::Debug for RedisConn {
@@ -85,7 +93,7 @@ impl RedisConn {
             }
             None => redis::Client::open(settings.url.as_str()).map_err(bad_url)?,
         };
-        Ok(RedisConn { client, settings: Arc::new(settings), manager: Arc::new(OnceCell::new()) })
+        Ok(RedisConn { client, settings: Arc::new(settings), manager: Arc::new(OnceCell::new()), connecting: Arc::default() })
     }
 
     /// Shorthand for [`RedisConn::new`] with default timeouts.
@@ -98,26 +106,46 @@ impl RedisConn {
     }
 
     /// The shared connection manager, connecting first if needed. Fails
-    /// fast (within the connect timeout and retries) when Redis is down.
+    /// fast (within the connect timeout and retries) when Redis is down, and
+    /// at once for one connect timeout after a first connect failed.
     pub async fn get(&self) -> redis::RedisResult<ConnectionManager> {
-        let m = self
-            .manager
-            .get_or_try_init(|| async {
-                let s = &self.settings;
-                let cfg = ConnectionManagerConfig::new()
-                    .set_connection_timeout(s.connection_timeout)
-                    .set_response_timeout(s.response_timeout)
-                    .set_number_of_retries(s.reconnect_retries)
-                    .set_factor(50)
-                    .set_max_delay(500)
-                    // The redis crate leaves Nagle's algorithm on: commands of
-                    // concurrent callers multiplexed on this one socket would
-                    // wait behind an unacknowledged write.
-                    .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-                ConnectionManager::new_with_config(self.client.clone(), cfg).await
-            })
-            .await?;
-        Ok(m.clone())
+        if let Some(m) = self.manager.get() {
+            return Ok(m.clone());
+        }
+        let mut last_failure = self.connecting.lock().await;
+        if let Some(m) = self.manager.get() {
+            return Ok(m.clone());
+        }
+        let s = &self.settings;
+        if let Some((at, why)) = last_failure.as_ref()
+            && at.elapsed() < s.connection_timeout
+        {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::IoError,
+                "Redis unreachable (the connect just tried failed)",
+                why.clone(),
+            )));
+        }
+        let cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(s.connection_timeout)
+            .set_response_timeout(s.response_timeout)
+            .set_number_of_retries(s.reconnect_retries)
+            .set_factor(50)
+            .set_max_delay(500)
+            // The redis crate leaves Nagle's algorithm on: commands of
+            // concurrent callers multiplexed on this one socket would
+            // wait behind an unacknowledged write.
+            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+        match ConnectionManager::new_with_config(self.client.clone(), cfg).await {
+            Ok(m) => {
+                *last_failure = None;
+                Ok(self.manager.get_or_init(|| async { m }).await.clone())
+            }
+            Err(e) => {
+                *last_failure = Some((Instant::now(), e.to_string()));
+                Err(e)
+            }
+        }
     }
 }
 

@@ -810,3 +810,30 @@ async fn metrics_count_orphaned_claims_and_deployments() {
     assert!(text.contains("chitin_deployments_orphaned_total 1"), "{text}");
     assert!(text.contains("chitin_cluster_active_instances 1"), "{text}");
 }
+
+/// A Redis that takes connections and never answers (a hung server, a
+/// black-holing proxy): twenty callers asking for the first connection at
+/// once share the one connect that runs, and are all answered within about
+/// a connect timeout, not one timeout after another.
+#[tokio::test]
+async fn a_first_connect_that_fails_fails_every_waiting_caller_at_once() {
+    // The kernel completes handshakes into the backlog; nothing answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", silent.local_addr().unwrap());
+    let conn = chitin::coord::RedisConn::open(&url).unwrap();
+    let timeout = conn.settings().connection_timeout;
+    let started = Instant::now();
+    let calls: Vec<_> = (0..20)
+        .map(|_| {
+            let conn = conn.clone();
+            tokio::spawn(async move { (conn.get().await.map(|_| ()), started.elapsed()) })
+        })
+        .collect();
+    for call in calls {
+        let (outcome, after) = call.await.unwrap();
+        assert!(outcome.is_err(), "a silent server answered");
+        // One at a time, the last would wait twenty timeouts.
+        assert!(after < timeout * 5, "a caller waited {after:?} (connect timeout {timeout:?})");
+    }
+    drop(silent);
+}
