@@ -25,6 +25,10 @@ impl Coordination {
     }
 }
 
+/// Response metadata of `DeploymentList`: the ids (comma-separated) of
+/// records the listing skipped because they are no deployment document.
+pub const UNREADABLE_DEPLOYMENTS: &str = "chitin-unreadable-deployments";
+
 fn json(value: &impl serde::Serialize) -> Result<Response<proto::JsonResponse>, Status> {
     serde_json::to_string_pretty(value)
         .map(|json| Response::new(proto::JsonResponse { json }))
@@ -203,6 +207,16 @@ impl coordination_server::Coordination for Coordination {
     async fn deployment_list(&self, req: Request<proto::DeploymentListRequest>) -> Result<Response<proto::JsonResponse>, Status> {
         let r = req.into_inner();
         let filter = ListFilter { active_only: r.active_only, instance: Some(r.instance_id).filter(|i| !i.is_empty()) };
-        json(&self.coord()?.deployments.list(&filter).await.map_err(deployment_error)?)
+        let listing = self.coord()?.deployments.list(&filter).await.map_err(deployment_error)?;
+        let mut response = json(&listing.deployments)?;
+        if !listing.unreadable.is_empty() {
+            tracing::warn!(unreadable = ?listing.unreadable, "deployment records that are no deployment document were skipped in a listing");
+            let ids: Vec<&str> = listing.unreadable.iter().map(|u| u.deployment_id.as_str()).collect();
+            // Ids are UUIDs, so the value is ASCII.
+            if let Ok(value) = ids.join(",").parse() {
+                response.metadata_mut().insert(UNREADABLE_DEPLOYMENTS, value);
+            }
+        }
+        Ok(response)
     }
 }

@@ -235,6 +235,12 @@ pub fn deployments(cmd: DeploymentsCommand) -> anyhow::Result<ExitCode> {
             }
         }
         .map_err(status)?;
+        if let Some(ids) = json.metadata().get(chitin::api::coordination::UNREADABLE_DEPLOYMENTS).and_then(|v| v.to_str().ok()) {
+            eprintln!(
+                "chitin: skipped deployment records that are no deployment document (the node's log says why): {}",
+                ids.replace(',', ", ")
+            );
+        }
         println!("{}", json.into_inner().json);
         Ok(ExitCode::SUCCESS)
     })

@@ -356,8 +356,9 @@ impl Deployments {
         show(&self.conn, &self.keys, id).await
     }
 
-    /// Deployments matching `filter`, oldest first.
-    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Deployment>, DeploymentError> {
+    /// Deployments matching `filter`, oldest first, and the records that
+    /// could not be read.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Listing, DeploymentError> {
         list(&self.conn, &self.keys, filter).await
     }
 
@@ -376,9 +377,30 @@ pub async fn show(conn: &RedisConn, keys: &Keys, id: &str) -> Result<Option<Depl
     raw.map(|r| serde_json::from_str(&r).map_err(|source| DeploymentError::Json { id, source })).transpose()
 }
 
+/// What a listing found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Listing {
+    /// The deployments matching the filter, oldest first.
+    pub deployments: Vec<Deployment>,
+    /// Records that are not a deployment document (written by hand, by a
+    /// peer of another version, or damaged): skipped, so that one bad
+    /// record does not hide every good one, and named here so the caller
+    /// can report them.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A deployment record a listing skipped.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unreadable {
+    pub deployment_id: String,
+    /// Why it could not be read.
+    pub error: String,
+}
+
 /// Deployments matching `filter`, oldest first. Set members whose record
-/// has expired are dropped from the sets on the way.
-pub async fn list(conn: &RedisConn, keys: &Keys, filter: &ListFilter) -> Result<Vec<Deployment>, DeploymentError> {
+/// has expired are dropped from the sets on the way; records that do not
+/// parse are skipped and listed in [`Listing::unreadable`].
+pub async fn list(conn: &RedisConn, keys: &Keys, filter: &ListFilter) -> Result<Listing, DeploymentError> {
     let mut c = conn.get().await?;
     let ids: Vec<String> = match (&filter.instance, filter.active_only) {
         (Some(inst), active_only) => {
@@ -410,15 +432,15 @@ pub async fn list(conn: &RedisConn, keys: &Keys, filter: &ListFilter) -> Result<
         }
     };
     let mut out = Vec::with_capacity(ids.len());
+    let mut unreadable = Vec::new();
     let mut missing = Vec::new();
     for chunk in ids.chunks(1000) {
         let doc_keys: Vec<String> = chunk.iter().map(|id| keys.deployment(id)).collect();
         let raws: Vec<Option<String>> = redis::cmd("MGET").arg(&doc_keys).query_async(&mut c).await?;
         for (id, raw) in chunk.iter().zip(raws) {
-            match raw {
-                Some(r) => out.push(
-                    serde_json::from_str::<Deployment>(&r).map_err(|source| DeploymentError::Json { id: id.clone(), source })?,
-                ),
+            match raw.map(|r| serde_json::from_str::<Deployment>(&r)) {
+                Some(Ok(d)) => out.push(d),
+                Some(Err(e)) => unreadable.push(Unreadable { deployment_id: id.clone(), error: e.to_string() }),
                 None => missing.push(id.clone()),
             }
         }
@@ -435,7 +457,7 @@ pub async fn list(conn: &RedisConn, keys: &Keys, filter: &ListFilter) -> Result<
         out.retain(|d| !d.state.is_terminal());
     }
     out.sort_by(|a, b| (a.created_at, &a.deployment_id).cmp(&(b.created_at, &b.deployment_id)));
-    Ok(out)
+    Ok(Listing { deployments: out, unreadable })
 }
 
 #[cfg(test)]

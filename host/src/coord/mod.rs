@@ -41,8 +41,8 @@ use tokio::task::JoinHandle;
 pub use affinity::{Affinity, AffinityError, Claim, DEFAULT_MAX_CLAIMS, MAX_TARGET_BYTES, ReleaseAllReport};
 pub use conn::{ConnError, RedisConn, RedisSettings};
 pub use deployments::{
-    Deployment, DeploymentError, DeploymentState, DeploymentUpdate, Deployments, ListFilter, NewDeployment, Progress,
-    TransitionError,
+    Deployment, DeploymentError, DeploymentState, DeploymentUpdate, Deployments, ListFilter, Listing, NewDeployment, Progress,
+    TransitionError, Unreadable,
 };
 pub use fail_open::{Declined, Dispatch, Dispatcher, FAIL_OPEN_MESSAGE, FailOpenPolicy, RateLimiter};
 pub use fail_open_window::FailOpenWindow;

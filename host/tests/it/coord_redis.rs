@@ -728,7 +728,10 @@ async fn deployments_lifecycle_and_terminal_refusal() {
     // Listing.
     let a2 = d.start(NewDeployment::default()).await.unwrap();
     let b1 = peer.start(NewDeployment::default()).await.unwrap();
-    let ids = |v: Vec<chitin::coord::Deployment>| v.into_iter().map(|d| d.deployment_id).collect::<BTreeSet<_>>();
+    let ids = |l: chitin::coord::Listing| {
+        assert!(l.unreadable.is_empty(), "{:?}", l.unreadable);
+        l.deployments.into_iter().map(|d| d.deployment_id).collect::<BTreeSet<_>>()
+    };
     let all = ids(d.list(&ListFilter::default()).await.unwrap());
     assert_eq!(all, [id.clone(), a2.deployment_id.clone(), b1.deployment_id.clone()].into_iter().collect());
     let active = ids(d.list(&ListFilter { active_only: true, instance: None }).await.unwrap());
@@ -744,6 +747,16 @@ async fn deployments_lifecycle_and_terminal_refusal() {
     let active = ids(d.list(&ListFilter { active_only: true, instance: Some("owner-1".into()) }).await.unwrap());
     assert!(active.is_empty());
     assert_eq!(t.smembers(&t.keys.deployments_active()), vec![b1.deployment_id.clone()]);
+
+    // A record that is no deployment document is skipped and named, and
+    // hides none of the others.
+    t.set(&t.keys.deployment(&id), "{not json");
+    let listing = d.list(&ListFilter::default()).await.unwrap();
+    assert_eq!(listing.unreadable.len(), 1, "{listing:?}");
+    assert_eq!(listing.unreadable[0].deployment_id, id);
+    assert!(listing.unreadable[0].error.contains("key must be a string"), "{:?}", listing.unreadable);
+    let listed: BTreeSet<_> = listing.deployments.into_iter().map(|d| d.deployment_id).collect();
+    assert_eq!(listed, [b1.deployment_id.clone()].into_iter().collect());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

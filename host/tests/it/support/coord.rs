@@ -86,6 +86,10 @@ impl TestNs {
         redis::cmd("EXISTS").arg(key).query(&mut self.raw()).unwrap()
     }
 
+    pub fn set(&self, key: &str, value: &str) {
+        let _: () = redis::cmd("SET").arg(key).arg(value).query(&mut self.raw()).unwrap();
+    }
+
     pub fn del(&self, key: &str) {
         let _: i64 = redis::cmd("DEL").arg(key).query(&mut self.raw()).unwrap();
     }
