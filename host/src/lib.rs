@@ -3,9 +3,12 @@
 //!
 //! # Layout
 //!
-//! Imports run one way: `server` → `api` → `node` → `lease` / `coord` /
-//! `policy` / `topology`; `upgrade` sits beside `lease`, which it reads;
-//! `proto` and `settings` serve every layer.
+//! Imports run one way, each module reaching only those below it: `chaos`
+//! → `testkit` → `server` → `api` → `rollout` → `node` → `upgrade` →
+//! `lease` / `coord` / `policy` / `topology` → `security` → `settings` →
+//! `proto` / `failpoint` / `plant`. `host/tests/it/module_graph.rs` fails on
+//! an import against it and lists the four that remain (`settings` reaching
+//! `security`, `policy` and `coord`; `security` reaching `upgrade`).
 //!
 //! - [`policy`]: the wasmtime host that loads and calls policy components;
 //! - [`topology`]: the cluster config, its invariants and transition rules;

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use chitin::policy::{Limits, Plugin, PluginSource, Slot, fixture, shadow};
+use chitin::policy::{Limits, Plugin, PluginSource, Slot, fixture};
+use chitin::rollout::shadow;
 use clap::Subcommand;
 
 /// The components a command that decides placement, rebalancing or split
@@ -43,7 +44,7 @@ impl PolicyArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct ShadowArgs {
     /// The nodes' `[leases] max_handoffs_per_round`: the drain's round cap.
-    #[arg(long, default_value_t = chitin::policy::shadow::Options::default().max_handoffs_per_round)]
+    #[arg(long, default_value_t = chitin::rollout::shadow::Options::default().max_handoffs_per_round)]
     pub max_handoffs_per_round: u32,
     /// Deadline of each call in milliseconds.
     #[arg(long, default_value_t = 100)]
@@ -51,8 +52,8 @@ pub struct ShadowArgs {
 }
 
 impl ShadowArgs {
-    fn options(&self) -> chitin::policy::shadow::Options {
-        chitin::policy::shadow::Options { max_handoffs_per_round: self.max_handoffs_per_round }
+    fn options(&self) -> chitin::rollout::shadow::Options {
+        chitin::rollout::shadow::Options { max_handoffs_per_round: self.max_handoffs_per_round }
     }
 
     fn limits(&self) -> anyhow::Result<Limits> {

@@ -25,8 +25,6 @@ pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// One histogram per outcome label value.
 type ByOutcome = Family<[(&'static str, &'static str); 1], Histogram, fn() -> Histogram>;
-/// One histogram per (slot, outcome).
-type BySlotOutcome = Family<[(&'static str, &'static str); 2], Histogram, fn() -> Histogram>;
 
 /// Buckets from 0.5 ms doubling to about 16 s: a fenced append on a local
 /// database is a millisecond or two, a takeover waits out a lease TTL.
@@ -82,11 +80,7 @@ macro_rules! metrics {
             pub fn register(&self, registry: &mut Registry) {
                 $(registry.register($name, $help, self.$field.clone());)*
                 $(registry.register($tname, $thelp, self.$tfield.0.clone());)*
-                registry.register(
-                    "chitin_policy_call_duration_seconds",
-                    "Calls into policy components, by slot and outcome (ok, refused, timeout, out_of_memory, trap, invalid, load)",
-                    POLICY_CALLS.clone(),
-                );
+                registry.register(crate::policy::metrics::NAME, crate::policy::metrics::HELP, crate::policy::metrics::calls());
             }
         }
     };
@@ -128,22 +122,6 @@ metrics! {
             "Attempts to take a free or expired lease, by outcome (granted, refused, failed)",
             ["granted", "refused", "failed"];
     }
-}
-
-/// Policy calls are timed where the slot runs them, which knows the slot
-/// and how the call ended; one node runs per process, so one family serves.
-/// Every slot's `ok` series exists from the start.
-static POLICY_CALLS: LazyLock<BySlotOutcome> = LazyLock::new(|| {
-    let family = Family::new_with_constructor(latency_histogram as fn() -> Histogram);
-    for slot in Slot::ALL {
-        let _ = family.get_or_create(&[("slot", slot.interface()), ("outcome", "ok")]);
-    }
-    family
-});
-
-/// Records one policy call of `slot` that started at `started`.
-pub fn observe_policy_call(slot: Slot, outcome: &'static str, started: Instant) {
-    POLICY_CALLS.get_or_create(&[("slot", slot.interface()), ("outcome", outcome)]).observe(started.elapsed().as_secs_f64());
 }
 
 fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {

@@ -20,8 +20,11 @@
 //!   record conversions come from the SDK's `__policy_conversions!`);
 //! - [`slot`]: a loaded slot: a warm instance, deadlines and error mapping;
 //! - [`fixture`]: the fixture runner behind `chitin policy test`;
-//! - [`shadow`]: two components over one cluster snapshot, their decisions
-//!   compared (`chitin policy diff`) or recorded as fixtures (`chitin policy fixture`).
+//! - `metrics`: the policy calls' latency family, which the node registers.
+//!
+//! Two components compared over one cluster snapshot (`chitin policy diff`)
+//! is `rollout::shadow`: it builds its calls as the node and the control
+//! sequences do, so it sits above both.
 //!
 //! Calls are synchronous and take microseconds; from async code call them
 //! through `tokio::task::spawn_blocking` (WASI host calls, such as a guest's
@@ -32,9 +35,9 @@ pub mod cache;
 pub mod engine;
 pub mod env;
 pub mod fixture;
+pub(crate) mod metrics;
 pub mod plugin;
 pub mod sandbox;
-pub mod shadow;
 pub mod since_v0_1_0;
 pub mod slot;
 pub mod wit;

@@ -90,7 +90,7 @@ impl SlotRunner {
             Ok(_) => "ok",
             Err(e) => e.outcome(),
         };
-        crate::node::metrics::observe_policy_call(self.slot, outcome, started);
+        super::metrics::observe_call(self.slot, outcome, started);
         result
     }
 

@@ -8,11 +8,16 @@
 //!   in `<config>.rollout.json` next to the config file; whether a request
 //!   starts, resumes or is refused;
 //! - [`exec`] (I/O): pushes each planned version to every node over the
-//!   admin plane, waits until every node reports it, checkpoints, bakes.
+//!   admin plane, waits until every node reports it, checkpoints, bakes;
+//! - [`shadow`]: two policy components over one recorded cluster, their
+//!   decisions compared (`chitin policy diff`) or recorded as fixtures
+//!   (`chitin policy fixture`), each call built as the node and [`plan`]
+//!   build it.
 
 pub mod checkpoint;
 pub mod exec;
 pub mod plan;
+pub mod shadow;
 
 pub use checkpoint::{Checkpoint, Decision};
 pub use plan::{Plan, PlanError, Sequence, Step};

@@ -21,6 +21,7 @@ mod journal_requests;
 mod lease_checks;
 mod lease_store;
 mod listener_limits;
+mod module_graph;
 mod node_cluster;
 mod node_liveness;
 mod node_standalone;

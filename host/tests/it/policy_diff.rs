@@ -13,8 +13,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::support::cluster::*;
-use chitin::policy::shadow::Report;
 use chitin::policy::{Limits, Plugin, PluginSource, Slot, SlotRunner, sdk};
+use chitin::rollout::shadow::Report;
 use chitin::topology::ClusterConfig;
 use chitin::topology::model::Metadata;
 use chitin::topology::snapshot::{Snapshot, SnapshotLease, SnapshotLoad, SnapshotNode, VERSION};
@@ -353,10 +353,10 @@ async fn a_snapshot_of_a_running_cluster_round_trips_through_diff_and_fixtures()
     assert!(counted > 0.0, "the appends left no load: {:?}", snap.load);
     assert!(snap.load.iter().all(|l| l.ranges.len() == 64), "64 sub-ranges per shard");
     // A drain's request carries the load recorded for the shards it hands over, as the node's does.
-    let drains: Vec<sdk::DrainRequest> = chitin::policy::shadow::cases(&snap, &Default::default())
+    let drains: Vec<sdk::DrainRequest> = chitin::rollout::shadow::cases(&snap, &Default::default())
         .into_iter()
         .filter_map(|c| match c.request {
-            chitin::policy::shadow::Request::PlanDrain(d) => Some(d.request),
+            chitin::rollout::shadow::Request::PlanDrain(d) => Some(d.request),
             _ => None,
         })
         .collect();

@@ -30,9 +30,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::fixture::{Expect, Fixture};
-use super::{Limits, Plugin, PolicyCallError, PolicyLoadError, Slot, SlotRunner, sdk};
 use crate::node::plan::{self, DrainInput, LiveNode};
+use crate::policy::fixture::{Expect, Fixture};
+use crate::policy::{Limits, Plugin, PolicyCallError, PolicyLoadError, Slot, SlotRunner, sdk};
 use crate::topology::ShardState;
 use crate::topology::snapshot::Snapshot;
 
@@ -182,7 +182,7 @@ pub fn cases(snap: &Snapshot, opts: &Options) -> Vec<Case> {
 
     for (_, s) in config.shards().filter(|(_, s)| s.state == ShardState::Active) {
         // The same request `split-shard` builds; only an active shard splits.
-        let Ok(mut request) = crate::rollout::plan::split_request(config, &s.id, None, 2) else { continue };
+        let Ok(mut request) = super::plan::split_request(config, &s.id, None, 2) else { continue };
         if let Some(l) = snap.load_of(&s.id) {
             let (load, samples) = l.split_input();
             request.load = Some(load);
