@@ -7,8 +7,8 @@
 //! → `testkit` → `server` → `api` → `rollout` → `node` → `upgrade` →
 //! `lease` / `coord` / `policy` / `topology` → `security` → `settings` →
 //! `proto` / `failpoint` / `plant`. `host/tests/it/module_graph.rs` fails on
-//! an import against it and lists the four that remain (`settings` reaching
-//! `security`, `policy` and `coord`; `security` reaching `upgrade`).
+//! an import against it and lists the two that remain (`settings` reaching
+//! `security` and `policy`).
 //!
 //! - [`policy`]: the wasmtime host that loads and calls policy components;
 //! - [`topology`]: the cluster config, its invariants and transition rules;

@@ -4,9 +4,10 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use chitin::security::Plane;
 use chitin::security::auth::token_from_env;
 use chitin::security::tls::{self, ClientTls, ClientTlsKeys, NodeChannel};
-use chitin::security::{BearerAuth, Plane};
+use chitin::upgrade::wire::BearerAuth;
 pub use chitin_client::Nodes;
 use tonic::service::interceptor::InterceptedService;
 

@@ -195,8 +195,9 @@ return {refreshed, dropped, scan[1]}
 /// Members of the by-instance set one refresh call walks.
 const REFRESH_SLICE_LEN: usize = 1000;
 
-/// Claims one instance may hold by default (`cluster.max_claims_per_instance`).
-pub const DEFAULT_MAX_CLAIMS: u64 = 100_000;
+/// Claims one instance may hold by default (`cluster.max_claims_per_instance`,
+/// whose default the settings hold).
+pub use crate::settings::DEFAULT_MAX_CLAIMS_PER_INSTANCE as DEFAULT_MAX_CLAIMS;
 
 /// The longest target id, in bytes: an id is a key of the application's
 /// (a user, a session, a job), and Redis keeps every claim in memory.

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-use crate::security::BearerAuth;
 use crate::security::tls::{self, ClientTls, TlsError};
+use crate::upgrade::wire::BearerAuth;
 
 /// A channel to a peer that signs every call with the peer token.
 pub type PeerChannel = InterceptedService<Channel, BearerAuth>;

@@ -114,7 +114,7 @@ pub enum ExecError {
 
 // ---------------------------------------------------------------- client
 
-pub use crate::security::BearerAuth;
+pub use crate::upgrade::wire::BearerAuth;
 
 /// An admin-plane client of one node.
 pub type Admin = AdminClient<InterceptedService<crate::security::tls::NodeChannel, BearerAuth>>;

@@ -24,7 +24,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tonic::codegen::http;
-use tonic::metadata::{Ascii, MetadataValue};
 use tonic::{Request, Status};
 
 use super::tls::PeerCa;
@@ -294,29 +293,6 @@ impl Gatekeeper {
             Some(Plane::Client) => self.client.check(headers, cluster_certificate),
             Some(Plane::Peer) => self.peer.check(headers, cluster_certificate),
         }
-    }
-}
-
-/// The client side of every chitin call (the CLI, the rollout executor,
-/// node-to-node calls): this binary's protocol metadata
-/// (`upgrade::wire::stamp`), and `authorization: Bearer <token>` when a
-/// token is set.
-#[derive(Clone, Debug, Default)]
-pub struct BearerAuth(Option<MetadataValue<Ascii>>);
-
-impl BearerAuth {
-    pub fn new(token: Option<&str>) -> BearerAuth {
-        BearerAuth(token.and_then(|t| format!("Bearer {t}").parse().ok()))
-    }
-}
-
-impl tonic::service::Interceptor for BearerAuth {
-    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
-        crate::upgrade::wire::stamp(req.metadata_mut());
-        if let Some(v) = &self.0 {
-            req.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(req)
     }
 }
 

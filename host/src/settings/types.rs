@@ -112,7 +112,7 @@ impl Default for ClusterSettings {
             peer_token: None,
             peer_token_file: None,
             redis_ca_file: None,
-            max_claims_per_instance: crate::coord::DEFAULT_MAX_CLAIMS,
+            max_claims_per_instance: DEFAULT_MAX_CLAIMS_PER_INSTANCE,
         }
     }
 }
@@ -179,8 +179,14 @@ pub struct LeaseSettings {
 /// stall or a 500 ms pause of the node still leaves a heartbeat in every TTL
 /// (`docs/operations.md`, "Lease timing").
 pub const DEFAULT_TTL_SECS: f64 = 2.0;
+
 /// A new cluster's renew interval: four heartbeats per TTL.
 pub const DEFAULT_RENEW_INTERVAL_SECS: f64 = 0.5;
+
+/// Affinity claims one instance may hold unless `cluster.max_claims_per_instance`
+/// says otherwise: far above what a node acts on at once, and low enough that
+/// the claim refresh of one instance stays about a hundred Redis calls.
+pub const DEFAULT_MAX_CLAIMS_PER_INSTANCE: u64 = 100_000;
 
 impl Default for LeaseSettings {
     fn default() -> Self {

@@ -8,7 +8,7 @@
 //! comes from 0.1.0 (or an application's plain gRPC client): protocol 1.
 
 use tonic::codegen::http;
-use tonic::metadata::{AsciiMetadataValue, MetadataMap};
+use tonic::metadata::{Ascii, AsciiMetadataValue, MetadataMap, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
@@ -130,6 +130,29 @@ pub fn judge(caller: &Caller, window: Window) -> Result<u32, Status> {
         caller.describe(),
         range(window.min, window.max),
     )))
+}
+
+/// The client side of every chitin call (the CLI, the rollout executor,
+/// node-to-node calls): this binary's protocol metadata ([`stamp`]), and
+/// `authorization: Bearer <token>` when a token is set (the server checks
+/// it first, `security::auth`).
+#[derive(Clone, Debug, Default)]
+pub struct BearerAuth(Option<MetadataValue<Ascii>>);
+
+impl BearerAuth {
+    pub fn new(token: Option<&str>) -> BearerAuth {
+        BearerAuth(token.and_then(|t| format!("Bearer {t}").parse().ok()))
+    }
+}
+
+impl tonic::service::Interceptor for BearerAuth {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        stamp(req.metadata_mut());
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
 }
 
 #[cfg(test)]

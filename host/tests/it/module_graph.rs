@@ -32,8 +32,6 @@ const LAYERS: &[&[&str]] = &[
 const KNOWN: &[(&str, &str, &str)] = &[
     ("settings", "security", "the settings rules check listener exposure and tokens with security's rules"),
     ("settings", "policy", "PolicySettings is the policy host's type, embedded in the settings"),
-    ("settings", "coord", "the default of cluster.max_claims_per_instance is coord's constant"),
-    ("security", "upgrade", "the client interceptor stamps the wire version next to the token"),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

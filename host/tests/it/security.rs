@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::support::cluster::*;
 use anyhow::{Context, Result, bail};
 use chitin::api::proto::{self, admin_client::AdminClient, journal_client::JournalClient};
-use chitin::security::BearerAuth;
+use chitin::upgrade::wire::BearerAuth;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
