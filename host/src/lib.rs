@@ -7,8 +7,8 @@
 //! → `testkit` → `server` → `api` → `rollout` → `node` → `upgrade` →
 //! `lease` / `coord` / `policy` / `topology` → `security` → `settings` →
 //! `proto` / `failpoint` / `plant`. `host/tests/it/module_graph.rs` fails on
-//! an import against it and lists the two that remain (`settings` reaching
-//! `security` and `policy`).
+//! an import against it and lists the one that remains (`settings` reaching
+//! `security`).
 //!
 //! - [`policy`]: the wasmtime host that loads and calls policy components;
 //! - [`topology`]: the cluster config, its invariants and transition rules;

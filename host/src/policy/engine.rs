@@ -26,7 +26,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { deadline: Duration::from_millis(100), memory_bytes: 64 << 20 }
+        Limits {
+            deadline: Duration::from_millis(u64::from(crate::settings::DEFAULT_POLICY_DEADLINE_MS)),
+            memory_bytes: u64::from(crate::settings::DEFAULT_POLICY_MEMORY_MIB) << 20,
+        }
     }
 }
 

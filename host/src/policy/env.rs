@@ -22,16 +22,7 @@ pub fn allowed_env(vars: impl IntoIterator<Item = (String, String)>, extra: &[St
     vars.into_iter().filter(|(k, _)| INSTANCE_ENV.contains(&k.as_str()) || extra.iter().any(|e| e == k)).collect()
 }
 
-/// Why `name` cannot be an entry of `policies.instance_id_env`, if it cannot.
-pub fn invalid_var_reason(name: &str) -> Option<&'static str> {
-    let mut chars = name.chars();
-    match chars.next() {
-        None => Some("is empty"),
-        Some(c) if !(c.is_ascii_alphabetic() || c == '_') => Some("must start with a letter or `_`"),
-        _ if !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') => Some("may hold only letters, digits and `_`"),
-        _ => None,
-    }
-}
+pub use crate::settings::invalid_var_reason;
 
 #[cfg(test)]
 mod tests {

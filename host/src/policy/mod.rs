@@ -92,55 +92,7 @@ impl std::fmt::Display for Slot {
     }
 }
 
-/// `[policies]` of `chitin.toml`: each slot maps to `"default"` (the
-/// component embedded in the binary) or to the path of a component file,
-/// plus the limits of every call. The node's settings embed this type as is.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PolicySettings {
-    /// The `instance-id` slot (the WIT spelling is accepted too).
-    #[serde(alias = "instance-id")]
-    pub instance_id: String,
-    /// The `placement` slot.
-    pub placement: String,
-    /// The `split` slot.
-    pub split: String,
-    /// The `drain` slot.
-    pub drain: String,
-    /// Take leases even when a component differs from the one the cluster
-    /// records for its slot (during a deliberate, watched rollout of a new
-    /// component); off, such a node serves and takes nothing.
-    pub allow_mismatch: bool,
-    /// Deadline of one call, in milliseconds (1 … 60000).
-    pub deadline_ms: u32,
-    /// Memory limit of one instance, in MiB (1 … 4096): all its linear
-    /// memories and tables together. `u32`, so that the conversion to bytes
-    /// cannot overflow.
-    pub memory_limit_mib: u32,
-    /// Where precompiled components are cached; default `<data dir>/policy-cache`.
-    pub cache_dir: Option<PathBuf>,
-    /// Environment variables the instance-id policy sees besides
-    /// [`env::INSTANCE_ENV`] (`CHITIN__CLUSTER__INSTANCE_ID`, `HOSTNAME`,
-    /// `POD_NAME`); no other variable reaches it.
-    pub instance_id_env: Vec<String>,
-}
-
-impl Default for PolicySettings {
-    fn default() -> Self {
-        let limits = Limits::default();
-        PolicySettings {
-            instance_id: "default".into(),
-            placement: "default".into(),
-            split: "default".into(),
-            drain: "default".into(),
-            allow_mismatch: false,
-            deadline_ms: limits.deadline.as_millis() as u32,
-            memory_limit_mib: (limits.memory_bytes >> 20) as u32,
-            cache_dir: None,
-            instance_id_env: Vec::new(),
-        }
-    }
-}
+pub use crate::settings::PolicySettings;
 
 impl PolicySettings {
     /// The configured source of `slot`.

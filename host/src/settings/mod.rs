@@ -31,7 +31,6 @@ pub mod types;
 use std::fmt;
 use std::path::PathBuf;
 
-pub use crate::policy::PolicySettings;
 pub use load::ENV_PREFIX;
 pub use types::*;
 

@@ -240,7 +240,7 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
         }
     }
     for name in &p.instance_id_env {
-        if let Some(why) = crate::policy::env::invalid_var_reason(name) {
+        if let Some(why) = super::invalid_var_reason(name) {
             bad("policies.instance_id_env", q(name), format!("{why}: each entry names an environment variable"));
         }
     }

@@ -9,8 +9,6 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
-use crate::policy::PolicySettings;
-
 /// All settings of a node.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -530,5 +528,72 @@ mod tests {
             let got = given.at_cluster_timing(recorded).map(|l| (l.ttl(), l.renew_interval()));
             assert_eq!(got, want, "{given:?} with {recorded:?}");
         }
+    }
+}
+
+/// A policy call's deadline unless `policies.deadline_ms` says otherwise.
+pub const DEFAULT_POLICY_DEADLINE_MS: u32 = 100;
+
+/// A policy instance's memory limit unless `policies.memory_limit_mib` says otherwise.
+pub const DEFAULT_POLICY_MEMORY_MIB: u32 = 64;
+
+/// `[policies]` of `chitin.toml`: each slot maps to `"default"` (the
+/// component embedded in the binary) or to the path of a component file,
+/// plus the limits of every call. Plain data: the policy host reads its sources and limits from it
+/// (`policy::PolicySettings::source`, `limits`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicySettings {
+    /// The `instance-id` slot (the WIT spelling is accepted too).
+    #[serde(alias = "instance-id")]
+    pub instance_id: String,
+    /// The `placement` slot.
+    pub placement: String,
+    /// The `split` slot.
+    pub split: String,
+    /// The `drain` slot.
+    pub drain: String,
+    /// Take leases even when a component differs from the one the cluster
+    /// records for its slot (during a deliberate, watched rollout of a new
+    /// component); off, such a node serves and takes nothing.
+    pub allow_mismatch: bool,
+    /// Deadline of one call, in milliseconds (1 … 60000).
+    pub deadline_ms: u32,
+    /// Memory limit of one instance, in MiB (1 … 4096): all its linear
+    /// memories and tables together. `u32`, so that the conversion to bytes
+    /// cannot overflow.
+    pub memory_limit_mib: u32,
+    /// Where precompiled components are cached; default `<data dir>/policy-cache`.
+    pub cache_dir: Option<PathBuf>,
+    /// Environment variables the instance-id policy sees besides
+    /// `policy::env::INSTANCE_ENV` (`CHITIN__CLUSTER__INSTANCE_ID`, `HOSTNAME`,
+    /// `POD_NAME`); no other variable reaches it.
+    pub instance_id_env: Vec<String>,
+}
+
+impl Default for PolicySettings {
+    fn default() -> Self {
+        PolicySettings {
+            instance_id: "default".into(),
+            placement: "default".into(),
+            split: "default".into(),
+            drain: "default".into(),
+            allow_mismatch: false,
+            deadline_ms: DEFAULT_POLICY_DEADLINE_MS,
+            memory_limit_mib: DEFAULT_POLICY_MEMORY_MIB,
+            cache_dir: None,
+            instance_id_env: Vec::new(),
+        }
+    }
+}
+
+/// Why `name` cannot be an entry of `policies.instance_id_env`, if it cannot.
+pub fn invalid_var_reason(name: &str) -> Option<&'static str> {
+    let mut chars = name.chars();
+    match chars.next() {
+        None => Some("is empty"),
+        Some(c) if !(c.is_ascii_alphabetic() || c == '_') => Some("must start with a letter or `_`"),
+        _ if !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') => Some("may hold only letters, digits and `_`"),
+        _ => None,
     }
 }
