@@ -22,10 +22,9 @@ use crate::plant::Plant;
 
 /// The general configuration of the proof.
 pub struct Proof {
-    /// Fault kinds: every one, so each plant meets the faults that expose it.
+    /// Fault kinds: every one, so each plant meets the faults that expose
+    /// it; a run injects one of each ([`Proof::faults`]).
     pub kinds: &'static [FaultKind],
-    /// Faults per run: one of each kind (the kinds come from shuffled bags).
-    pub faults: usize,
     pub clients: usize,
     pub failpoints: &'static str,
 }
@@ -37,10 +36,17 @@ pub struct Proof {
 /// commit for 8 s (a holder stopped with a transaction open).
 pub const PROOF: Proof = Proof {
     kinds: &FaultKind::EVERY,
-    faults: FaultKind::EVERY.len(),
     clients: 8,
     failpoints: "append.before_fence=0.1:2500,append.before_commit=0.05:8000,append.after_commit=0.1:2500",
 };
+
+impl Proof {
+    /// Faults per run: one of each kind (the kinds come from shuffled
+    /// bags, so one bag holds each once).
+    pub fn faults(&self) -> usize {
+        self.kinds.len()
+    }
+}
 
 /// The violations (the checker's `kind` names) a plant must be caught by:
 /// what the mechanism it turns off prevents.
@@ -86,7 +92,8 @@ pub struct Judged {
     pub passed: bool,
     /// Violations by kind.
     pub violations: BTreeMap<String, usize>,
-    /// Every reason the run failed, in words.
+    /// Every other reason the run failed, in words (the violations are
+    /// above).
     pub failures: Vec<String>,
 }
 
@@ -96,17 +103,31 @@ impl Judged {
         for v in &report.violations {
             *violations.entry(v.kind()).or_insert(0) += 1;
         }
-        Judged { passed: report.passed, violations, failures: report.failures.iter().map(ToString::to_string).collect() }
+        let failures = report
+            .failures
+            .iter()
+            .filter(|f| !matches!(f, super::verdict::Failure::Violations { .. }))
+            .map(ToString::to_string)
+            .collect();
+        Judged { passed: report.passed, violations, failures }
     }
+
+    /// What else the run broke besides the violations in `by`: its other
+    /// violations, then its other failures.
+    pub fn besides(&self, by: &BTreeMap<String, usize>) -> Vec<String> {
+        let others = self.violations.iter().filter(|(kind, _)| !by.contains_key(*kind));
+        counts(others).chain(self.failures.iter().cloned()).collect()
+    }
+}
+
+/// `n × kind` for each (kind, n).
+fn counts<'a>(by: impl IntoIterator<Item = (&'a String, &'a usize)>) -> impl Iterator<Item = String> {
+    by.into_iter().map(|(kind, n)| format!("{n} × {kind}"))
 }
 
 /// Judges one run of the matrix: `plant` is `None` for the control.
 pub fn judge(plant: Option<Plant>, run: &Judged) -> Outcome {
-    let why = || {
-        let mut why = run.failures.clone();
-        why.extend(run.violations.iter().map(|(kind, n)| format!("{n} × {kind}")));
-        why
-    };
+    let why = || run.besides(&BTreeMap::new());
     match plant {
         None if run.passed => Outcome::Passed,
         None => Outcome::ControlFailed { why: why() },
@@ -152,9 +173,7 @@ impl Matrix {
             let (outcome, caught) = match &r.outcome {
                 Outcome::Passed => ("passed (control)", String::new()),
                 Outcome::ControlFailed { why } => ("**CONTROL FAILED**", why.join("; ")),
-                Outcome::Caught { by } => {
-                    ("caught", by.iter().map(|(kind, n)| format!("{n} × {kind}")).collect::<Vec<_>>().join(", "))
-                }
+                Outcome::Caught { by } => ("caught", counts(by).collect::<Vec<_>>().join(", ")),
                 Outcome::NotCaught => ("**NOT CAUGHT** (the run passed)", String::new()),
                 Outcome::FailedOtherwise { why } => ("**FAILED WITHOUT ITS OWN VIOLATION**", why.join("; ")),
             };
@@ -191,16 +210,7 @@ pub async fn run(opts: ChaosOptions, plants: &[Plant]) -> Result<Matrix, ChaosEr
         let judged = Judged::of(&report);
         let outcome = judge(plant, &judged);
         let also = match &outcome {
-            Outcome::Caught { by } => {
-                let mut also: Vec<String> = judged
-                    .violations
-                    .iter()
-                    .filter(|(kind, _)| !by.contains_key(*kind))
-                    .map(|(kind, n)| format!("{n} × {kind}"))
-                    .collect();
-                also.extend(judged.failures.iter().filter(|f| !f.contains("violations of the checker")).cloned());
-                also
-            }
+            Outcome::Caught { by } => judged.besides(by),
             _ => Vec::new(),
         };
         tracing::info!(run = name, ?outcome, "plant matrix: run judged");
@@ -228,14 +238,16 @@ mod tests {
             (None, run(true, &[], &[]), Outcome::Passed),
             (
                 None,
-                run(false, &[("lost", 1)], &["1 violations of the checker's rules"]),
-                Outcome::ControlFailed { why: vec!["1 violations of the checker's rules".into(), "1 × lost".into()] },
+                run(false, &[("lost", 1)], &["fault 2 (kill of node-01) did not take effect: no takeover"]),
+                Outcome::ControlFailed {
+                    why: vec!["1 × lost".into(), "fault 2 (kill of node-01) did not take effect: no takeover".into()],
+                },
             ),
-            (Some(Plant::Fence), run(false, &[("stale_epoch", 3)], &["3 violations"]), caught(&[("stale_epoch", 3)])),
+            (Some(Plant::Fence), run(false, &[("stale_epoch", 3)], &[]), caught(&[("stale_epoch", 3)])),
             // Its own violation among others still catches it.
             (
                 Some(Plant::ForwardOnce),
-                run(false, &[("epoch_reused", 1), ("not_applied_stored", 2)], &["3 violations"]),
+                run(false, &[("epoch_reused", 1), ("not_applied_stored", 2)], &[]),
                 caught(&[("not_applied_stored", 2)]),
             ),
             (Some(Plant::SplitRetirement), run(false, &[("overlapping_owners", 2)], &[]), caught(&[("overlapping_owners", 2)])),
@@ -248,12 +260,30 @@ mod tests {
             ),
             (
                 Some(Plant::AffinityClaim),
-                run(false, &[("slow_takeover", 1)], &["1 violations"]),
-                Outcome::FailedOtherwise { why: vec!["1 violations".into(), "1 × slow_takeover".into()] },
+                run(false, &[("slow_takeover", 1)], &[]),
+                Outcome::FailedOtherwise { why: vec!["1 × slow_takeover".into()] },
             ),
         ];
         for (plant, judged, want) in cases {
             assert_eq!(judge(plant, &judged), want, "{plant:?}");
+        }
+    }
+
+    /// Beside the violations that caught a plant: its other violations, then
+    /// its other failures.
+    #[test]
+    fn what_else_a_caught_run_broke_is_listed() {
+        let by = BTreeMap::from([("not_applied_stored".to_string(), 2)]);
+        let cases: [(Judged, Vec<&str>); 3] = [
+            (run(false, &[("not_applied_stored", 2)], &[]), vec![]),
+            (run(false, &[("epoch_reused", 1), ("not_applied_stored", 2)], &[]), vec!["1 × epoch_reused"]),
+            (
+                run(false, &[("not_applied_stored", 2), ("slow_takeover", 3)], &["fault 1 (pause) did not take effect: x"]),
+                vec!["3 × slow_takeover", "fault 1 (pause) did not take effect: x"],
+            ),
+        ];
+        for (judged, want) in cases {
+            assert_eq!(judged.besides(&by), want, "{judged:?}");
         }
     }
 

@@ -171,7 +171,7 @@ fn options(args: &ChaosArgs, seed: u64, dir: PathBuf) -> anyhow::Result<ChaosOpt
     };
     Ok(ChaosOptions {
         nodes: args.nodes,
-        faults: args.faults.or(proof.map(|p| p.faults)).unwrap_or(20),
+        faults: args.faults.or(proof.map(|p| p.faults())).unwrap_or(20),
         duration: Duration::from_secs(args.duration),
         seed,
         database: match (args.private_postgres, args.private_mariadb, &args.database_url) {

@@ -237,7 +237,9 @@ pub fn deployments(cmd: DeploymentsCommand) -> anyhow::Result<ExitCode> {
         .map_err(status)?;
         if let Some(ids) = json.metadata().get(chitin::api::coordination::UNREADABLE_DEPLOYMENTS).and_then(|v| v.to_str().ok()) {
             eprintln!(
-                "chitin: skipped deployment records that are no deployment document (the node's log says why): {}",
+                "chitin: skipped deployment records that are no deployment document: {} (the node's log gives each \
+                 parse error; a record written by hand or damaged can be deleted from Redis, one written by a newer \
+                 chitin is read by that version)",
                 ids.replace(',', ", ")
             );
         }

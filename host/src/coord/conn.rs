@@ -122,7 +122,8 @@ impl RedisConn {
         {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::IoError,
-                "Redis unreachable (the connect just tried failed)",
+                "Redis unreachable: the connect tried under a second ago failed (tried again after the connect timeout; \
+                 check cluster.redis_url and that Redis is up)",
                 why.clone(),
             )));
         }
