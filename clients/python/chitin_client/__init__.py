@@ -2,7 +2,8 @@
 request id, typed append outcomes. The contract is docs/clients.md (the Rust
 crate chitin-client follows the same one):
 
-- an append goes to its stream's shard holder (asked once per stream with
+- an append goes to its stream's shard holder (from the assignment map once
+  :meth:`Client.assignment_map` started one, else asked once per stream with
   ``Ownership.Route``) or else to the node the client is on; any node accepts
   it and forwards, so routing only saves a hop;
 - a failed attempt is judged by its ``chitin-outcome`` trailer, never by the
@@ -26,18 +27,22 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Union
 import grpc
 
 from chitin_client.proto import chitin_pb2 as pb
+from chitin_client.assignments import AssignmentMap, Assignments, OutOfStep
 from chitin_client.proto import chitin_pb2_grpc as rpc
 from chitin_client.watch import Acquired, Draining, Gap, Lost, OwnershipWatch, Subscribed
 
 __all__ = [
     "Acquired",
     "Applied",
+    "AssignmentMap",
+    "Assignments",
     "Client",
     "Draining",
     "Gap",
     "Holder",
     "Lost",
     "NotApplied",
+    "OutOfStep",
     "OwnershipWatch",
     "Refused",
     "Subscribed",
@@ -204,8 +209,12 @@ class Client:
         self._channels: Dict[str, grpc.Channel] = {}
         self._routes: Dict[str, str] = {}
         self._current = 0
+        self._map: Optional[AssignmentMap] = None
 
     def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
         for c in self._channels.values():
             c.close()
         self._channels.clear()
@@ -281,6 +290,10 @@ class Client:
         return NotApplied(request_id, reason, named)
 
     def _route_of(self, stream: str) -> Optional[str]:
+        if self._map is not None:
+            shard = self._map.current().route(self.application, stream_key(stream))
+            if shard is not None and shard.holder_address:
+                return shard.holder_address
         if not self.route_appends:
             return None
         if stream not in self._routes:
@@ -339,6 +352,27 @@ class Client:
         gaps (:mod:`chitin_client.watch`); with ``acknowledges`` the watch
         takes part in handoffs (answer each Draining with ``released``)."""
         return OwnershipWatch(self, acknowledges)
+
+    def assignment_map(self) -> "AssignmentMap":
+        """Starts following the whole assignment map
+        (:mod:`chitin_client.assignments`) and routes this client's appends by
+        it from then on, with no ``Route`` call: each goes to the holder the
+        map names, and to a node's forward only when the map is stale.
+        ``close()`` stops it."""
+        if self._map is None:
+            self._map = AssignmentMap(self)
+        return self._map
+
+    def report_load(self, samples: Sequence["pb.LoadSample"]) -> int:
+        """Reports load the application served since its previous report
+        (``Ownership.ReportLoad``; each sample an application and key, or a
+        shard, with ``ops`` and ``bytes``): counted with the node's appends.
+        Raises :class:`Refused` naming the first bad sample. The number of
+        samples counted."""
+        request = pb.ReportLoadRequest(samples=list(samples))
+        return self._any_node(
+            lambda ch: rpc.OwnershipStub(ch).ReportLoad(request, timeout=self.attempt_timeout, metadata=self._metadata)
+        ).counted
 
     def read(self, stream: str, from_: int = 1, limit: int = 1000) -> "pb.ReadResponse":
         """Entries of ``stream`` from sequence ``from_`` (any node answers)."""

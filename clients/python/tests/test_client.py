@@ -6,7 +6,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from chitin_client import Applied, Client, NotApplied, Refused, Subscribed, parse_nodes, stream_key
+from chitin_client import Applied, Client, NotApplied, Refused, Subscribed, parse_nodes, pb, stream_key
+from chitin_client.proto import chitin_pb2_grpc as rpc
 
 HERE = Path(__file__).resolve().parent
 
@@ -95,3 +96,20 @@ def test_a_watch_subscribes_past_a_dead_node_with_everything_held(node, dead):
         lease = first.held[0]
         assert watch.released(lease.shard, lease.epoch) is False
         watch.close()
+
+
+def test_reported_load_is_counted_or_refused_naming_the_sample(node):
+    with Client([node.api]) as c:
+        key = 0x12345678
+        ok = pb.LoadSample(application="journal", key=key, ops=60.0, bytes=10.0)
+        bad = pb.LoadSample(application="no-such-app", key=1, ops=1.0)
+        with pytest.raises(Refused) as e:
+            c.report_load([ok, bad])
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "sample #1: unknown application `no-such-app`" in e.value.message
+        assert c.report_load([ok]) == 1
+        shard = c.route("journal", key).shard
+        admin = rpc.AdminStub(c._channel(node.api))
+        loads = admin.Load(pb.LoadRequest(shard=shard), timeout=10).shards
+        # 60 ops (and nothing from the refused report) at a 60 s half-life.
+        assert len(loads) == 1 and 0.65 < loads[0].ops_per_sec < 1.0, loads

@@ -263,6 +263,7 @@ impl ClientBuilder {
             channels: Mutex::default(),
             routes: Mutex::default(),
             current: AtomicUsize::new(start_at),
+            map: Mutex::default(),
         })))
     }
 }
@@ -282,6 +283,8 @@ struct Inner {
     routes: Mutex<HashMap<String, String>>,
     /// The index of the node asked when no holder is known.
     current: AtomicUsize,
+    /// The assignment map appends are routed by, once one is started.
+    map: Mutex<Option<tokio::sync::watch::Receiver<Arc<crate::Assignments>>>>,
 }
 
 /// Streams whose holder a client remembers, at most.
@@ -445,6 +448,9 @@ impl Client {
     /// The holder address to send `stream`'s appends to, when routing is on
     /// and the cluster names one.
     async fn route_of(&self, stream: &str) -> Option<String> {
+        if let Some(address) = self.mapped(stream) {
+            return Some(address);
+        }
         if !self.0.options.route {
             return None;
         }
@@ -459,6 +465,27 @@ impl Client {
         }
         routes.insert(stream.to_string(), address.clone());
         Some(address)
+    }
+
+    /// The holder address the assignment map names for `stream`, when this
+    /// client follows a map that has one.
+    fn mapped(&self, stream: &str) -> Option<String> {
+        let map = self.0.map.lock().expect("not poisoned").clone()?;
+        let assignments = map.borrow();
+        let a = assignments.route(&self.0.options.application, crate::stream_key(stream))?;
+        (!a.holder_address.is_empty()).then(|| a.holder_address.clone())
+    }
+
+    /// Starts following the whole assignment map (a `WatchAssignments`
+    /// stream at the first node that answers, again after every break) and
+    /// routes this client's appends by it from then on, with no `Route`
+    /// call: each goes to the holder the map names, and to a node's forward
+    /// only when the map is stale. Every clone of this client shares it;
+    /// drop every clone of the map to stop. Needs a Tokio runtime.
+    pub fn assignment_map(&self) -> crate::AssignmentMap {
+        let map = crate::AssignmentMap::start(self.clone(), String::new());
+        *self.0.map.lock().expect("not poisoned") = Some(map.subscribe());
+        map
     }
 
     fn unroute(&self, stream: &str) {
@@ -519,6 +546,22 @@ impl Client {
     /// The lease of the shard `stream`'s appends go to.
     pub async fn route_stream(&self, stream: &str) -> Result<proto::ShardLease, Error> {
         self.route(&self.0.options.application, crate::stream_key(stream)).await
+    }
+
+    /// Reports load the application served since its previous report
+    /// (`Ownership.ReportLoad`): counted with the node's appends, shown by
+    /// `chitin cluster load`, given to the drain, rebalance and split
+    /// policies. Sent to the current node (the one beside the application
+    /// comes first in its list); a report retried after a failure may count
+    /// twice, which a load estimate tolerates. `Refused` names the first bad
+    /// sample. The number of samples counted.
+    pub async fn report_load(&self, samples: Vec<proto::LoadSample>) -> Result<u32, Error> {
+        let request = proto::ReportLoadRequest { samples };
+        self.any_node(|c| {
+            let r = request.clone();
+            async move { OwnershipClient::new(c).report_load(r).await.map(|r| r.into_inner().counted) }
+        })
+        .await
     }
 
     /// `limit` entries of `stream` from sequence `from` (any node answers).

@@ -6,6 +6,9 @@
 //!   **same request id**, answered as an [`AppendOutcome`]: applied, certainly
 //!   not applied (and where to go), or unknown once the retries are spent;
 //!   reads and lookups fail over the same way;
+//! - [`AssignmentMap`]: the cluster's whole assignment map (every shard's
+//!   range, state and holder), a snapshot then deltas from any node, so that
+//!   keys are routed here ([`Client::assignment_map`] routes appends by it);
 //! - [`OwnershipWatch`]: a node's ownership events that resubscribes after a
 //!   gap (a restart, a slow watcher) and hands over a fresh `Held` snapshot;
 //! - [`fence`]: a deposed owner's writes never land: an sqlx transaction
@@ -17,6 +20,7 @@
 //! The contract it follows is in `docs/clients.md`: outcomes are read from
 //! the `chitin-outcome` trailers ([`proto::outcome`]), never from wording.
 
+pub mod assignments;
 pub mod client;
 #[cfg(feature = "fence")]
 pub mod fence;
@@ -26,6 +30,7 @@ pub mod outcome;
 pub mod proto;
 pub mod watch;
 
+pub use assignments::{AssignmentMap, Assignments, MapError};
 pub use client::{AppendOutcome, Applied, BoxChannel, Client, ClientBuilder, Dial, Error, Options, boxed};
 pub use key::{fnv1a, stream_key};
 pub use nodes::{Nodes, NodesError, Unreachable};

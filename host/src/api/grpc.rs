@@ -8,10 +8,10 @@ use tokio_stream::{Stream, StreamExt, wrappers::BroadcastStream, wrappers::Watch
 use tonic::{Request, Response, Status};
 
 use crate::lease::LeaseRow;
-use crate::node::Node;
 use crate::node::control::{BootstrapError, Control};
 use crate::node::journal::{MAX_STREAM, check_name};
 use crate::node::leases::OwnershipEvent;
+use crate::node::{Node, assignments};
 use crate::proto::{self, admin_server, journal_server, ownership_server, peer_server};
 use crate::security::listen::Throttle;
 use crate::security::tls::PeerCa;
@@ -247,6 +247,25 @@ fn shard_of(node: &Node, shard: &str) -> (String, String) {
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<proto::OwnershipEvent, Status>> + Send>>;
 
+type UpdateStream = Pin<Box<dyn Stream<Item = Result<proto::AssignmentUpdate, Status>> + Send>>;
+
+fn assignment_message(a: &assignments::Assignment) -> proto::Assignment {
+    let holder = a.holder.as_ref();
+    proto::Assignment {
+        shard: a.shard.clone(),
+        application: a.application.clone(),
+        lower: a.lower,
+        upper: a.upper,
+        state: a.state.as_str().to_string(),
+        routable: a.state.is_routable(),
+        parent: a.parent.clone().unwrap_or_default(),
+        holder: holder.map(|h| h.name.clone()).unwrap_or_default(),
+        holder_uuid: holder.map(|h| h.uuid.to_string()).unwrap_or_default(),
+        holder_address: holder.map(|h| h.address.clone()).unwrap_or_default(),
+        epoch: a.epoch as u64,
+    }
+}
+
 /// A watch's events with what lives exactly as long as the watch: its part
 /// in handoffs when it acknowledges (a handoff waits for RELEASED only while
 /// some watch that acknowledges is open).
@@ -337,6 +356,63 @@ impl ownership_server::Ownership for Api {
         let stopping = WatchStream::new(self.0.shutdown_signal()).filter(|stopped| *stopped).map(|_| None);
         let events = events.map(Some).merge(stopping).map_while(|e| e);
         Ok(Response::new(Box::pin(Watch { events: Box::pin(events), _participant: participant })))
+    }
+
+    type WatchAssignmentsStream = UpdateStream;
+
+    async fn watch_assignments(&self, req: Request<proto::WatchAssignmentsRequest>) -> Result<Response<UpdateStream>, Status> {
+        let application = req.into_inner().application;
+        let node = self.node()?;
+        if !application.is_empty() && !node.topology().config.applications.iter().any(|a| a.name == application) {
+            return Err(Status::not_found(format!("unknown application `{application}`: leave it empty for every application")));
+        }
+        let name = node.name.clone();
+        let mut sent: Option<assignments::Shards> = None;
+        let updates = WatchStream::new(node.assignments.subscribe()).filter(|s| s.version > 0).filter_map(move |latest| {
+            let shards: assignments::Shards = latest
+                .shards
+                .iter()
+                .filter(|(_, a)| application.is_empty() || a.application == application)
+                .map(|(id, a)| (id.clone(), a.clone()))
+                .collect();
+            let update = match &sent {
+                None => proto::AssignmentUpdate {
+                    node: name.clone(),
+                    version: latest.version,
+                    snapshot: true,
+                    changed: shards.values().map(assignment_message).collect(),
+                    removed: Vec::new(),
+                },
+                Some(old) => {
+                    let d = assignments::delta(old, &shards);
+                    if d.changed.is_empty() && d.removed.is_empty() {
+                        return None;
+                    }
+                    proto::AssignmentUpdate {
+                        node: name.clone(),
+                        version: latest.version,
+                        snapshot: false,
+                        changed: d.changed.iter().map(assignment_message).collect(),
+                        removed: d.removed,
+                    }
+                }
+            };
+            sent = Some(shards);
+            Some(Ok(update))
+        });
+        // Ends when the node stops, like an ownership watch.
+        let stopping = WatchStream::new(self.0.shutdown_signal()).filter(|stopped| *stopped).map(|_| None);
+        Ok(Response::new(Box::pin(updates.map(Some).merge(stopping).map_while(|u| u))))
+    }
+
+    async fn report_load(&self, req: Request<proto::ReportLoadRequest>) -> Result<Response<proto::ReportLoadResponse>, Status> {
+        let node = self.node()?;
+        let samples = crate::node::load::check_samples(&node.topology().map, &req.into_inner().samples)
+            .map_err(|why| Status::invalid_argument(format!("the load report counts nothing: {why}")))?;
+        for sample in &samples {
+            node.load.record_sample(sample);
+        }
+        Ok(Response::new(proto::ReportLoadResponse { counted: samples.len() as u32 }))
     }
 
     async fn acknowledge(&self, req: Request<proto::AcknowledgeRequest>) -> Result<Response<proto::AcknowledgeResponse>, Status> {

@@ -22,8 +22,9 @@ pub enum ClusterCommand {
     },
     /// Hand every shard of a node over and leave it running, drained, until it is stopped.
     Drain(DrainArgs),
-    /// The append load every live node counted, per shard and per sub-range (what
-    /// `split-shard` without `--split-at` gives the split policy).
+    /// The load every live node counted (its appends and what applications reported with
+    /// `ReportLoad`), per shard and per sub-range (what `split-shard` without `--split-at`
+    /// gives the split policy).
     Load {
         #[command(flatten)]
         addr: NodeAddr,
@@ -191,7 +192,7 @@ async fn load(nodes: &Nodes, shard: Option<&str>, json: bool) -> anyhow::Result<
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<24} {:>12} {:>14}", "SHARD", "APPENDS/S", "BYTES/S");
+    println!("{:<24} {:>12} {:>14}", "SHARD", "OPS/S", "BYTES/S");
     for l in &loads {
         println!("{:<24} {:>12.2} {:>14.0}", l.shard, l.ops_per_sec, l.bytes_per_sec);
         if shard.is_some() {
@@ -201,7 +202,7 @@ async fn load(nodes: &Nodes, shard: Option<&str>, json: bool) -> anyhow::Result<
         }
     }
     if loads.is_empty() {
-        println!("(no appends counted in the last minutes)");
+        println!("(no appends or reported load counted in the last minutes)");
     }
     Ok(ExitCode::SUCCESS)
 }

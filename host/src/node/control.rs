@@ -55,7 +55,8 @@ impl Control {
     /// it in place.
     pub async fn activate(&self, node: Arc<Node>) {
         let rounds = tokio::spawn(node.clone().run_rounds(self.shutdown.subscribe()));
-        let mut tasks = vec![rounds];
+        let assignments = tokio::spawn(node.clone().publish_assignments(self.shutdown.subscribe()));
+        let mut tasks = vec![rounds, assignments];
         if let Some(session) = node.take_session() {
             tasks.push(tokio::spawn(node.clone().run_liveness(session, self.shutdown.subscribe())));
         }

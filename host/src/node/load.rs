@@ -1,6 +1,8 @@
-//! Append load per shard and per sub-range, the split policy's input: each
-//! shard's key range is cut into [`BUCKETS`] equal sub-ranges, and every
-//! acknowledged append counts in its key's bucket. Counts decay with a
+//! Load per shard and per sub-range, the policies' input: each shard's key
+//! range is cut into [`BUCKETS`] equal sub-ranges; every acknowledged append
+//! counts in its key's bucket, and so does the load an application reports
+//! (`Ownership.ReportLoad`, checked by [`check_samples`]) on a key, or spread
+//! over the buckets when it names the whole shard. Counts decay with a
 //! half-life of [`HALF_LIFE`], so a rate follows the load as it moves and an
 //! idle shard fades to nothing.
 //!
@@ -12,6 +14,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use chitin_policy_sdk::RangeLoad;
+
+use super::shard_map::ShardMap;
 
 /// Sub-ranges per shard.
 pub const BUCKETS: usize = 64;
@@ -139,6 +143,66 @@ pub struct Load {
     shards: Mutex<HashMap<String, Counts>>,
 }
 
+/// Samples one `ReportLoad` may carry.
+pub const MAX_SAMPLES: usize = 10_000;
+/// Largest `ops` of one sample.
+pub const MAX_OPS: f64 = 1e12;
+/// Largest `bytes` of one sample.
+pub const MAX_BYTES: f64 = 1e15;
+
+/// Where a reported sample's load falls in its shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spot {
+    /// On one key: its sub-range counts it.
+    Key(u32),
+    /// On the whole shard: spread evenly over its sub-ranges.
+    Whole,
+}
+
+/// An application's load sample, checked and routed to its shard.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    /// The shard the load fell on.
+    pub shard: String,
+    /// The shard's range.
+    pub lower: u32,
+    /// (inclusive)
+    pub upper: u32,
+    /// Where in it.
+    pub spot: Spot,
+    /// Operations (or cost units) since the previous report.
+    pub ops: f64,
+    /// Bytes since the previous report.
+    pub bytes: f64,
+}
+
+/// The application's `samples` checked against `map` and routed: every one
+/// of them, or the first that is wrong with its index and what to fix.
+pub fn check_samples(map: &ShardMap, samples: &[crate::proto::LoadSample]) -> Result<Vec<Sample>, String> {
+    if samples.len() > MAX_SAMPLES {
+        return Err(format!("{} samples in one report; send at most {MAX_SAMPLES} per call", samples.len()));
+    }
+    samples.iter().enumerate().map(|(i, s)| check_sample(map, s).map_err(|why| format!("sample #{i}: {why}"))).collect()
+}
+
+fn check_sample(map: &ShardMap, s: &crate::proto::LoadSample) -> Result<Sample, String> {
+    for (name, value, max) in [("ops", s.ops, MAX_OPS), ("bytes", s.bytes, MAX_BYTES)] {
+        if !(value.is_finite() && (0.0..=max).contains(&value)) {
+            return Err(format!("{name} = {value} is not a number of 0..={max:e}"));
+        }
+    }
+    let (shard, spot) = match (s.application.is_empty(), s.shard.is_empty()) {
+        (false, true) => (map.route(&s.application, s.key).map_err(|e| e.to_string())?, Spot::Key(s.key)),
+        (true, false) => {
+            let shard =
+                map.shard(&s.shard).ok_or_else(|| format!("no shard `{}` carries a lease in the served config", s.shard))?;
+            (shard, Spot::Whole)
+        }
+        _ => return Err("name either an application and a key, or a shard (not both, not neither)".into()),
+    };
+    Ok(Sample { shard: shard.id.clone(), lower: shard.lower, upper: shard.upper, spot, ops: s.ops, bytes: s.bytes })
+}
+
 impl Load {
     /// Counts one append of `bytes` to `key` of `shard` (`[lower, upper]`).
     pub fn record(&self, shard: &str, lower: u32, upper: u32, key: u32, bytes: usize) {
@@ -146,15 +210,46 @@ impl Load {
     }
 
     fn record_at(&self, shard: &str, lower: u32, upper: u32, key: u32, bytes: usize, now: Instant) {
+        self.add(shard, lower, upper, now, |counts| {
+            let i = bucket_of(lower, upper, key);
+            counts.ops[i] += 1.0;
+            counts.bytes[i] += bytes as f64;
+        });
+    }
+
+    /// Counts an application's sample with the appends.
+    pub fn record_sample(&self, sample: &Sample) {
+        self.record_sample_at(sample, Instant::now());
+    }
+
+    fn record_sample_at(&self, s: &Sample, now: Instant) {
+        self.add(&s.shard, s.lower, s.upper, now, |counts| match s.spot {
+            Spot::Key(key) => {
+                let i = bucket_of(s.lower, s.upper, key);
+                counts.ops[i] += s.ops;
+                counts.bytes[i] += s.bytes;
+            }
+            Spot::Whole => {
+                let buckets: Vec<usize> = (0..BUCKETS).filter(|&i| bucket_range(s.lower, s.upper, i).is_some()).collect();
+                let share = 1.0 / buckets.len() as f64;
+                for i in buckets {
+                    counts.ops[i] += s.ops * share;
+                    counts.bytes[i] += s.bytes * share;
+                }
+            }
+        });
+    }
+
+    /// Applies `count` to `shard`'s counts, decayed to `now` (new counts
+    /// for a shard first seen, or whose range changed).
+    fn add(&self, shard: &str, lower: u32, upper: u32, now: Instant, count: impl FnOnce(&mut Counts)) {
         let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
         let counts = shards.entry(shard.to_string()).or_insert_with(|| Counts::new(lower, upper, now));
         if (counts.lower, counts.upper) != (lower, upper) {
             *counts = Counts::new(lower, upper, now);
         }
         counts.decay_to(now);
-        let i = bucket_of(lower, upper, key);
-        counts.ops[i] += 1.0;
-        counts.bytes[i] += bytes as f64;
+        count(counts);
     }
 
     /// Every shard's load now (or only `shard`'s), by shard id.
@@ -249,6 +344,54 @@ mod tests {
         assert!(s.ranges[1..].iter().all(|r| r.ops_per_sec == 0.0));
         let later = &load.snapshot_at(None, now + HALF_LIFE)[0];
         assert!((later.ops_per_sec - 5.0).abs() < 0.2, "{}", later.ops_per_sec);
+    }
+
+    #[test]
+    fn application_samples_are_checked_and_routed_or_refused_with_the_reason() {
+        use crate::proto::LoadSample;
+        let map = ShardMap::from_config(&super::super::shard_map::standalone_config("n", "127.0.0.1:1", 4));
+        let app = map.shards()[0].application.clone();
+        let first = map.shards()[0].id.clone();
+        let key = |key: u32, ops: f64| LoadSample { application: app.clone(), key, ops, bytes: 10.0, ..Default::default() };
+        let whole = LoadSample { shard: first.clone(), ops: 4.0, ..Default::default() };
+        let checked = check_samples(&map, &[key(0xffff_ffff, 2.0), whole.clone()]).unwrap();
+        assert_eq!(checked[0].spot, Spot::Key(0xffff_ffff));
+        assert_eq!(checked[0].shard, map.route(&app, 0xffff_ffff).unwrap().id);
+        assert_eq!((checked[1].shard.as_str(), checked[1].spot), (first.as_str(), Spot::Whole));
+        for (bad, why) in [
+            (LoadSample { application: "nope".into(), ops: 1.0, ..Default::default() }, "sample #1: unknown application `nope`"),
+            (LoadSample { shard: "nope".into(), ops: 1.0, ..Default::default() }, "sample #1: no shard `nope`"),
+            (LoadSample { ops: 1.0, ..Default::default() }, "sample #1: name either an application and a key, or a shard"),
+            (LoadSample { shard: first.clone(), application: app.clone(), ..Default::default() }, "not both, not neither"),
+            (key(1, f64::NAN), "sample #1: ops = NaN is not a number of 0..=1e12"),
+            (key(1, -1.0), "ops = -1 is not a number"),
+            (key(1, 2e12), "ops = 2000000000000 is not a number"),
+            (LoadSample { bytes: f64::INFINITY, ..key(1, 1.0) }, "bytes = inf is not a number of 0..=1e15"),
+        ] {
+            let err = check_samples(&map, &[key(1, 1.0), bad]).unwrap_err();
+            assert!(err.contains(why), "{err} ∌ {why}");
+        }
+        let many = vec![key(1, 1.0); MAX_SAMPLES + 1];
+        assert!(check_samples(&map, &many).unwrap_err().contains("send at most 10000 per call"));
+    }
+
+    #[test]
+    fn reported_load_counts_with_the_appends_on_its_key_or_over_the_shard() {
+        let load = Load::default();
+        let now = Instant::now();
+        let upper = u32::MAX;
+        load.record_at("s", 0, upper, 7, 100, now);
+        let on_key = Sample { shard: "s".into(), lower: 0, upper, spot: Spot::Key(upper), ops: 99.0, bytes: 0.0 };
+        load.record_sample_at(&on_key, now);
+        let lambda = std::f64::consts::LN_2 / HALF_LIFE.as_secs_f64();
+        let s = &load.snapshot_at(None, now)[0];
+        assert!((s.ops_per_sec - 100.0 * lambda).abs() < 1e-9, "one append and 99 reported ops");
+        assert!((s.ranges[BUCKETS - 1].ops_per_sec - 99.0 * lambda).abs() < 1e-9, "in the last key's sub-range");
+        let spread = Sample { spot: Spot::Whole, ops: BUCKETS as f64, ..on_key };
+        load.record_sample_at(&spread, now);
+        let s = &load.snapshot_at(None, now)[0];
+        assert!((s.ranges[1].ops_per_sec - lambda).abs() < 1e-9, "one op in each sub-range");
+        assert!((s.ops_per_sec - (100.0 + BUCKETS as f64) * lambda).abs() < 1e-9);
     }
 
     #[test]

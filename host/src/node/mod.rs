@@ -5,6 +5,7 @@
 //! - [`plan`]: every decision of a round, a drain and an append (pure);
 //! - [`leases`]: the held leases, renewal, handoff, ownership events;
 //! - [`acks`]: the application's part in a handoff (RELEASED after DRAINING);
+//! - [`assignments`]: the whole assignment map streamed to clients;
 //! - [`round`]: the lease round loop: read, plan, apply;
 //! - [`drain`]: handing every shard over (drain, graceful stop);
 //! - [`journal`]: the reference journal (fenced appends, forwarding);
@@ -22,6 +23,7 @@
 //! every shard to the recipient the `drain` policy names) → deregistered.
 
 pub mod acks;
+pub mod assignments;
 pub mod control;
 pub mod drain;
 mod fallback;
@@ -197,6 +199,8 @@ pub struct Node {
     rankings: rankings::Memo<rankings::RankingKey, rankings::Rankings>,
     /// Where shards held elsewhere were last found: forwards without a read.
     routes: routes::Routes,
+    /// The assignment map for `WatchAssignments`.
+    pub assignments: assignments::Publisher,
 }
 
 impl Node {
@@ -324,6 +328,7 @@ impl Node {
             group_commit: Arc::default(),
             rankings: Default::default(),
             routes: Default::default(),
+            assignments: Default::default(),
         });
         if let Some(cluster) = cluster_policies {
             node.compare_policies(&cluster);
@@ -491,6 +496,7 @@ impl Node {
         // Requests waiting for a holder route again; the round acts at once
         // (a finished split is seeded without waiting for the interval).
         self.leases.notify_change();
+        self.assignments.poke();
         self.kick.notify_one();
         Ok(version)
     }

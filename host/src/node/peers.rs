@@ -214,6 +214,7 @@ impl super::Node {
     pub fn on_node_down(&self, node: &str) {
         tracing::info!(%node, "a peer found a node dead; running a round now");
         self.routes.clear();
+        self.assignments.poke();
         self.kick.notify_one();
     }
 
@@ -232,6 +233,7 @@ impl super::Node {
             }
         }
         self.routes.forget(shard);
+        self.assignments.poke();
         self.leases.notify_change();
     }
 }

@@ -193,3 +193,155 @@ async fn until_all_held(watch: &mut chitin_client::OwnershipWatch, held: &mut BT
     }
     resubscribed
 }
+
+/// The map against the lease table, read directly: every shard's live
+/// holder and epoch, as `(shard, holder uuid or "", epoch)`.
+async fn table(store: &chitin::lease::Store) -> BTreeSet<(String, String, u64)> {
+    let rows = store.holders().await.unwrap();
+    rows.into_iter()
+        .map(|r| (r.shard, r.holder.filter(|_| r.live).map(|h| h.to_string()).unwrap_or_default(), r.epoch as u64))
+        .collect()
+}
+
+fn mapped(map: &chitin_client::Assignments) -> BTreeSet<(String, String, u64)> {
+    map.shards().map(|a| (a.shard.clone(), a.holder_uuid.clone(), a.epoch)).collect()
+}
+
+/// Waits until the map says what the lease table says, and no lease is
+/// moving (two equal looks of both); the map's copy at that point.
+async fn until_map_is_table(
+    map: &chitin_client::AssignmentMap,
+    store: &chitin::lease::Store,
+    what: &str,
+) -> std::sync::Arc<chitin_client::Assignments> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut equal_looks = 0;
+    loop {
+        let (rows, copy) = (table(store).await, map.current());
+        let all_held = rows.iter().all(|(_, holder, _)| !holder.is_empty());
+        equal_looks = if rows == mapped(&copy) && all_held && copy.connected { equal_looks + 1 } else { 0 };
+        if equal_looks == 2 {
+            return copy;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: the map never matched the lease table\nmap:   {:?}\ntable: {rows:?}",
+            mapped(&copy)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Appends to 64 streams; how many of them the answering node forwarded
+/// (the committing holder is not the node the client sent to).
+async fn forwarded_of_64(client: &Client, names_by_api: &std::collections::HashMap<String, String>, salt: &str) -> usize {
+    let mut forwarded = 0;
+    for i in 0..64 {
+        match client.append(&format!("{salt}-{i}"), b"p").await.unwrap() {
+            AppendOutcome::Applied(a) => forwarded += usize::from(names_by_api[&a.node] != a.holder),
+            other => panic!("append {i}: {other:?}"),
+        }
+    }
+    forwarded
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_assignment_map_follows_every_holder_and_routes_appends_to_them() {
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, _| {}).await.unwrap();
+    c.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let store = c.store().await;
+    let names_by_api: std::collections::HashMap<String, String> =
+        c.nodes.iter().map(|n| (n.api.clone(), n.name.clone())).collect();
+    let (first, third) = (c.nodes[0].api.clone(), c.nodes[2].api.clone());
+
+    // Control: without the map (and without Route) every append goes to the
+    // first node, which forwards what it does not hold.
+    let plain = client(&[&first], options(false, 3));
+    let forwarded_plain = forwarded_of_64(&plain, &names_by_api, "plain").await;
+    assert!(forwarded_plain > 0, "node-01 holds every shard? {:?}", c.status().await.unwrap());
+
+    // With the map: a snapshot equal to the lease table, every append sent
+    // to its holder.
+    let routed = client(&[&first, &third], options(false, 3));
+    let map = routed.assignment_map();
+    assert!(map.ready(Duration::from_secs(10)).await, "no snapshot within 10 s");
+    let copy = until_map_is_table(&map, &store, "at start").await;
+    assert_eq!(copy.node, "node-01", "subscribed at the first node of the list");
+    assert_eq!(copy.shards().count(), 8);
+    for a in copy.shards() {
+        assert_eq!(names_by_api.get(&a.holder_address), Some(&a.holder), "{a:?}: the holder's address is its node's");
+        assert!(a.routable && a.state == "active", "{a:?}");
+    }
+    let forwarded_map = forwarded_of_64(&routed, &names_by_api, "mapped").await;
+    assert_eq!(forwarded_map, 0, "routed by the map, none forwarded (without it: {forwarded_plain} of 64)");
+
+    // A holder killed: its shards move, and the map says where, by deltas
+    // (a higher version of the same stream).
+    let victim = c.nodes[1].name.clone();
+    let before = copy.version;
+    c.node(&victim).kill9().unwrap();
+    let copy = until_map_is_table(&map, &store, "after the kill").await;
+    assert_eq!(copy.node, "node-01", "the same stream");
+    assert!(copy.version > before, "a delta came ({before} → {})", copy.version);
+    assert!(copy.shards().all(|a| a.holder != victim), "{copy:?}");
+    assert_eq!(forwarded_of_64(&routed, &names_by_api, "after-kill").await, 0);
+
+    // The streaming node stops: the map subscribes at the next and takes
+    // its snapshot.
+    c.node("node-01").terminate(Duration::from_secs(30)).unwrap();
+    let copy = until_map_is_table(&map, &store, "after the streaming node stopped").await;
+    assert_eq!(copy.node, "node-03", "resubscribed at the next node of the list");
+    assert!(copy.shards().all(|a| a.holder == "node-03"), "the last node holds everything: {copy:?}");
+    c.teardown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reported_load_counts_with_the_appends_and_a_bad_report_counts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = standalone_node(dir.path(), "standalone", |_| {}).unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let c = client(&[&node.api], Options::default());
+    let sample = |key: u32, ops: f64| chitin_client::proto::LoadSample {
+        application: "journal".into(),
+        key,
+        ops,
+        bytes: 1000.0,
+        ..Default::default()
+    };
+    let load_of = |shard: &str| {
+        let (ok, out) = cli(&["cluster", "load", "--node", &node.api, "--shard", shard, "--json"], &[]);
+        assert!(ok, "{out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v.as_array().unwrap().first().cloned()
+    };
+
+    // A bad sample refuses the report, naming it; nothing of it counts.
+    let key = 0xdead_beef;
+    let shard = c.route("journal", key).await.unwrap().shard;
+    let bad = chitin_client::proto::LoadSample { ops: f64::NAN, ..sample(1, 0.0) };
+    match c.report_load(vec![sample(key, 500.0), bad]).await {
+        Err(chitin_client::Error::Refused { code, message }) => {
+            assert_eq!(code, tonic::Code::InvalidArgument);
+            assert!(message.contains("counts nothing: sample #1: ops = NaN"), "{message}");
+        }
+        other => panic!("a NaN sample must be refused: {other:?}"),
+    }
+    assert_eq!(load_of(&shard), None, "the refused report counted nothing");
+
+    // 500 ops on one key: the shard's load, in that key's sub-range, beside
+    // an append's.
+    assert_eq!(c.report_load(vec![sample(key, 500.0)]).await.unwrap(), 1);
+    let l = load_of(&shard).expect("the shard has load now");
+    let ops = l["ops_per_sec"].as_f64().unwrap();
+    // A decayed count of 500 with a 60 s half-life reads as 500·ln2/60 ≈ 5.8/s.
+    assert!((5.0..6.5).contains(&ops), "{l}");
+    let busy: Vec<&serde_json::Value> =
+        l["ranges"].as_array().unwrap().iter().filter(|r| r["ops_per_sec"].as_f64().unwrap() > 0.0).collect();
+    assert_eq!(busy.len(), 1, "one sub-range: {l}");
+    let (lower, upper) = (busy[0]["lower"].as_str().unwrap(), busy[0]["upper"].as_str().unwrap());
+    let within = u32::from_str_radix(lower, 16).unwrap() <= key && key <= u32::from_str_radix(upper, 16).unwrap();
+    assert!(within, "the key's sub-range: {l}");
+    let (ok, table) = cli(&["cluster", "load", "--node", &node.api], &[]);
+    assert!(ok && table.contains("OPS/S") && table.contains(&shard), "{table}");
+    node.terminate(Duration::from_secs(20)).unwrap();
+}

@@ -146,6 +146,78 @@ class OwnershipEvent(_message.Message):
     epoch: int
     def __init__(self, kind: _Optional[_Union[OwnershipEvent.Kind, str]] = ..., shard: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
+class WatchAssignmentsRequest(_message.Message):
+    __slots__ = ("application",)
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    application: str
+    def __init__(self, application: _Optional[str] = ...) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("shard", "application", "lower", "upper", "state", "routable", "parent", "holder", "holder_uuid", "holder_address", "epoch")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    LOWER_FIELD_NUMBER: _ClassVar[int]
+    UPPER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ROUTABLE_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_UUID_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    shard: str
+    application: str
+    lower: int
+    upper: int
+    state: str
+    routable: bool
+    parent: str
+    holder: str
+    holder_uuid: str
+    holder_address: str
+    epoch: int
+    def __init__(self, shard: _Optional[str] = ..., application: _Optional[str] = ..., lower: _Optional[int] = ..., upper: _Optional[int] = ..., state: _Optional[str] = ..., routable: _Optional[bool] = ..., parent: _Optional[str] = ..., holder: _Optional[str] = ..., holder_uuid: _Optional[str] = ..., holder_address: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class AssignmentUpdate(_message.Message):
+    __slots__ = ("node", "version", "snapshot", "changed", "removed")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    version: int
+    snapshot: bool
+    changed: _containers.RepeatedCompositeFieldContainer[Assignment]
+    removed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node: _Optional[str] = ..., version: _Optional[int] = ..., snapshot: _Optional[bool] = ..., changed: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., removed: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class LoadSample(_message.Message):
+    __slots__ = ("application", "key", "shard", "ops", "bytes")
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    application: str
+    key: int
+    shard: str
+    ops: float
+    bytes: float
+    def __init__(self, application: _Optional[str] = ..., key: _Optional[int] = ..., shard: _Optional[str] = ..., ops: _Optional[float] = ..., bytes: _Optional[float] = ...) -> None: ...
+
+class ReportLoadRequest(_message.Message):
+    __slots__ = ("samples",)
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    samples: _containers.RepeatedCompositeFieldContainer[LoadSample]
+    def __init__(self, samples: _Optional[_Iterable[_Union[LoadSample, _Mapping]]] = ...) -> None: ...
+
+class ReportLoadResponse(_message.Message):
+    __slots__ = ("counted",)
+    COUNTED_FIELD_NUMBER: _ClassVar[int]
+    counted: int
+    def __init__(self, counted: _Optional[int] = ...) -> None: ...
+
 class StatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -186,6 +186,16 @@ class OwnershipStub:
                 request_serializer=chitin__client_dot_proto_dot_chitin__pb2.AcknowledgeRequest.SerializeToString,
                 response_deserializer=chitin__client_dot_proto_dot_chitin__pb2.AcknowledgeResponse.FromString,
                 _registered_method=True)
+        self.WatchAssignments = channel.unary_stream(
+                '/chitin.v1.Ownership/WatchAssignments',
+                request_serializer=chitin__client_dot_proto_dot_chitin__pb2.WatchAssignmentsRequest.SerializeToString,
+                response_deserializer=chitin__client_dot_proto_dot_chitin__pb2.AssignmentUpdate.FromString,
+                _registered_method=True)
+        self.ReportLoad = channel.unary_unary(
+                '/chitin.v1.Ownership/ReportLoad',
+                request_serializer=chitin__client_dot_proto_dot_chitin__pb2.ReportLoadRequest.SerializeToString,
+                response_deserializer=chitin__client_dot_proto_dot_chitin__pb2.ReportLoadResponse.FromString,
+                _registered_method=True)
 
 
 class OwnershipServicer:
@@ -222,6 +232,26 @@ class OwnershipServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchAssignments(self, request, context):
+        """The whole assignment map, every shard's range, state and holder: a
+        snapshot, then a delta per change, so that clients route keys locally
+        and go through a node's forward only when their copy is stale. A holder
+        is as this node last read it (within a round, sooner on a notice): a
+        route, never a judgement of the lease; the holder's fence decides.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportLoad(self, request, context):
+        """Load the application served since its previous report. Report to the
+        node beside the application (a shard's load may be reported on several
+        nodes: the cluster's view sums them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OwnershipServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -244,6 +274,16 @@ def add_OwnershipServicer_to_server(servicer, server):
                     servicer.Acknowledge,
                     request_deserializer=chitin__client_dot_proto_dot_chitin__pb2.AcknowledgeRequest.FromString,
                     response_serializer=chitin__client_dot_proto_dot_chitin__pb2.AcknowledgeResponse.SerializeToString,
+            ),
+            'WatchAssignments': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchAssignments,
+                    request_deserializer=chitin__client_dot_proto_dot_chitin__pb2.WatchAssignmentsRequest.FromString,
+                    response_serializer=chitin__client_dot_proto_dot_chitin__pb2.AssignmentUpdate.SerializeToString,
+            ),
+            'ReportLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportLoad,
+                    request_deserializer=chitin__client_dot_proto_dot_chitin__pb2.ReportLoadRequest.FromString,
+                    response_serializer=chitin__client_dot_proto_dot_chitin__pb2.ReportLoadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +394,60 @@ class Ownership:
             '/chitin.v1.Ownership/Acknowledge',
             chitin__client_dot_proto_dot_chitin__pb2.AcknowledgeRequest.SerializeToString,
             chitin__client_dot_proto_dot_chitin__pb2.AcknowledgeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchAssignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/chitin.v1.Ownership/WatchAssignments',
+            chitin__client_dot_proto_dot_chitin__pb2.WatchAssignmentsRequest.SerializeToString,
+            chitin__client_dot_proto_dot_chitin__pb2.AssignmentUpdate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chitin.v1.Ownership/ReportLoad',
+            chitin__client_dot_proto_dot_chitin__pb2.ReportLoadRequest.SerializeToString,
+            chitin__client_dot_proto_dot_chitin__pb2.ReportLoadResponse.FromString,
             options,
             channel_credentials,
             insecure,
