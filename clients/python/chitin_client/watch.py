@@ -114,10 +114,21 @@ class OwnershipWatch:
         application finished and flushed the shard; the node may hand it
         over now. ``False`` when nothing waits for this answer any more (the
         handoff went on, or the node is gone): safe to ignore."""
+        return self._acknowledge(pb.AcknowledgeRequest.RELEASED, shard, epoch)
+
+    def ready(self, shard: str, epoch: int) -> bool:
+        """Answers an :class:`Acquired` of a watch that acknowledges: the
+        application claimed its fence for the shard and is ready; the node
+        serves the shard's writes (forwards included) from now on, not before
+        (at most its ``ready_timeout_ms``). ``False`` when nothing waits for
+        this answer any more: safe to ignore."""
+        return self._acknowledge(pb.AcknowledgeRequest.READY, shard, epoch)
+
+    def _acknowledge(self, ack, shard: str, epoch: int) -> bool:
         if self._stream is None:
             return False
         node = self._stream[0]
-        request = pb.AcknowledgeRequest(ack=pb.AcknowledgeRequest.RELEASED, shard=shard, epoch=epoch)
+        request = pb.AcknowledgeRequest(ack=ack, shard=shard, epoch=epoch)
         try:
             rpc.OwnershipStub(self._client._channel(node)).Acknowledge(
                 request, timeout=self._client.attempt_timeout, metadata=self._client._metadata

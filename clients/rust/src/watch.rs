@@ -67,12 +67,25 @@ impl OwnershipWatch {
     /// answer any more (the handoff went on, or the node is gone): safe to
     /// ignore.
     pub async fn released(&self, shard: &str, epoch: u64) -> Result<(), tonic::Status> {
+        self.acknowledge(proto::acknowledge_request::Ack::Released, shard, epoch).await
+    }
+
+    /// Answers a [`WatchEvent::Acquired`] of a watch that acknowledges: the
+    /// application claimed its fence for the shard and is ready; the node
+    /// serves the shard's writes (forwards included) from now on. Until then
+    /// (or the node's `ready_timeout_ms`) they wait. An error means nothing
+    /// waits for this answer any more (the timeout passed, or the shard moved
+    /// on): safe to ignore.
+    pub async fn ready(&self, shard: &str, epoch: u64) -> Result<(), tonic::Status> {
+        self.acknowledge(proto::acknowledge_request::Ack::Ready, shard, epoch).await
+    }
+
+    async fn acknowledge(&self, ack: proto::acknowledge_request::Ack, shard: &str, epoch: u64) -> Result<(), tonic::Status> {
         let Some((node, _)) = &self.stream else {
             return Err(tonic::Status::unavailable("the watch is not subscribed to a node"));
         };
         let conn = self.client.conn(node).await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-        let ack =
-            proto::AcknowledgeRequest { ack: proto::acknowledge_request::Ack::Released as i32, shard: shard.to_owned(), epoch };
+        let ack = proto::AcknowledgeRequest { ack: ack as i32, shard: shard.to_owned(), epoch };
         OwnershipClient::new(conn).acknowledge(ack).await.map(|_| ())
     }
 

@@ -421,16 +421,25 @@ impl ownership_server::Ownership for Api {
         let node = self.node()?;
         let epoch = i64::try_from(r.epoch).map_err(|_| Status::invalid_argument(format!("epoch {} is out of range", r.epoch)))?;
         match Ack::try_from(r.ack) {
-            Ok(Ack::Released) => {}
-            _ => return Err(Status::invalid_argument(format!("ack {} is not one this node takes: use RELEASED", r.ack))),
+            Ok(Ack::Released) if node.leases.is_handing_over(&r.shard, epoch) => node.leases.acks.release(&r.shard, epoch),
+            Ok(Ack::Released) => {
+                return Err(Status::failed_precondition(format!(
+                    "this node is not handing shard `{}` over at epoch {epoch}: nothing waits for this answer",
+                    r.shard
+                )));
+            }
+            Ok(Ack::Ready) if node.leases.ready(&r.shard, epoch) => {}
+            Ok(Ack::Ready) => {
+                return Err(Status::failed_precondition(format!(
+                    "this node is not readying shard `{}` at epoch {epoch} (it serves it already, after the ready \
+                     timeout, or does not hold it): nothing waits for this answer",
+                    r.shard
+                )));
+            }
+            _ => {
+                return Err(Status::invalid_argument(format!("ack {} is not one this node takes: use RELEASED or READY", r.ack)));
+            }
         }
-        if !node.leases.is_handing_over(&r.shard, epoch) {
-            return Err(Status::failed_precondition(format!(
-                "this node is not handing shard `{}` over at epoch {epoch}: nothing waits for this answer",
-                r.shard
-            )));
-        }
-        node.leases.acks.release(&r.shard, epoch);
         Ok(Response::new(proto::AcknowledgeResponse {}))
     }
 }

@@ -3,7 +3,11 @@
 //! stream is open. While there is one, a handoff that sent DRAINING waits
 //! for `Acknowledge(RELEASED)` of that shard and epoch (the application
 //! finished and flushed; its writes are still accepted meanwhile) or for
-//! `[leases] release_timeout_ms`, then goes on as without one. Lease safety
+//! `[leases] release_timeout_ms`, then goes on as without one; and a shard
+//! this node takes waits, after ACQUIRED, for `Acknowledge(READY)` (the
+//! application claimed its fence and warmed up) or `[leases]
+//! ready_timeout_ms` before its writes are served (the wait itself is the
+//! held shard's, in `leases`). Lease safety
 //! never depends on an answer: the node holds and renews the lease while it
 //! waits, and the fence refuses every write once the lease moved.
 
@@ -37,6 +41,25 @@ impl Release {
     }
 }
 
+/// How the wait for the application's READY of a shard just taken ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ready {
+    /// The application answered READY.
+    Answered,
+    /// No answer within the ready timeout; writes went on without it.
+    TimedOut,
+}
+
+impl Ready {
+    /// The label of the outcome in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ready::Answered => "ready",
+            Ready::TimedOut => "timed-out",
+        }
+    }
+}
+
 /// The participants and their answers.
 #[derive(Debug)]
 pub struct Acks {
@@ -45,7 +68,10 @@ pub struct Acks {
     released: Mutex<HashSet<(String, i64)>>,
     /// Bumped on every answer.
     answered: watch::Sender<u64>,
+    /// How long a handoff waits for RELEASED.
     timeout: Duration,
+    /// How long writes to a shard just taken wait for READY.
+    ready_timeout: Duration,
 }
 
 /// A participating watch: counts while it lives.
@@ -59,14 +85,26 @@ impl Drop for Participant {
 }
 
 impl Acks {
-    /// Answers are waited for at most `timeout` per handoff.
-    pub fn new(timeout: Duration) -> Arc<Acks> {
+    /// RELEASED is waited for at most `timeout` per handoff, READY at most
+    /// `ready_timeout` per shard taken.
+    pub fn new(timeout: Duration, ready_timeout: Duration) -> Arc<Acks> {
         Arc::new(Acks {
             participants: AtomicUsize::new(0),
             released: Mutex::new(HashSet::new()),
             answered: watch::channel(0).0,
             timeout,
+            ready_timeout,
         })
+    }
+
+    /// Whether a watch that takes part is open.
+    pub fn participating(&self) -> bool {
+        self.participants.load(Ordering::Acquire) > 0
+    }
+
+    /// How long writes to a shard just taken wait for READY.
+    pub fn ready_timeout(&self) -> Duration {
+        self.ready_timeout
     }
 
     /// A watch that takes part, until the returned guard is dropped.
@@ -85,7 +123,7 @@ impl Acks {
     /// Waits for RELEASED of `shard` at `epoch` while anyone takes part, at
     /// most the timeout; consumes the answer.
     pub async fn wait_released(&self, shard: &str, epoch: i64) -> Release {
-        if self.participants.load(Ordering::Acquire) == 0 {
+        if !self.participating() {
             return Release::NoParticipant;
         }
         let started = Instant::now();
@@ -118,7 +156,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_handoff_waits_only_while_someone_takes_part_and_only_for_its_own_answer() {
-        let acks = Acks::new(Duration::from_millis(300));
+        let acks = Acks::new(Duration::from_millis(300), Duration::from_millis(300));
         assert_eq!(acks.wait_released("s", 1).await, Release::NoParticipant);
 
         let watcher = acks.participate();

@@ -32,7 +32,7 @@ use uuid::Uuid;
 
 use crate::lease::{Lease, LeaseError, LeaseToken, SplitSeed, Store};
 
-use super::acks::{Acks, Release};
+use super::acks::{Acks, Ready, Release};
 use super::metrics::Metrics;
 
 /// What happened to one of this node's leases.
@@ -68,6 +68,10 @@ struct Held {
     serve_until: Instant,
     gate: Arc<RwLock<()>>,
     stage: Stage,
+    /// Set while the application readies a shard this node just took (an
+    /// acknowledging watch is open): writes wait for its READY or this
+    /// instant, whichever comes first.
+    ready_by: Option<Instant>,
 }
 
 /// Where a held shard is on its way out.
@@ -236,8 +240,10 @@ impl Leases {
     }
 
     /// Permission to write to `shard`, if this node serves it now. Waits for
-    /// nothing but a handoff that is already draining the shard.
+    /// the application's READY of a shard just taken (at most the ready
+    /// timeout) and for a handoff that is already draining the shard.
     pub async fn permit(&self, shard: &str) -> Option<Permit> {
+        self.wait_ready(shard).await;
         let gate = {
             let held = self.lock();
             let h = held.get(shard).filter(|h| h.serves(Instant::now()))?;
@@ -247,6 +253,47 @@ impl Leases {
         let held = self.lock();
         let h = held.get(shard).filter(|h| h.serves(Instant::now()))?;
         Some(Permit { token: h.lease.token(), _gate: guard })
+    }
+
+    /// Waits while `shard` is being readied by the application; at its
+    /// deadline the shard is served without the answer.
+    async fn wait_ready(&self, shard: &str) {
+        let mut changes = self.changes();
+        loop {
+            let Some(by) = self.lock().get(shard).and_then(|h| h.ready_by) else { return };
+            if Instant::now() >= by {
+                self.end_readying(shard, None, Ready::TimedOut);
+                return;
+            }
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep_until(by.into()) => {}
+            }
+        }
+    }
+
+    /// The application's READY for `shard` at `epoch`: its writes are served
+    /// from now on. False when this node is not readying that shard at that
+    /// epoch (it timed out, moved on, or never took it).
+    pub fn ready(&self, shard: &str, epoch: i64) -> bool {
+        self.end_readying(shard, Some(epoch), Ready::Answered)
+    }
+
+    /// Ends the readying of `shard` (at `epoch`, or any): true if it was.
+    fn end_readying(&self, shard: &str, epoch: Option<i64>, how: Ready) -> bool {
+        let by = {
+            let mut held = self.lock();
+            let h = held.get_mut(shard).filter(|h| epoch.is_none_or(|e| e == h.lease.epoch));
+            h.and_then(|h| h.ready_by.take())
+        };
+        let Some(by) = by else { return false };
+        if how == Ready::TimedOut {
+            tracing::warn!(%shard, "the application did not answer READY in time; serving the shard without it");
+        }
+        let taken = by.checked_sub(self.acks.ready_timeout()).unwrap_or(by);
+        self.metrics.ready_seconds.observe(how.as_str(), taken);
+        self.notify_change();
+        true
     }
 
     fn insert(&self, lease: Lease, sent: Instant) {
@@ -262,10 +309,9 @@ impl Leases {
                     false
                 }
                 _ => {
-                    held.insert(
-                        shard.clone(),
-                        Held { lease, serve_until, gate: Arc::new(RwLock::new(())), stage: Stage::Serving },
-                    );
+                    let ready_by = self.acks.participating().then(|| Instant::now() + self.acks.ready_timeout());
+                    let gate = Arc::new(RwLock::new(()));
+                    held.insert(shard.clone(), Held { lease, serve_until, gate, stage: Stage::Serving, ready_by });
                     true
                 }
             }

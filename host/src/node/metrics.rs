@@ -118,6 +118,9 @@ metrics! {
         handoff_seconds => "chitin_handoff_duration_seconds",
             "Handoffs from marking the shard draining to the new holder's lease, by outcome (ok, failed)",
             ["ok", "failed"];
+        ready_seconds => "chitin_ready_wait_duration_seconds",
+            "Shards this node took while an acknowledging watch was open: from taking to serving writes, by outcome (ready, timed-out)",
+            ["ready", "timed-out"];
         takeover_seconds => "chitin_takeover_duration_seconds",
             "Attempts to take a free or expired lease, by outcome (granted, refused, failed)",
             ["granted", "refused", "failed"];

@@ -298,7 +298,7 @@ impl Node {
         let metrics = Arc::new(Metrics::default());
         let ttl = settings.lease_ttl();
         let safety = settings.renew_interval().min(ttl / 4);
-        let acks = acks::Acks::new(settings.leases.release_timeout());
+        let acks = acks::Acks::new(settings.leases.release_timeout(), settings.leases.ready_timeout());
         let leases = Leases::new(store.clone(), uuid, ttl, safety, acks, metrics.clone());
         let peers = Arc::new(Peers::new(&settings)?);
         let node = Arc::new(Node {

@@ -130,6 +130,7 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
             )
         })
     });
+    let ttl_valid = ttl_rule.is_none();
     if let Some(rule) = ttl_rule {
         bad("leases.ttl_secs", ttl.to_string(), rule);
     }
@@ -142,6 +143,17 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
             "leases.release_timeout_ms",
             ms.to_string(),
             format!("must be less than leases.renew_interval_secs ({r} s): a lease round waits for the application's RELEASED"),
+        );
+    }
+    if let Some(ms) = l.ready_timeout_ms.filter(|ms| ttl_valid && *ms as f64 >= ttl * 500.0) {
+        bad(
+            "leases.ready_timeout_ms",
+            ms.to_string(),
+            format!(
+                "must be less than half of leases.ttl_secs ({ttl} s), i.e. below {} ms: writes to a shard just taken wait \
+                 for the application's READY at most this long, and half the lease must be left to serve them",
+                ttl * 500.0
+            ),
         );
     }
     let handoffs = l.max_handoffs_per_round;

@@ -170,6 +170,11 @@ pub struct LeaseSettings {
     /// Less than `renew_interval_secs` (a lease round waits for it); unset,
     /// half of it.
     pub release_timeout_ms: Option<u64>,
+    /// How long writes to a shard this node just took wait, after ACQUIRED,
+    /// for the application's READY (it claimed its fence and warmed up),
+    /// while a watch that acknowledges is open; then they are served
+    /// without it. Less than half of `ttl_secs`; unset, one renew interval.
+    pub ready_timeout_ms: Option<u64>,
 }
 
 /// A new cluster's lease TTL: a paused or cut-off node's shards are writable
@@ -188,7 +193,13 @@ pub const DEFAULT_MAX_CLAIMS_PER_INSTANCE: u64 = 100_000;
 
 impl Default for LeaseSettings {
     fn default() -> Self {
-        LeaseSettings { ttl_secs: None, renew_interval_secs: None, max_handoffs_per_round: 4, release_timeout_ms: None }
+        LeaseSettings {
+            ttl_secs: None,
+            renew_interval_secs: None,
+            max_handoffs_per_round: 4,
+            release_timeout_ms: None,
+            ready_timeout_ms: None,
+        }
     }
 }
 
@@ -224,6 +235,11 @@ impl LeaseSettings {
     /// `release_timeout_ms`, or half the renew interval (after the rules).
     pub fn release_timeout(&self) -> Duration {
         self.release_timeout_ms.map_or_else(|| Duration::from_secs_f64(self.renew_interval() / 2.0), Duration::from_millis)
+    }
+
+    /// `ready_timeout_ms`, or one renew interval (after the rules).
+    pub fn ready_timeout(&self) -> Duration {
+        self.ready_timeout_ms.map_or_else(|| Duration::from_secs_f64(self.renew_interval()), Duration::from_millis)
     }
 }
 

@@ -418,6 +418,110 @@ async fn an_acknowledging_application_writes_until_it_releases_and_only_then_the
     c.teardown().await.unwrap();
 }
 
+/// An application that readies the shards its node takes (a watch with
+/// `acknowledges` answering ACQUIRED with READY once it claimed its fence):
+/// writes to a shard its node just took, forwarded by another node or sent
+/// to it directly, are served only after READY. Without the mechanism they
+/// commit during the application's 300 ms of getting ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_to_a_shard_just_taken_wait_for_the_applications_ready() {
+    let _serial = SERIAL.lock().await;
+    // Two nodes of three: node-01's drain hands every shard to node-02. A
+    // ready timeout well above the answer's delay: the answer, not the
+    // timeout, must let the writes go on.
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 2, |_, s| s.leases.ready_timeout_ms = Some(900)).await.unwrap();
+    c.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let to = c.nodes[1].api.clone();
+    let map = c.shard_map();
+    let store = c.store().await;
+    let first = store.nodes().await.unwrap().into_iter().find(|n| n.name == "node-01" && n.live).unwrap().id;
+    let moving: Vec<(String, i64)> = store.leases_of(first).await.unwrap().into_iter().map(|r| (r.shard, r.epoch)).collect();
+    assert!(!moving.is_empty(), "node-01 holds nothing to hand over");
+
+    let client = chitin_client::Client::builder(to.parse().unwrap()).build().unwrap();
+    let mut watch = client.watch_ownership_acknowledging();
+    assert!(matches!(watch.next().await, chitin_client::WatchEvent::Subscribed { .. }));
+
+    // One writer per moving shard, through node-02 (which forwards to
+    // node-01 until it holds the shard): (issued, answered, epoch).
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = moving
+        .iter()
+        .map(|(shard, _)| {
+            let (stream, api, stop, shard) = (stream_on(&map, shard, "ready"), to.clone(), stop.clone(), shard.clone());
+            tokio::spawn(async move {
+                let mut done = Vec::new();
+                for i in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let issued = Instant::now();
+                    if let Ok(r) = append_via(&api, &stream, &format!("ready-{shard}-{i}")).await {
+                        done.push((issued, Instant::now(), r.epoch as i64));
+                    }
+                }
+                (shard, done)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let mut admin = c.nodes[0].admin().await.unwrap();
+    let drain = tokio::spawn(async move { admin.drain(proto::DrainRequest {}).await });
+    // Each shard readied on its own, as an application would.
+    let mut readying = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while readying.len() < moving.len() {
+        match tokio::time::timeout_at(deadline.into(), watch.next()).await.expect("every shard acquired within 60 s") {
+            chitin_client::WatchEvent::Acquired { shard, epoch } => {
+                let api = to.clone();
+                readying.push(tokio::spawn(async move {
+                    // Claiming the fence, warming up.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    let ready_at = Instant::now();
+                    let ack = proto::AcknowledgeRequest {
+                        ack: proto::acknowledge_request::Ack::Ready as i32,
+                        shard: shard.clone(),
+                        epoch,
+                    };
+                    let mut own = proto::ownership_client::OwnershipClient::connect(format!("http://{api}")).await.unwrap();
+                    own.acknowledge(ack).await.unwrap();
+                    (shard, (epoch as i64, ready_at))
+                }));
+            }
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    let mut readied: HashMap<String, (i64, Instant)> = HashMap::new();
+    for r in readying {
+        let (shard, at) = r.await.expect("READY accepted: the writes waited for it, not for the timeout");
+        readied.insert(shard, at);
+    }
+    drain.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    for writer in writers {
+        let (shard, done) = writer.await.unwrap();
+        let (epoch, ready_at) = readied[&shard];
+        let after: Vec<_> = done.iter().filter(|(_, _, e)| *e == epoch).collect();
+        assert!(!after.is_empty(), "{shard}: no write under the new epoch {epoch}");
+        assert!(
+            after.iter().all(|(_, answered, _)| *answered > ready_at),
+            "{shard}: a write at epoch {epoch} was served before READY"
+        );
+        assert!(
+            after.iter().any(|(issued, _, _)| *issued < ready_at),
+            "{shard}: no write arrived while the application got ready, so none had to wait"
+        );
+    }
+    // An answer nobody waits for any more is refused, saying why.
+    let (shard, (epoch, _)) = readied.iter().next().unwrap();
+    let late = watch.ready(shard, *epoch as u64).await.unwrap_err();
+    assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
+    assert!(late.message().contains("not readying"), "{late:?}");
+    c.teardown().await.unwrap();
+}
+
 /// Runs `examples/<name>` against the shared Redis for namespace `ns`.
 fn run_example(name: &str, ns: &str) -> String {
     let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);

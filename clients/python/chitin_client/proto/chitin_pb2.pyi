@@ -112,8 +112,10 @@ class AcknowledgeRequest(_message.Message):
         __slots__ = ()
         ACK_UNSPECIFIED: _ClassVar[AcknowledgeRequest.Ack]
         RELEASED: _ClassVar[AcknowledgeRequest.Ack]
+        READY: _ClassVar[AcknowledgeRequest.Ack]
     ACK_UNSPECIFIED: AcknowledgeRequest.Ack
     RELEASED: AcknowledgeRequest.Ack
+    READY: AcknowledgeRequest.Ack
     ACK_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]

@@ -226,7 +226,8 @@ class OwnershipServicer:
     def Acknowledge(self, request, context):
         """The application's answer to an event of a watch opened with
         `acknowledges`; FAILED_PRECONDITION when this node is not handing that
-        shard over at that epoch (it moved on: nothing to do).
+        shard over (RELEASED) or readying it (READY) at that epoch (it moved
+        on: nothing to do).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
