@@ -41,5 +41,6 @@ mod security;
 mod settings_load;
 mod tls;
 mod topology_cli;
+mod typescript_client;
 mod upgrade_mixed;
 mod upgrade_versions;
