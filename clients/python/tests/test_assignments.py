@@ -33,6 +33,7 @@ def holder(m, app, key):
     return s.holder if s is not None else None
 
 
+# case: map-copy
 def test_a_snapshot_then_deltas_route_every_key_to_its_shard():
     m = Assignments()
     assert m.route("kv", 0) is None
@@ -74,6 +75,7 @@ def test_journal_streams_route_in_the_journal_application_or_the_only_one():
     assert neither.route_stream("x") is None
 
 
+# case: map-routes
 def test_the_map_of_a_node_routes_appends_to_its_holder(node, dead):
     with Client([dead, node.api], route=False, backoff=0.01) as c:
         m = c.assignment_map()

@@ -21,12 +21,14 @@ def test_the_committed_stubs_are_current():
     assert done.returncode == 0, done.stderr
 
 
+# case: stream-key
 def test_stream_key_is_the_nodes_fnv1a():
     assert stream_key("") == 0x811C9DC5
     assert stream_key("a") == 0xE40C292C
     assert stream_key("foobar") == 0xBF9CF968
 
 
+# case: node-list
 def test_bad_node_lists_say_what_is_wrong():
     assert parse_nodes(" a:1 ,b:2") == ["a:1", "b:2"]
     with pytest.raises(ValueError, match="node address #2 is empty"):
@@ -37,6 +39,7 @@ def test_bad_node_lists_say_what_is_wrong():
         Client("")
 
 
+# case: failover
 def test_an_append_fails_over_past_a_dead_node(node, dead):
     stream = fresh("failover")
     with Client([dead, node.api], route=False, backoff=0.01) as c:
@@ -46,6 +49,7 @@ def test_an_append_fails_over_past_a_dead_node(node, dead):
         assert [e.payload for e in c.read(stream).entries] == [b"one"]
 
 
+# case: applies-once
 def test_the_same_request_id_applies_once(node, dead):
     stream = fresh("dedup")
     with Client([node.api]) as first, Client([dead, node.api], route=False, backoff=0.01) as second:
@@ -56,6 +60,7 @@ def test_the_same_request_id_applies_once(node, dead):
         assert [e.request_id for e in first.read(stream).entries] == ["py-once"]
 
 
+# case: routes-to-holder
 def test_routing_sends_to_the_holder(node, dead):
     stream = fresh("routed")
     with Client([dead, node.api], backoff=0.01) as c:
@@ -65,6 +70,7 @@ def test_routing_sends_to_the_holder(node, dead):
         assert (out.attempts, out.node, out.shard) == (1, lease.holder_address, lease.shard)
 
 
+# case: not-applied-names-holder
 def test_not_applied_names_the_holder(node, dead):
     stream = fresh("not-applied")
     with Client([dead, node.api], route=False, attempts=1) as c:
@@ -76,6 +82,7 @@ def test_not_applied_names_the_holder(node, dead):
         assert list(c.read(stream).entries) == []
 
 
+# case: refused
 def test_a_bad_request_is_refused_not_retried(node):
     with Client([node.api]) as c:
         with pytest.raises(Refused) as e:
@@ -84,6 +91,8 @@ def test_a_bad_request_is_refused_not_retried(node):
         assert "stream must be 1..=255 bytes" in e.value.message
 
 
+# case: watch-snapshot
+# case: answer-nobody-waits-for
 def test_a_watch_subscribes_past_a_dead_node_with_everything_held(node, dead):
     with Client([dead, node.api], backoff=0.01) as c:
         watch = c.watch_ownership(acknowledges=True)
@@ -98,6 +107,7 @@ def test_a_watch_subscribes_past_a_dead_node_with_everything_held(node, dead):
         watch.close()
 
 
+# case: load-report
 def test_reported_load_is_counted_or_refused_naming_the_sample(node):
     with Client([node.api]) as c:
         key = 0x12345678

@@ -54,6 +54,8 @@ def store(request):
         admin.close()
 
 
+# case: fence-postgres
+# case: fence-mariadb
 def test_a_claim_waits_for_the_older_epoch_refuses_it_after_and_a_child_retires_the_parent(store):
     connect, dialect, ph = store
     a, b = connect(), connect()
@@ -102,6 +104,7 @@ def test_a_claim_waits_for_the_older_epoch_refuses_it_after_and_a_child_retires_
     b.close()
 
 
+# case: fence-redis
 def test_redis_fence_refuses_stale_writes_and_retires_parents():
     client = redis.Redis.from_url(REDIS)
     prefix = f"chitin-test-{uuid.uuid4().hex[:12]}:"

@@ -229,6 +229,7 @@ mod tests {
     }
 
     #[test]
+    // case: map-copy
     fn a_snapshot_then_deltas_route_every_key_to_its_shard() {
         let mut map = Assignments::default();
         assert_eq!(map.route("kv", 0), None, "nothing before a snapshot");

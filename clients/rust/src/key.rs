@@ -17,6 +17,7 @@ mod tests {
     use super::*;
 
     #[test]
+    // case: stream-key
     fn stream_key_is_fnv1a_32() {
         assert_eq!(stream_key(""), 0x811c_9dc5);
         assert_eq!(stream_key("a"), 0xe40c_292c);

@@ -165,6 +165,7 @@ mod tests {
     }
 
     #[test]
+    // case: node-list
     fn bad_lists_say_what_is_wrong() {
         assert_eq!("".parse::<Nodes>(), Err(NodesError::Empty));
         assert!(matches!("a:1,,b:2".parse::<Nodes>(), Err(NodesError::Blank { position: 2, .. })));

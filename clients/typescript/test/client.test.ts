@@ -20,6 +20,7 @@ after(() => node.stop());
 
 const fresh = (name: string) => `ts-${name}-${randomUUID().slice(0, 8)}`;
 
+// case: failover
 test("an append fails over past a dead node", async () => {
   const c = new Client([dead, node.api], { route: false, backoffMs: 10 });
   const stream = fresh("failover");
@@ -30,6 +31,7 @@ test("an append fails over past a dead node", async () => {
   c.close();
 });
 
+// case: applies-once
 test("the same request id applies once", async () => {
   const [first, second] = [new Client([node.api]), new Client([dead, node.api], { route: false, backoffMs: 10 })];
   const stream = fresh("dedup");
@@ -42,6 +44,8 @@ test("the same request id applies once", async () => {
   second.close();
 });
 
+// case: routes-to-holder
+// case: not-applied-names-holder
 test("routing sends to the holder, and not applied names it", async () => {
   const c = new Client([dead, node.api], { backoffMs: 10 });
   const stream = fresh("routed");
@@ -56,6 +60,7 @@ test("routing sends to the holder, and not applied names it", async () => {
   once.close();
 });
 
+// case: refused
 test("a bad request is refused, not retried", async () => {
   const c = new Client([node.api]);
   await assert.rejects(c.append("", "p"), (e: unknown) => {
@@ -67,6 +72,8 @@ test("a bad request is refused, not retried", async () => {
   c.close();
 });
 
+// case: watch-snapshot
+// case: answer-nobody-waits-for
 test("a watch subscribes past a dead node with everything held", async () => {
   const c = new Client([dead, node.api], { backoffMs: 10 });
   const watch = c.watchOwnership(true);
@@ -81,6 +88,7 @@ test("a watch subscribes past a dead node with everything held", async () => {
   c.close();
 });
 
+// case: map-routes
 test("the assignment map of a node routes appends to its holder", async () => {
   const c = new Client([dead, node.api], { route: false, backoffMs: 10 });
   const m = c.assignmentMap();
@@ -102,6 +110,7 @@ test("the assignment map of a node routes appends to its holder", async () => {
   c.close();
 });
 
+// case: load-report
 test("reported load is counted or refused naming the sample", async () => {
   const c = new Client([node.api]);
   await assert.rejects(c.reportLoad([{ application: "journal", key: 1, ops: 1 }, { application: "no-such-app", key: 1, ops: 1 }]), (e: unknown) => {

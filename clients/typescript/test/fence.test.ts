@@ -65,6 +65,8 @@ async function mariadb(): Promise<Store> {
   };
 }
 
+// case: fence-postgres
+// case: fence-mariadb
 for (const [label, open] of [["postgres", postgres], ["mariadb", mariadb]] as const) {
   test(`${label}: a claim waits for the older epoch, refuses it after, and a child retires the parent`, async () => {
     const store = await open();
@@ -111,6 +113,7 @@ for (const [label, open] of [["postgres", postgres], ["mariadb", mariadb]] as co
   });
 }
 
+// case: fence-redis
 test("redis: the fence refuses stale writes and retires parents", async () => {
   const client = new Redis(REDIS);
   const prefix = `chitin-test-${randomUUID().slice(0, 12)}:`;

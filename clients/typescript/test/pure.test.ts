@@ -7,12 +7,14 @@ import { test } from "node:test";
 import { Assignments, OutOfStep, parseNodes, stream_key } from "../src";
 import type { Assignment, AssignmentUpdate } from "../src";
 
+// case: stream-key
 test("the stream key is the nodes' FNV-1a", () => {
   assert.equal(stream_key(""), 0x811c9dc5);
   assert.equal(stream_key("a"), 0xe40c292c);
   assert.equal(stream_key("foobar"), 0xbf9cf968);
 });
 
+// case: node-list
 test("bad node lists say what is wrong", () => {
   assert.deepEqual(parseNodes(" a:1 ,b:2"), ["a:1", "b:2"]);
   assert.throws(() => parseNodes("a:1,,b:2"), /node address #2 is empty/);
@@ -42,6 +44,7 @@ function update(node: string, version: number, snapshot: boolean, changed: Assig
 
 const holder = (m: Assignments, app: string, key: number) => m.route(app, key)?.holder;
 
+// case: map-copy
 test("a snapshot then deltas route every key to its shard", () => {
   const m = new Assignments();
   assert.equal(m.route("kv", 0), undefined);

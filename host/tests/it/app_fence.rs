@@ -78,6 +78,7 @@ macro_rules! sql_scenario {
     };
 }
 
+// case: fence-postgres
 sql_scenario!(
     postgres_fence_table_claims_wait_refuse_and_retire,
     Dialect::Postgres,
@@ -90,6 +91,7 @@ sql_scenario!(
     "SELECT epoch FROM app_writes ORDER BY epoch"
 );
 
+// case: fence-mariadb
 sql_scenario!(
     mariadb_fence_table_claims_wait_refuse_and_retire,
     Dialect::MySql,
@@ -103,6 +105,7 @@ sql_scenario!(
 );
 
 #[tokio::test(flavor = "multi_thread")]
+// case: fence-redis
 async fn redis_fence_claims_refuse_stale_writes_and_retire_parents() {
     use chitin_client::fence::redis::RedisFence;
     let ns = TestNs::new();

@@ -12,6 +12,7 @@ mod api_bad_input;
 mod app_fence;
 mod chaos_plants;
 mod chaos_short;
+mod client_cases;
 mod container_image;
 mod coord_fail_open;
 mod coord_redis;

@@ -424,6 +424,7 @@ async fn an_acknowledging_application_writes_until_it_releases_and_only_then_the
 /// to it directly, are served only after READY. Without the mechanism they
 /// commit during the application's 300 ms of getting ready.
 #[tokio::test(flavor = "multi_thread")]
+// case: answer-nobody-waits-for
 async fn writes_to_a_shard_just_taken_wait_for_the_applications_ready() {
     let _serial = SERIAL.lock().await;
     // Two nodes of three: node-01's drain hands every shard to node-02. A

@@ -45,6 +45,10 @@ fn squash(sql: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+// case: failover
+// case: applies-once
+// case: routes-to-holder
+// case: not-applied-names-holder
 async fn fails_over_applies_once_and_names_the_holder() {
     let mut cluster = Cluster::new(Dialect::Postgres, 2, 4, 2, |_, _| {}).await.unwrap();
     cluster.wait_all_owned(Duration::from_secs(30)).await.unwrap();
@@ -117,6 +121,7 @@ fn cli(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+// case: watch-snapshot
 async fn the_watch_resubscribes_and_the_cli_fails_over() {
     let dir = tempfile::tempdir().unwrap();
     let mut node = standalone_node(dir.path(), "standalone", |_| {}).unwrap();
@@ -246,6 +251,7 @@ async fn forwarded_of_64(client: &Client, names_by_api: &std::collections::HashM
 }
 
 #[tokio::test(flavor = "multi_thread")]
+// case: map-routes
 async fn the_assignment_map_follows_every_holder_and_routes_appends_to_them() {
     let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, _| {}).await.unwrap();
     c.wait_settled(Duration::from_secs(60)).await.unwrap();
@@ -296,6 +302,8 @@ async fn the_assignment_map_follows_every_holder_and_routes_appends_to_them() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+// case: load-report
+// case: refused
 async fn reported_load_counts_with_the_appends_and_a_bad_report_counts_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut node = standalone_node(dir.path(), "standalone", |_| {}).unwrap();
@@ -314,6 +322,15 @@ async fn reported_load_counts_with_the_appends_and_a_bad_report_counts_nothing()
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         v.as_array().unwrap().first().cloned()
     };
+
+    // An append no retry helps is refused with the node's message, in one attempt.
+    match c.append("", b"p").await {
+        Err(chitin_client::Error::Refused { code, message }) => {
+            assert_eq!(code, tonic::Code::InvalidArgument);
+            assert!(message.contains("stream must be 1..=255 bytes"), "{message}");
+        }
+        other => panic!("an empty stream name must be refused: {other:?}"),
+    }
 
     // A bad sample refuses the report, naming it; nothing of it counts.
     let key = 0xdead_beef;
