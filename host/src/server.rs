@@ -233,11 +233,42 @@ impl Running {
     }
 }
 
+/// Tells the service manager how the process stands, when it asked to be
+/// told (`Type=notify`: `$NOTIFY_SOCKET`, a datagram socket's path or, with
+/// a leading `@`, its abstract name). Without the variable it does nothing;
+/// a failed send is logged and costs nothing else.
+fn notify(state: &str) {
+    let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let sent = (|| -> std::io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let sender = std::os::unix::net::UnixDatagram::unbound()?;
+        match socket.as_bytes().strip_prefix(b"@") {
+            Some(name) => {
+                use std::os::linux::net::SocketAddrExt;
+                let address = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+                sender.send_to_addr(state.as_bytes(), &address)?
+            }
+            None => sender.send_to(state.as_bytes(), &socket)?,
+        };
+        Ok(())
+    })();
+    if let Err(e) = sent {
+        tracing::warn!(error = %e, socket = ?socket, "cannot tell the service manager {state:?}");
+    }
+}
+
 /// Runs a node until SIGTERM or Ctrl-C, then stops it gracefully. SIGHUP
-/// reloads the policy components.
+/// reloads the policy components. Under `Type=notify` the service manager
+/// hears READY once both listeners answer, RELOADING around a reload and
+/// STOPPING when the drain starts.
 pub async fn run(settings: Settings) -> Result<(), NodeError> {
     use tokio::signal::unix::{SignalKind, signal};
     let running = start(settings).await?;
+    let serving = match running.control.node() {
+        Some(node) => format!("serving as {} on {}", node.name, running.api_addr),
+        None => format!("UNPROVISIONED on {}: waiting for bootstrap", running.api_addr),
+    };
+    notify(&format!("READY=1\nSTATUS={serving}\nMAINPID={}", std::process::id()));
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
     let control = running.control.clone();
@@ -255,20 +286,24 @@ pub async fn run(settings: Settings) -> Result<(), NodeError> {
         tokio::select! {
             e = &mut fatal => {
                 tracing::error!(error = %e, "stopping");
+                notify(&format!("STOPPING=1\nSTATUS=stopping: {e}"));
                 running.stop().await;
                 return Err(e);
             }
             _ = term.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
             _ = hup.recv() => {
+                notify("RELOADING=1\nSTATUS=reloading the policy components");
                 if let Some(node) = running.control.node()
                     && let Err(e) = node.reload(false).await {
                         tracing::error!(error = %e, "policy reload failed; the previous policies stay in use");
                     }
+                notify(&format!("READY=1\nSTATUS={serving}"));
             }
         }
     }
     tracing::info!("stop requested; draining");
+    notify("STOPPING=1\nSTATUS=draining: handing every shard over, then deregistering");
     running.stop().await;
     Ok(())
 }

@@ -168,9 +168,33 @@ fn the_compose_file_parses_and_its_nodes_are_the_configs() {
 #[test]
 fn the_systemd_unit_verifies_and_is_hardened() {
     let unit = std::fs::read_to_string(deploy("systemd/chitin.service")).unwrap();
-    for line in ["KillSignal=SIGTERM", "Restart=on-failure", "NoNewPrivileges=yes", "ProtectSystem=strict"] {
+    for line in ["KillSignal=SIGTERM", "Restart=on-failure", "NoNewPrivileges=yes", "ProtectSystem=strict", "Type=notify"] {
         assert!(unit.lines().any(|l| l == line), "{line} missing");
     }
+    // A dynamic user reads nothing under /etc/chitin: every file the settings
+    // name is a credential the unit loads, at the service's credentials path.
+    let credentials: Vec<&str> = unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("LoadCredential="))
+        .filter_map(|c| c.split_once(':'))
+        .map(|(name, _)| name)
+        .collect();
+    let s = load_settings(&deploy("systemd/chitin.toml"), &[]);
+    let files = [
+        Some(std::path::PathBuf::from("/run/credentials/chitin.service/chitin.toml")),
+        s.cluster.config_file.clone(),
+        s.api.admin_token_file.clone(),
+        s.api.client_token_file.clone(),
+        s.cluster.peer_token_file.clone(),
+        s.metrics.auth_token_file.clone(),
+    ];
+    for file in files {
+        let file = file.expect("the systemd settings name every token file and the seed config");
+        let name =
+            file.strip_prefix("/run/credentials/chitin.service/").unwrap_or_else(|_| panic!("{file:?} is not a credential"));
+        assert!(credentials.contains(&name.to_str().unwrap()), "{name:?} is not loaded by the unit: {credentials:?}");
+    }
+    assert!(unit.contains("--settings ${CREDENTIALS_DIRECTORY}/chitin.toml"), "the node reads its settings from the credentials");
     if !tool("systemd-analyze") {
         return;
     }

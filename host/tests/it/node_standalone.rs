@@ -169,3 +169,41 @@ async fn a_reload_asks_the_new_instance_id_policy() {
     assert!(log.contains("names this node differently") && log.contains("leak."), "{log}");
     assert!(node.terminate(Duration::from_secs(30)).unwrap().success());
 }
+
+/// Under systemd's `Type=notify` (deploy/systemd/chitin.service) the node
+/// tells the service manager READY once its listeners answer and STOPPING
+/// when SIGTERM starts its drain, on a socket path and on an abstract name.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_service_manager_hears_ready_and_stopping() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify.sock");
+    let abstract_name = format!("chitin-notify-{}", std::process::id());
+    let sockets = [
+        (UnixDatagram::bind(&path).unwrap(), path.display().to_string()),
+        (UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(&abstract_name).unwrap()).unwrap(), format!("@{abstract_name}")),
+    ];
+    for (socket, variable) in sockets {
+        socket.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let ports = free_ports(2).unwrap();
+        let (api, metrics) = (format!("127.0.0.1:{}", ports[0]), format!("127.0.0.1:{}", ports[1]));
+        let settings = dir.path().join("chitin.toml");
+        node_settings::write(&settings, &node_settings::standalone(dir.path().join("data"), &api, &metrics)).unwrap();
+        let mut node = NodeProc::new(CHITIN, "standalone", api.clone(), metrics.clone(), settings, dir.path().join("node.log"))
+            .with_env("NOTIFY_SOCKET", &variable);
+        node.start().unwrap();
+        let mut buf = [0u8; 1024];
+        let n = socket.recv(&mut buf).expect("READY within 60 s");
+        let ready = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(ready.starts_with("READY=1\nSTATUS=serving as ") && ready.contains(&format!(" on {api}\n")), "{ready}");
+        assert!(ready.contains(&format!("MAINPID={}", node.pid().unwrap())), "{ready}");
+        // READY came once the listeners answer.
+        let (status, _) = http_get(&metrics, "/livez", None).await.unwrap();
+        assert_eq!(status, 200, "{variable}");
+        node.terminate(Duration::from_secs(30)).unwrap();
+        let n = socket.recv(&mut buf).expect("STOPPING at SIGTERM");
+        let stopping = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(stopping.starts_with("STOPPING=1\n") && stopping.contains("STATUS=draining"), "{stopping}");
+    }
+}
