@@ -154,7 +154,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         std::fs::write(&path, chitin::security::redact(&json))?;
         eprintln!("chaos: report written to {}", path.display());
     }
-    Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if passed { ExitCode::SUCCESS } else { super::Exit::Failed.into() })
 }
 
 /// The run's options from the command line: the defaults of one run, or

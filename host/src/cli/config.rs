@@ -322,7 +322,7 @@ fn init(ids: Vec<String>, addresses: Vec<String>, output: &Path, force: bool) ->
             ids.len(),
             addresses.len()
         );
-        return Ok(ExitCode::from(2));
+        return Ok(super::Exit::Usage.into());
     }
     if output.exists() && !force {
         eprintln!("error: `{}` already exists; pass --force to overwrite it", output.display());

@@ -143,7 +143,7 @@ pub fn dispatch(args: DispatchArgs) -> anyhow::Result<ExitCode> {
             }
             Err(s) if s.code() == tonic::Code::FailedPrecondition => {
                 eprintln!("declined: {}", s.message());
-                Ok(ExitCode::from(3))
+                Ok(super::Exit::Declined.into())
             }
             Err(s) => Err(status(s)),
         }

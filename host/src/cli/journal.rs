@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use chitin_client::{AppendOutcome, Error, Options};
 use clap::Subcommand;
 
+use super::Exit;
 use super::client::{NodeAddr, journal, runtime};
 
 #[derive(Subcommand, Debug)]
@@ -64,9 +65,9 @@ pub fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
                 let ack = match outcome {
                     AppendOutcome::Applied(ack) => ack,
                     other => {
-                        let code = if matches!(other, AppendOutcome::Unknown { .. }) { 2 } else { 1 };
+                        let exit = if matches!(other, AppendOutcome::Unknown { .. }) { Exit::Unknown } else { Exit::Failed };
                         eprintln!("append failed: {}", Error::NotConfirmed(other));
-                        return Ok(ExitCode::from(code));
+                        return Ok(exit.into());
                     }
                 };
                 println!(

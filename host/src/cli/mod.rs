@@ -6,6 +6,7 @@ mod cluster;
 mod config;
 mod coord;
 mod dev;
+mod exit;
 mod journal;
 mod node;
 mod policy;
@@ -21,9 +22,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+pub(crate) use exit::Exit;
+
 /// chitin: a cluster control plane for sharded services, with WebAssembly policy plugins.
 #[derive(Parser, Debug)]
-#[command(name = "chitin", version, about)]
+#[command(name = "chitin", version, about, after_help = exit::TABLE)]
 pub struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value = "human", env = "CHITIN_LOG_FORMAT")]

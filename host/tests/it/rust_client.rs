@@ -362,3 +362,62 @@ async fn reported_load_counts_with_the_appends_and_a_bad_report_counts_nothing()
     assert!(ok && table.contains("OPS/S") && table.contains(&shard), "{table}");
     node.terminate(Duration::from_secs(20)).unwrap();
 }
+
+/// A Journal that fails every append without an outcome trailer: what a
+/// node that crashed mid-append looks like to a client (it may have
+/// committed).
+struct Failing;
+
+#[tonic::async_trait]
+impl chitin::proto::journal_server::Journal for Failing {
+    async fn append(
+        &self,
+        _: tonic::Request<chitin::proto::AppendRequest>,
+    ) -> Result<tonic::Response<chitin::proto::AppendResponse>, tonic::Status> {
+        Err(tonic::Status::internal("the node broke mid-append"))
+    }
+
+    async fn read(
+        &self,
+        _: tonic::Request<chitin::proto::ReadRequest>,
+    ) -> Result<tonic::Response<chitin::proto::ReadResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not in this test"))
+    }
+}
+
+/// The CLI's exit codes tell the endings apart (README, "Exit codes"): an
+/// append certainly not applied exits 1, one whose outcome is unknown 4, a
+/// usage mistake 2.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_exit_codes_tell_unknown_from_not_applied_from_usage() {
+    let failing = dead_address();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(chitin::proto::journal_server::JournalServer::new(Failing))
+            .serve(failing.parse().unwrap()),
+    );
+    while tokio::net::TcpStream::connect(&failing).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let code = |args: &[&str]| {
+        let out = Command::new(CHITIN).args(args).env_remove("CHITIN_NODE").env_remove("CHITIN_NODES").output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let append = |node: &str| {
+        let node = node.to_string();
+        move || code(&["journal", "append", "--node", &node, "--stream", "s", "--payload", "p", "--retries", "0"])
+    };
+    let (unknown, stderr) = tokio::task::spawn_blocking(append(&failing)).await.unwrap();
+    assert_eq!(unknown, Some(4), "{stderr}");
+    assert!(stderr.contains("outcome unknown") && stderr.contains("--request-id"), "{stderr}");
+    let (not_applied, stderr) = tokio::task::spawn_blocking(append(&dead_address())).await.unwrap();
+    assert_eq!(not_applied, Some(1), "{stderr}");
+    assert!(stderr.contains("not applied"), "{stderr}");
+    let (usage, stderr) = code(&["journal", "append", "--no-such-flag"]);
+    assert_eq!(usage, Some(2), "{stderr}");
+    let (_, help) = {
+        let out = Command::new(CHITIN).arg("--help").output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).to_string())
+    };
+    assert!(help.contains("Exit codes:") && help.contains("4  an append's outcome is unknown"), "{help}");
+}
