@@ -154,7 +154,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         std::fs::write(&path, chitin::security::redact(&json))?;
         eprintln!("chaos: report written to {}", path.display());
     }
-    Ok(if passed { ExitCode::SUCCESS } else { super::Exit::Failed.into() })
+    Ok(if passed { super::Exit::Done } else { super::Exit::Failed }.into())
 }
 
 /// The run's options from the command line: the defaults of one run, or
