@@ -375,30 +375,20 @@ impl ownership_server::Ownership for Api {
                 .filter(|(_, a)| application.is_empty() || a.application == application)
                 .map(|(id, a)| (id.clone(), a.clone()))
                 .collect();
-            let update = match &sent {
-                None => proto::AssignmentUpdate {
-                    node: name.clone(),
-                    version: latest.version,
-                    snapshot: true,
-                    changed: shards.values().map(assignment_message).collect(),
-                    removed: Vec::new(),
-                },
-                Some(old) => {
-                    let d = assignments::delta(old, &shards);
-                    if d.changed.is_empty() && d.removed.is_empty() {
-                        return None;
-                    }
-                    proto::AssignmentUpdate {
-                        node: name.clone(),
-                        version: latest.version,
-                        snapshot: false,
-                        changed: d.changed.iter().map(assignment_message).collect(),
-                        removed: d.removed,
-                    }
-                }
-            };
+            // The first update is the whole map: the delta from nothing.
+            let d = assignments::delta(sent.as_ref().unwrap_or(&assignments::Shards::new()), &shards);
+            let snapshot = sent.is_none();
+            if !snapshot && d.changed.is_empty() && d.removed.is_empty() {
+                return None;
+            }
             sent = Some(shards);
-            Some(Ok(update))
+            Some(Ok(proto::AssignmentUpdate {
+                node: name.clone(),
+                version: latest.version,
+                snapshot,
+                changed: d.changed.iter().map(assignment_message).collect(),
+                removed: d.removed,
+            }))
         });
         // Ends when the node stops, like an ownership watch.
         let stopping = WatchStream::new(self.0.shutdown_signal()).filter(|stopped| *stopped).map(|_| None);

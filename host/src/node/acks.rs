@@ -7,9 +7,9 @@
 //! this node takes waits, after ACQUIRED, for `Acknowledge(READY)` (the
 //! application claimed its fence and warmed up) or `[leases]
 //! ready_timeout_ms` before its writes are served (the wait itself is the
-//! held shard's, in `leases`). Lease safety
-//! never depends on an answer: the node holds and renews the lease while it
-//! waits, and the fence refuses every write once the lease moved.
+//! held shard's, in `leases`). Lease safety never depends on an answer:
+//! the node holds and renews the lease while it waits, and the fence
+//! refuses every write once the lease moved.
 
 use std::collections::HashSet;
 use std::sync::Arc;
