@@ -110,40 +110,83 @@ fn kubernetes_manifests_validate_and_wire_identity_readiness_and_drain() {
         assert!(ok, "{out}");
         assert_eq!(out.matches(" passed for resource ").count(), 5, "{out}");
     }
-    let Some(sts) = yaml_documents(&files[2]) else { return };
-    let sts = &sts[0];
+    let mut docs = Vec::new();
+    for file in &files {
+        let Some(d) = yaml_documents(file) else { return };
+        docs.extend(d);
+    }
+    check_cluster(&docs, &load_config(&deploy("kubernetes/cluster_config.json")), "deploy/kubernetes");
+}
+
+/// The base and every overlay under deploy/overlays render with kustomize
+/// (`kubectl kustomize`), validate, and keep what the base promises: the
+/// pods are the seed config's nodes, each advertising its address.
+#[test]
+fn every_kustomize_overlay_renders_validates_and_names_the_configs_nodes() {
+    if !tool("kubectl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let overlays: Vec<PathBuf> = std::fs::read_dir(deploy("overlays")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(overlays.len() >= 2, "{overlays:?}");
+    for root in std::iter::once(deploy("kubernetes")).chain(overlays) {
+        let (ok, rendered) = run(Command::new("kubectl").arg("kustomize").arg(&root));
+        assert!(ok, "kubectl kustomize {}: {rendered}", root.display());
+        let file = dir.path().join("rendered.yaml");
+        std::fs::write(&file, &rendered).unwrap();
+        if tool("kubernetes-validate") {
+            let (ok, out) = run(Command::new("kubernetes-validate").args(["--strict", "-k", "1.30.0"]).arg(&file));
+            assert!(ok && out.matches(" passed for resource ").count() == 5, "{}: {out}", root.display());
+        }
+        let Some(docs) = yaml_documents(&file) else { return };
+        let configmap = docs.iter().find(|d| d["kind"] == "ConfigMap").expect("the ConfigMap");
+        let seed = dir.path().join("cluster_config.json");
+        std::fs::write(&seed, configmap["data"]["cluster_config.json"].as_str().expect("the seed config")).unwrap();
+        let settings = dir.path().join("chitin.toml");
+        std::fs::write(&settings, configmap["data"]["chitin.toml"].as_str().expect("the settings")).unwrap();
+        load_settings(&settings, &[("CHITIN__CLUSTER__INSTANCE_ID", "x")]);
+        check_cluster(&docs, &load_config(&seed), &root.display().to_string());
+    }
+}
+
+/// What the Kubernetes manifests `docs` (a StatefulSet, its headless Service,
+/// a PodDisruptionBudget) must wire, for the seed `config`.
+fn check_cluster(docs: &[Value], config: &ClusterConfig, what: &str) {
+    let kind = |k: &str| docs.iter().find(|d| d["kind"] == k).unwrap_or_else(|| panic!("{what}: no {k}"));
+    let sts = kind("StatefulSet");
     let spec = &sts["spec"]["template"]["spec"];
     let container = &spec["containers"][0];
     let env =
         |name: &str| container["env"].as_array().unwrap().iter().find(|e| e["name"] == name).cloned().unwrap_or(Value::Null);
-    assert_eq!(env("POD_NAME")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
-    assert_eq!(env("CHITIN__CLUSTER__INSTANCE_ID")["value"], "$(POD_NAME)");
-    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(env("POD_NAME")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name", "{what}");
+    assert_eq!(env("CHITIN__CLUSTER__INSTANCE_ID")["value"], "$(POD_NAME)", "{what}");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz", "{what}");
     let pre_stop: Vec<&str> =
         container["lifecycle"]["preStop"]["exec"]["command"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     // Kubernetes does not expand $(VAR) in a hook's command: the hook
     // drains the node at its --via address, itself, with no name at all.
-    assert_eq!(pre_stop, ["chitin", "cluster", "drain", "--via", "127.0.0.1:50051"], "{pre_stop:?}");
-    assert!(pre_stop.iter().all(|a| !a.contains("$(")), "a variable the hook would pass unexpanded: {pre_stop:?}");
-    assert!(spec["terminationGracePeriodSeconds"].as_u64().unwrap() >= 60);
+    assert_eq!(pre_stop, ["chitin", "cluster", "drain", "--via", "127.0.0.1:50051"], "{what}: {pre_stop:?}");
+    assert!(pre_stop.iter().all(|a| !a.contains("$(")), "{what}: a variable the hook would pass unexpanded: {pre_stop:?}");
+    assert!(spec["terminationGracePeriodSeconds"].as_u64().unwrap() >= 60, "{what}");
 
     // The pods' names are the config's nodes, and each advertises the address the config gives it.
-    let config = load_config(&deploy("kubernetes/cluster_config.json"));
     let replicas = sts["spec"]["replicas"].as_u64().unwrap();
     let pods: Vec<String> = (0..replicas).map(|i| format!("{}-{i}", sts["metadata"]["name"].as_str().unwrap())).collect();
-    assert_eq!(pods, node_ids(&config));
+    assert_eq!(pods, node_ids(config), "{what}: the pods are not the seed config's nodes");
     let service = sts["spec"]["serviceName"].as_str().unwrap();
     for node in &config.nodes {
         let advertised = env("CHITIN__CLUSTER__ADVERTISE")["value"].as_str().unwrap().replace("$(POD_NAME)", &node.id);
-        assert_eq!(advertised, node.grpc_address);
-        assert!(node.grpc_address.starts_with(&format!("{}.{service}:", node.id)));
+        assert_eq!(advertised, node.grpc_address, "{what}");
+        assert!(node.grpc_address.starts_with(&format!("{}.{service}:", node.id)), "{what}");
     }
-    let Some(services) = yaml_documents(&files[1]) else { return };
-    let headless = services.iter().find(|s| s["metadata"]["name"] == service).expect("the StatefulSet's Service");
-    assert_eq!(headless["spec"]["clusterIP"], "None");
-    let Some(pdb) = yaml_documents(&files[3]) else { return };
-    assert_eq!(pdb[0]["kind"], "PodDisruptionBudget");
-    assert_eq!(pdb[0]["spec"]["selector"], sts["spec"]["selector"]);
+    let headless =
+        docs.iter().find(|s| s["kind"] == "Service" && s["metadata"]["name"] == service).expect("the StatefulSet's Service");
+    assert_eq!(headless["spec"]["clusterIP"], "None", "{what}");
+    let pdb = kind("PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["selector"], sts["spec"]["selector"], "{what}");
+    // Every object in one namespace (an overlay's, or none).
+    let namespaces: BTreeSet<String> = docs.iter().map(|d| d["metadata"]["namespace"].to_string()).collect();
+    assert_eq!(namespaces.len(), 1, "{what}: {namespaces:?}");
 }
 
 #[test]
