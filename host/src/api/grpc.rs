@@ -215,8 +215,7 @@ impl journal_server::Journal for Api {
 /// expiry.
 fn lease_message(node: &Node, row: &LeaseRow, now: chrono::DateTime<chrono::Utc>) -> proto::ShardLease {
     let (application, parent) = shard_of(node, &row.shard);
-    let holder = row.holder.filter(|_| row.live);
-    let registration = holder.and_then(|h| node.registration(h));
+    let holder = assignments::holder(row, &node.registry());
     let expires_in_ms = match (row.expires_at, row.live) {
         (Some(at), true) => (at - now).num_milliseconds().max(0),
         _ => 0,
@@ -224,13 +223,9 @@ fn lease_message(node: &Node, row: &LeaseRow, now: chrono::DateTime<chrono::Utc>
     proto::ShardLease {
         shard: row.shard.clone(),
         application,
-        holder: registration
-            .as_ref()
-            .map(|r| r.name.clone())
-            .or(row.holder_name.clone().filter(|_| row.live))
-            .unwrap_or_default(),
-        holder_uuid: holder.map(|h| h.to_string()).unwrap_or_default(),
-        holder_address: registration.map(|r| r.address).unwrap_or_default(),
+        holder_uuid: holder.as_ref().map(|h| h.uuid.to_string()).unwrap_or_default(),
+        holder_address: holder.as_ref().map(|h| h.address.clone()).unwrap_or_default(),
+        holder: holder.map(|h| h.name).unwrap_or_default(),
         epoch: row.epoch as u64,
         expires_in_ms,
         parent,
@@ -367,21 +362,9 @@ impl ownership_server::Ownership for Api {
             return Err(Status::not_found(format!("unknown application `{application}`: leave it empty for every application")));
         }
         let name = node.name.clone();
-        let mut sent: Option<assignments::Shards> = None;
+        let mut sent = assignments::Sent::of(application);
         let updates = WatchStream::new(node.assignments.subscribe()).filter(|s| s.version > 0).filter_map(move |latest| {
-            let shards: assignments::Shards = latest
-                .shards
-                .iter()
-                .filter(|(_, a)| application.is_empty() || a.application == application)
-                .map(|(id, a)| (id.clone(), a.clone()))
-                .collect();
-            // The first update is the whole map: the delta from nothing.
-            let d = assignments::delta(sent.as_ref().unwrap_or(&assignments::Shards::new()), &shards);
-            let snapshot = sent.is_none();
-            if !snapshot && d.changed.is_empty() && d.removed.is_empty() {
-                return None;
-            }
-            sent = Some(shards);
+            let (snapshot, d) = sent.next(&latest.shards)?;
             Some(Ok(proto::AssignmentUpdate {
                 node: name.clone(),
                 version: latest.version,

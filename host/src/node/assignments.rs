@@ -83,17 +83,7 @@ pub fn assemble(map: &ShardMap, rows: &[LeaseRow], registry: &[NodeRecord]) -> S
         .iter()
         .map(|s| {
             let row = rows.get(s.id.as_str());
-            let holder = row.filter(|r| r.live).and_then(|r| r.holder).map(|uuid| {
-                let registration = registry.iter().find(|n| n.id == uuid);
-                Holder {
-                    uuid,
-                    name: registration
-                        .map(|n| n.name.clone())
-                        .or_else(|| row.and_then(|r| r.holder_name.clone()))
-                        .unwrap_or_default(),
-                    address: registration.map(|n| n.address.clone()).unwrap_or_default(),
-                }
-            });
+            let holder = row.and_then(|r| holder(r, registry));
             let assignment = Assignment {
                 shard: s.id.clone(),
                 application: s.application.clone(),
@@ -107,6 +97,52 @@ pub fn assemble(map: &ShardMap, rows: &[LeaseRow], registry: &[NodeRecord]) -> S
             (s.id.clone(), assignment)
         })
         .collect()
+}
+
+/// The live holder of `row`, named and addressed by its registration in
+/// `registry` (by the row's name, without an address, when the node is not
+/// registered there yet); `None` when no live lease holds the shard.
+pub fn holder(row: &LeaseRow, registry: &[NodeRecord]) -> Option<Holder> {
+    let uuid = row.holder.filter(|_| row.live)?;
+    let registration = registry.iter().find(|n| n.id == uuid);
+    Some(Holder {
+        uuid,
+        name: registration.map(|n| n.name.clone()).or_else(|| row.holder_name.clone()).unwrap_or_default(),
+        address: registration.map(|n| n.address.clone()).unwrap_or_default(),
+    })
+}
+
+/// What one stream sent last, for the application it watches (every one
+/// when empty): each new map gives the stream a snapshot first, then the
+/// delta of its own shards, or nothing when none of them changed.
+#[derive(Debug, Default)]
+pub struct Sent {
+    application: String,
+    shards: Option<Shards>,
+}
+
+impl Sent {
+    /// A stream of `application`'s shards (every application's when empty).
+    pub fn of(application: String) -> Sent {
+        Sent { application, shards: None }
+    }
+
+    /// The stream's next update for the map `latest`: (whether it is the
+    /// snapshot, what changed), or `None` when nothing it shows changed.
+    pub fn next(&mut self, latest: &Shards) -> Option<(bool, Delta)> {
+        let mine: Shards = latest
+            .iter()
+            .filter(|(_, a)| self.application.is_empty() || a.application == self.application)
+            .map(|(id, a)| (id.clone(), a.clone()))
+            .collect();
+        let snapshot = self.shards.is_none();
+        let d = delta(self.shards.as_ref().unwrap_or(&Shards::new()), &mine);
+        if !snapshot && d.changed.is_empty() && d.removed.is_empty() {
+            return None;
+        }
+        self.shards = Some(mine);
+        Some((snapshot, d))
+    }
 }
 
 /// The delta from `old` to `new`, in shard order.
@@ -317,6 +353,44 @@ mod tests {
             applied.extend(d.changed.into_iter().map(|a| (a.shard.clone(), a)));
             assert_eq!(&applied, new, "{why}");
         }
+    }
+
+    #[test]
+    fn a_stream_sends_a_snapshot_then_only_the_changes_of_its_own_shards() {
+        let mut config = config();
+        config.applications.push(crate::topology::Application { name: "other".into(), ..config.applications[0].clone() });
+        for (i, s) in config.applications[1].shards.iter_mut().enumerate() {
+            s.id = format!("other_{i}");
+        }
+        let map = ShardMap::from_config(&config);
+        let first = map.shards()[0].id.clone();
+        let empty = assemble(&map, &[], &[]);
+        let mine_held = assemble(&map, &[row(&first, Some(Uuid::from_u128(1)), 1, true)], &[]);
+        let other_held = assemble(&map, &[row("other_0", Some(Uuid::from_u128(1)), 1, true)], &[]);
+        let journal = map.shards()[0].application.clone();
+        let shards_of = |d: &Delta| d.changed.iter().map(|a| a.shard.clone()).collect::<Vec<_>>();
+        for (application, steps, why) in [
+            (
+                String::new(),
+                vec![(&empty, Some((true, 4))), (&empty, None), (&other_held, Some((false, 1)))],
+                "every application",
+            ),
+            (
+                journal.clone(),
+                vec![(&empty, Some((true, 2))), (&other_held, None), (&mine_held, Some((false, 1)))],
+                "one application",
+            ),
+        ] {
+            let mut sent = Sent::of(application);
+            for (k, (latest, expected)) in steps.into_iter().enumerate() {
+                let got = sent.next(latest).map(|(snapshot, d)| (snapshot, shards_of(&d).len()));
+                assert_eq!(got, expected, "{why}, step {k}");
+            }
+        }
+        // A stream of one application never sees another's shards.
+        let mut sent = Sent::of(journal.clone());
+        let (_, d) = sent.next(&other_held).unwrap();
+        assert!(d.changed.iter().all(|a| a.application == journal), "{:?}", shards_of(&d));
     }
 
     #[test]
