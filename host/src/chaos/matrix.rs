@@ -150,6 +150,10 @@ pub struct Row {
     pub dir: PathBuf,
     /// The run's other violations and failures, beside the ones that caught it.
     pub also: Vec<String>,
+    /// The run's own report table when the row is not what the matrix
+    /// wants: which faults, takeovers and violations made it so, without
+    /// opening its directory (which a test's temporary one no longer has).
+    pub report: Option<String>,
 }
 
 /// The matrix of one seed.
@@ -186,6 +190,11 @@ impl Matrix {
             if self.passed() { "PASSED" } else { "FAILED" },
             self.rows.len().saturating_sub(1)
         );
+        for r in &self.rows {
+            if let Some(report) = &r.report {
+                let _ = writeln!(out, "### {}: its report\n\n{report}", r.run);
+            }
+        }
         out
     }
 }
@@ -214,7 +223,8 @@ pub async fn run(opts: ChaosOptions, plants: &[Plant]) -> Result<Matrix, ChaosEr
             _ => Vec::new(),
         };
         tracing::info!(run = name, ?outcome, "plant matrix: run judged");
-        rows.push(Row { run: name.to_string(), outcome, dir, also });
+        let report = (!outcome.as_expected()).then(|| report.table());
+        rows.push(Row { run: name.to_string(), outcome, dir, also, report });
     }
     Ok(Matrix { seed: opts.seed, rows })
 }
@@ -289,7 +299,7 @@ mod tests {
 
     #[test]
     fn the_matrix_passes_only_when_every_row_is_as_expected() {
-        let row = |outcome| Row { run: "x".into(), outcome, dir: PathBuf::new(), also: vec![] };
+        let row = |outcome| Row { run: "x".into(), outcome, dir: PathBuf::new(), also: vec![], report: None };
         let by = BTreeMap::from([("stale_epoch".to_string(), 1)]);
         let good = Matrix { seed: 1, rows: vec![row(Outcome::Passed), row(Outcome::Caught { by: by.clone() })] };
         assert!(good.passed());
@@ -299,6 +309,11 @@ mod tests {
             assert!(!m.passed());
             assert!(m.table().contains("FAILED: "), "{}", m.table());
         }
+        // A failed row's report is under the table, a passed row's is not.
+        let failed = Row { report: Some("violation: slow".into()), ..row(Outcome::ControlFailed { why: vec![] }) };
+        let m = Matrix { seed: 1, rows: vec![failed, row(Outcome::Caught { by })] };
+        assert!(m.table().contains("### x: its report\n\nviolation: slow"), "{}", m.table());
+        assert_eq!(m.table().matches("its report").count(), 1, "{}", m.table());
     }
 
     /// Every plant names violations the checker has: a kind it does not
