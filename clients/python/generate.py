@@ -1,4 +1,4 @@
-"""Generates the gRPC stubs of the node API (host/proto/chitin.proto) into
+"""Generates the gRPC stubs of the node API (proto/chitin.proto) into
 chitin_client/proto/ with grpcio-tools.
 
     python clients/python/generate.py          # regenerate (commit the result)
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PROTO = HERE.parent.parent / "host" / "proto" / "chitin.proto"
+PROTO = HERE.parent.parent / "proto" / "chitin.proto"
 OUT = HERE / "chitin_client" / "proto"
 GENERATED = ("chitin_pb2.py", "chitin_pb2.pyi", "chitin_pb2_grpc.py")
 

@@ -53,7 +53,7 @@ __all__ = [
     "stream_key",
 ]
 
-# Trailer keys of an append's typed outcome (host/proto/chitin.proto).
+# Trailer keys of an append's typed outcome (proto/chitin.proto).
 OUTCOME = "chitin-outcome"
 NOT_APPLIED = "not-applied"
 UNKNOWN = "unknown"

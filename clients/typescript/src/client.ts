@@ -14,7 +14,7 @@ import { stream_key } from "./key";
 import * as proto from "./proto";
 import { OwnershipWatch } from "./watch";
 
-/** Trailer keys of an append's typed outcome (host/proto/chitin.proto). */
+/** Trailer keys of an append's typed outcome (proto/chitin.proto). */
 export const OUTCOME = "chitin-outcome";
 export const NOT_APPLIED = "not-applied";
 export const UNKNOWN = "unknown";

@@ -1,5 +1,5 @@
 /**
- * The node API (`host/proto/chitin.proto`, copied beside the build as
+ * The node API (`proto/chitin.proto`, copied beside the build as
  * `dist/chitin.proto`) loaded at run time with `@grpc/proto-loader`: field
  * names as in the proto, 64-bit integers as numbers (epochs and sequences
  * stay far below 2^53), enums as their names.

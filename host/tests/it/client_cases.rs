@@ -3,22 +3,18 @@
 //! names a case the list does not have.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
-}
+use std::path::PathBuf;
 
 /// The case ids of the list: the first column's `id`s.
 fn cases() -> BTreeSet<String> {
-    let text = std::fs::read_to_string(root().join("clients/CASES.md")).expect("clients/CASES.md");
+    let text = std::fs::read_to_string(crate::support::repo_root().join("clients/CASES.md")).expect("clients/CASES.md");
     text.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split_once('`').map(|(id, _)| id.to_string())).collect()
 }
 
 /// The case ids the files under `paths` name, with where.
 fn named(paths: &[&str]) -> Vec<(String, String)> {
     let mut found = Vec::new();
-    let mut files: Vec<PathBuf> = paths.iter().map(|p| root().join(p)).collect();
+    let mut files: Vec<PathBuf> = paths.iter().map(|p| crate::support::repo_root().join(p)).collect();
     while let Some(path) = files.pop() {
         if path.is_dir() {
             files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
@@ -27,7 +23,7 @@ fn named(paths: &[&str]) -> Vec<(String, String)> {
         let Ok(text) = std::fs::read_to_string(&path) else { continue };
         for (at, _) in text.match_indices("case: ") {
             let id: String = text[at + 6..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
-            found.push((id, path.strip_prefix(root()).unwrap().display().to_string()));
+            found.push((id, path.strip_prefix(crate::support::repo_root()).unwrap().display().to_string()));
         }
     }
     found

@@ -16,10 +16,6 @@ use crate::support::cluster::*;
 /// and cgroupfs (crun refuses the hybrid cgroup layout here).
 const PODMAN: &[&str] = &["--runtime", "runc", "--cgroup-manager", "cgroupfs"];
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn podman(args: &[&str]) -> Output {
     Command::new("podman").args(PODMAN).args(args).output().expect("podman runs (scripts/image installs it)")
 }
@@ -54,7 +50,10 @@ async fn the_image_builds_here_and_a_node_from_it_serves_as_a_non_root_user() {
     let id = &uuid::Uuid::new_v4().simple().to_string()[..12];
     let (image, container) = (format!("localhost/chitin-test:{id}"), format!("chitin-test-{id}"));
     let _cleanup = Cleanup { container: container.clone(), image: image.clone() };
-    let built = Command::new(repo().join("scripts/image")).args(["--binary", CHITIN, "--tag", &image]).output().unwrap();
+    let built = Command::new(crate::support::repo_root().join("scripts/image"))
+        .args(["--binary", CHITIN, "--tag", &image])
+        .output()
+        .unwrap();
     assert!(built.status.success(), "scripts/image failed:\n{}", text(&built));
     let user = podman(&["image", "inspect", "--format", "{{.Config.User}}", &image]);
     assert_eq!(String::from_utf8_lossy(&user.stdout).trim(), "65532:65532", "{}", text(&user));

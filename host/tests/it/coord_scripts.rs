@@ -12,7 +12,7 @@ const LONG: Duration = Duration::from_secs(60);
 fn script(name: &str) -> PathBuf {
     let dir = std::env::var_os("CHITIN_EXAMPLES_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples"));
+        .unwrap_or_else(|| crate::support::repo_root().join("examples"));
     let p = dir.join(name);
     assert!(p.exists(), "{} not found", p.display());
     p

@@ -15,17 +15,14 @@ use chitin::settings::Settings;
 use chitin::topology::{self, ClusterConfig};
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
 fn deploy(rel: &str) -> PathBuf {
-    repo().join("deploy").join(rel)
+    crate::support::repo_root().join("deploy").join(rel)
 }
 
 /// Whether `tool` runs here, installing it when missing; prints why not.
 fn tool(name: &str) -> bool {
-    let out = Command::new(repo().join("scripts/ops-tools")).arg(name).output().expect("run scripts/ops-tools");
+    let out =
+        Command::new(crate::support::repo_root().join("scripts/ops-tools")).arg(name).output().expect("run scripts/ops-tools");
     if !out.status.success() {
         eprintln!("SKIPPED: {name} is not available: {}", String::from_utf8_lossy(&out.stderr).trim());
     }

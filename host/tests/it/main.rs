@@ -28,6 +28,7 @@ mod node_liveness;
 mod node_standalone;
 mod ops_http;
 mod ownership_cluster;
+mod packages;
 mod plugin_examples;
 mod policy_cache;
 mod policy_cluster;

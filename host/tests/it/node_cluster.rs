@@ -525,7 +525,7 @@ async fn writes_to_a_shard_just_taken_wait_for_the_applications_ready() {
 
 /// Runs `examples/<name>` against the shared Redis for namespace `ns`.
 fn run_example(name: &str, ns: &str) -> String {
-    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);
+    let script = crate::support::repo_root().join("examples").join(name);
     let out = std::process::Command::new("bash")
         .arg(&script)
         .arg(ns)

@@ -283,7 +283,7 @@ async fn an_unprovisioned_cluster_node_is_unhealthy_with_an_unknown_cluster_bloc
 /// Runs headless Chromium with its own profile; `None`, with the reason
 /// printed, when it cannot be had.
 fn chromium(args: &[String]) -> Option<String> {
-    let tools = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/ops-tools");
+    let tools = crate::support::repo_root().join("scripts/ops-tools");
     let have = std::process::Command::new(tools).arg("chromium").output().expect("run scripts/ops-tools");
     if !have.status.success() {
         eprintln!("SKIPPED: no headless Chromium: {}", String::from_utf8_lossy(&have.stderr).trim());

@@ -27,12 +27,8 @@ const EXAMPLES: [(&str, &str, Slot); 4] = [
 
 const GUEST_TARGET: &str = "wasm32-wasip2";
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
-}
-
 fn target_dir() -> PathBuf {
-    root().join("target").join("plugin-examples")
+    crate::support::repo_root().join("target").join("plugin-examples")
 }
 
 /// A cargo command without the outer build's environment (as `build.rs`).
@@ -63,7 +59,7 @@ fn examples_built() -> &'static Path {
     BUILT.get_or_init(|| {
         let mut cmd = cargo();
         cmd.args(["build", "--release", "--target", GUEST_TARGET, "--manifest-path"])
-            .arg(root().join("Cargo.toml"))
+            .arg(crate::support::repo_root().join("Cargo.toml"))
             .arg("--target-dir")
             .arg(target_dir());
         for (dir, _, _) in EXAMPLES {
@@ -98,7 +94,7 @@ fn assert_fixtures_pass(wasm: &Path, fixtures: &Path) {
 fn every_example_passes_its_fixtures_through_the_cli() {
     let wasm_dir = examples_built();
     for (dir, stem, _) in EXAMPLES {
-        let fixtures = root().join("plugins").join(dir).join("fixtures");
+        let fixtures = crate::support::repo_root().join("plugins").join(dir).join("fixtures");
         assert!(fixture_count(&fixtures) >= 4, "{dir}: fewer than 4 fixtures");
         assert_fixtures_pass(&wasm_dir.join(format!("{stem}.wasm")), &fixtures);
     }
@@ -133,7 +129,8 @@ fn the_embedded_defaults_built_with_the_sdk_macro_export_all_four_slots() {
 /// Whether the toolchain `tool` is here, installed by `scripts/ops-tools`
 /// when missing; when it cannot be had, prints SKIPPED with the reason.
 fn toolchain(tool: &str) -> bool {
-    let out = Command::new(root().join("scripts/ops-tools")).arg(tool).output().expect("run scripts/ops-tools");
+    let out =
+        Command::new(crate::support::repo_root().join("scripts/ops-tools")).arg(tool).output().expect("run scripts/ops-tools");
     if !out.status.success() {
         eprintln!("SKIPPED: {tool} is not available: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
@@ -144,7 +141,7 @@ fn toolchain(tool: &str) -> bool {
 /// `target/plugin-examples/<stem>.wasm` and runs its fixtures; prints how
 /// long each step took (the component embeds a language runtime).
 fn build_and_pass_fixtures(dir: &str, stem: &str) {
-    let dir = root().join("plugins").join(dir);
+    let dir = crate::support::repo_root().join("plugins").join(dir);
     let wasm = target_dir().join(format!("{stem}.wasm"));
     let started = std::time::Instant::now();
     run(Command::new(dir.join("build.sh")).arg(&wasm));
@@ -186,7 +183,7 @@ fn a_scaffolded_plugin_of_every_slot_builds_and_passes_as_generated() {
         }
         // The repository's lock file pins the same dependency versions (and
         // spares the registry); cargo drops the entries the crate does not use.
-        std::fs::copy(root().join("Cargo.lock"), crate_dir.join("Cargo.lock")).unwrap();
+        std::fs::copy(crate::support::repo_root().join("Cargo.lock"), crate_dir.join("Cargo.lock")).unwrap();
         let manifest = crate_dir.join("Cargo.toml");
         // Its own tests (logic + fixture, natively)…
         run(cargo().arg("test").arg("--manifest-path").arg(&manifest).arg("--target-dir").arg(&target));

@@ -21,16 +21,12 @@ use chitin::topology::snapshot::{Snapshot, SnapshotLease, SnapshotLoad, Snapshot
 
 const GUEST_TARGET: &str = "wasm32-wasip2";
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
-}
-
 /// The zone-aware placement example, built once per test process (into the
 /// target directory `plugin_examples.rs` uses, in a scrubbed environment).
 fn zone_placement() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let target = root().join("target").join("plugin-examples");
+        let target = crate::support::repo_root().join("target").join("plugin-examples");
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         for (key, _) in std::env::vars() {
             if key.starts_with("CARGO_") && key != "CARGO_HOME" || key == "RUSTFLAGS" || key == "RUSTC_WRAPPER" {
@@ -38,7 +34,7 @@ fn zone_placement() -> &'static Path {
             }
         }
         cmd.args(["build", "--release", "--target", GUEST_TARGET, "-p", "zone-placement", "--manifest-path"])
-            .arg(root().join("Cargo.toml"))
+            .arg(crate::support::repo_root().join("Cargo.toml"))
             .arg("--target-dir")
             .arg(&target);
         let out = cmd.output().expect("run cargo");

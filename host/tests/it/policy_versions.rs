@@ -5,16 +5,12 @@
 //! rule that keeps this true: every supported version has its frozen WIT
 //! folder and its host module.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
 use chitin::policy::plugin::{EMBEDDED_DEFAULTS, PACKAGE, SUPPORTED_VERSIONS};
 use chitin::policy::{Limits, Plugin, PluginSource, PolicyLoadError, Slot, SlotRunner};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
 
 fn future_version() -> PathBuf {
     PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR")).join("future_version.wasm")
@@ -59,7 +55,7 @@ fn the_cli_names_both_versions_too() {
     assert!(line.contains("unsupported"), "{stdout}");
     assert!(line.contains("@0.2.0") && line.contains("@0.1.0"), "{line}");
 
-    let fixture = root().join("plugins/zone-placement/fixtures/placement-place-replicas-one-per-zone.json");
+    let fixture = crate::support::repo_root().join("plugins/zone-placement/fixtures/placement-place-replicas-one-per-zone.json");
     let test = Command::new(env!("CARGO_BIN_EXE_chitin"))
         .args(["policy", "test", "--plugin"])
         .arg(&wasm)
@@ -78,18 +74,18 @@ fn the_cli_names_both_versions_too() {
 fn every_supported_version_has_its_frozen_wit_and_host_module() {
     assert!(!SUPPORTED_VERSIONS.is_empty());
     for version in SUPPORTED_VERSIONS {
-        let wit = root().join(format!("wit/since_v{version}/policy.wit"));
+        let wit = crate::support::repo_root().join(format!("wit/since_v{version}/policy.wit"));
         let text = std::fs::read_to_string(&wit).unwrap_or_else(|e| panic!("{}: {e}", wit.display()));
         assert!(
             text.contains(&format!("package {PACKAGE}@{version};")),
             "{} does not declare {PACKAGE}@{version}",
             wit.display()
         );
-        let module = root().join(format!("host/src/policy/since_v{}.rs", version.replace('.', "_")));
+        let module = crate::support::repo_root().join(format!("host/src/policy/since_v{}.rs", version.replace('.', "_")));
         assert!(module.is_file(), "no host module {}", module.display());
     }
     // Every frozen folder is a version the host still supports.
-    for entry in std::fs::read_dir(root().join("wit")).unwrap() {
+    for entry in std::fs::read_dir(crate::support::repo_root().join("wit")).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         if let Some(version) = name.strip_prefix("since_v") {
             assert!(SUPPORTED_VERSIONS.contains(&version), "wit/{name} is not in SUPPORTED_VERSIONS");

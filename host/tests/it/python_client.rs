@@ -3,13 +3,14 @@
 //! and pytest come from a virtualenv under target/ (made once, on first
 //! run). Without python3 the test prints SKIPPED with the reason.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// The grpcio-tools the committed stubs were generated with
 /// (clients/python/pyproject.toml): `generate.py --check` compares
 /// byte for byte, so the test generates with the same one.
-/// The drivers are those of the fence tests (`tests/test_fence.py`).
+/// The drivers are those of the fence tests (`tests/test_fence.py`);
+/// build and setuptools make the package (`python -m build`).
 const PIP_PACKAGES: &[&str] = &[
     "grpcio>=1.85.1",
     "protobuf>=7.35.1",
@@ -18,11 +19,9 @@ const PIP_PACKAGES: &[&str] = &[
     "psycopg[binary]>=3.2",
     "PyMySQL>=1.1",
     "redis>=5",
+    "build>=1",
+    "setuptools>=70.1",
 ];
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
-}
 
 fn run(cmd: &mut Command, what: &str) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
@@ -38,7 +37,7 @@ fn run(cmd: &mut Command, what: &str) {
 /// A virtualenv with the test's packages, under target/. The tests of this
 /// file run in processes of their own: a lock beside it lets one make it.
 fn venv(python3: &str) -> PathBuf {
-    let dir = root().join("target").join("python-client-venv");
+    let dir = crate::support::repo_root().join("target").join("python-client-venv");
     std::fs::create_dir_all(dir.parent().expect("under target/")).expect("create target/");
     let lock = std::fs::File::create(dir.with_extension("lock")).expect("the venv's lock file");
     lock.lock().expect("lock the venv");
@@ -66,7 +65,7 @@ fn the_python_client_passes_its_tests() {
         return;
     }
     let python = venv(python3);
-    let package = root().join("clients").join("python");
+    let package = crate::support::repo_root().join("clients").join("python");
     run(
         Command::new(&python)
             .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
@@ -89,7 +88,7 @@ fn the_python_fence_runs_the_rust_statements() {
         return;
     }
     let python = venv("python3");
-    let package = root().join("clients").join("python");
+    let package = crate::support::repo_root().join("clients").join("python");
     let script = "import json\nfrom chitin_client import fence\nprint(json.dumps({'pg': fence.POSTGRES._asdict(), \
                   'my': fence.MYSQL._asdict(), 'claim': fence.CLAIM_SCRIPT, 'write': fence.WRITE_SCRIPT}))";
     let out = Command::new(&python).args(["-c", script]).env("PYTHONPATH", &package).output().unwrap();
@@ -142,7 +141,7 @@ async fn a_python_application_releases_each_draining_shard_before_it_moves() {
     .unwrap();
     let status = c.wait_settled(std::time::Duration::from_secs(60)).await.unwrap();
     let w = c.busiest(&status);
-    let package = root().join("clients").join("python");
+    let package = crate::support::repo_root().join("clients").join("python");
     let mut app = Command::new(&python)
         .arg(package.join("tests").join("acknowledging_app.py"))
         .arg(&c.nodes[w].api)
@@ -177,4 +176,39 @@ async fn a_python_application_releases_each_draining_shard_before_it_moves() {
         assert!(l - r < RELEASE_TIMEOUT_MS as f64 / 1000.0 * 0.7, "{shard}: lost {:.2} s after RELEASED", l - r);
     }
     c.teardown().await.unwrap();
+}
+
+/// The package builds as published: an sdist and a wheel (`python -m
+/// build`, from a copy so the checkout stays clean), the wheel holding the
+/// generated stubs and naming its dependencies and license.
+#[test]
+fn the_python_package_builds_an_sdist_and_a_wheel() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        println!("SKIPPED: python3 is not installed; the Python package was not built");
+        return;
+    }
+    let python = venv("python3");
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    run(Command::new("cp").arg("-r").arg(crate::support::repo_root().join("clients/python")).arg(&src), "copy clients/python");
+    let dist = work.path().join("dist");
+    // No isolation: setuptools comes from the venv, not a download per run.
+    run(Command::new(&python).args(["-m", "build", "--no-isolation", "--outdir"]).arg(&dist).arg(&src), "python -m build");
+    let names: Vec<String> =
+        std::fs::read_dir(&dist).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let wheel = names.iter().find(|n| n.ends_with("-py3-none-any.whl")).unwrap_or_else(|| panic!("no wheel: {names:?}"));
+    assert!(names.iter().any(|n| n.ends_with(".tar.gz")), "no sdist: {names:?}");
+    let listing = Command::new(&python)
+        .args([
+            "-c",
+            "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); print('\\n'.join(z.namelist())); \
+                      print(z.read([n for n in z.namelist() if n.endswith('/METADATA')][0]).decode())",
+        ])
+        .arg(dist.join(wheel))
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    for want in ["chitin_client/proto/chitin_pb2.py", "chitin_client/fence.py", "Requires-Dist: grpcio>=1.85.1", "Apache-2.0"] {
+        assert!(listing.contains(want), "{want} is not in the wheel:\n{listing}");
+    }
 }

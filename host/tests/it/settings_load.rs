@@ -373,7 +373,7 @@ fn policies_accept_both_spellings_of_instance_id() {
 /// `NAME.err`. `CHITIN_BLESS=1` writes the `.err` files from the output.
 #[test]
 fn golden_rejections() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/settings");
+    let dir = crate::support::repo_root().join("tests/fixtures/settings");
     let bless = std::env::var("CHITIN_BLESS").is_ok_and(|v| v == "1");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();

@@ -20,7 +20,7 @@ use std::process::{Command, Output};
 const BIN: &str = env!("CARGO_BIN_EXE_chitin");
 
 fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/topology")
+    crate::support::repo_root().join("tests/fixtures/topology")
 }
 
 fn chitin(args: &[&str]) -> Output {

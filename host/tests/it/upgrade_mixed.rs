@@ -45,10 +45,6 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The previous release's binary, built once per test process.
 static PREVIOUS: OnceLock<Result<(String, PathBuf), String>> = OnceLock::new();
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
-}
-
 /// `(version, commit)` of the newest release in `RELEASES`.
 fn previous_release(root: &Path) -> Result<(String, String)> {
     let path = root.join("RELEASES");
@@ -83,11 +79,6 @@ fn require_commit(root: &Path, version: &str, commit: &str) -> Result<()> {
          history (e.g. fetch-depth: 0)",
         if shallow.unwrap_or(false) { ", which is shallow" } else { "" }
     )
-}
-
-/// The workspace target dir, from where cargo put this build's `chitin`.
-fn target_dir() -> PathBuf {
-    Path::new(CHITIN).parent().and_then(Path::parent).expect("<target>/<profile>/chitin").to_path_buf()
 }
 
 /// Exports `commit` into `dir` once; a later run keeps it (and its mtimes,
@@ -150,7 +141,7 @@ fn seeded_build_dir(base: &Path) -> Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&partial);
     std::fs::create_dir_all(partial.join("debug"))?;
     for sub in ["deps", "build", ".fingerprint"] {
-        let from = target_dir().join("debug").join(sub);
+        let from = crate::support::build_dir().join("debug").join(sub);
         let linked = Command::new("cp").arg("-al").arg(&from).arg(partial.join("debug").join(sub)).status()?;
         if !linked.success() {
             bail!("cp -al {} failed: {linked}", from.display());
@@ -179,10 +170,10 @@ fn set_by_cargo_for_this_test(key: &str) -> bool {
 
 /// Builds the release's `chitin`; returns `(version, binary)`.
 fn build_previous() -> Result<(String, PathBuf)> {
-    let root = workspace_root();
+    let root = crate::support::repo_root();
     let (version, commit) = previous_release(&root)?;
     require_commit(&root, &version, &commit)?;
-    let base = target_dir().join("upgrade-from").join(&version);
+    let base = crate::support::build_dir().join("upgrade-from").join(&version);
     let src = base.join("src");
     export(&root, &commit, &src)?;
     let out_dir = base.join("out");
