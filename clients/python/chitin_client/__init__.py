@@ -184,6 +184,95 @@ def classify(error: grpc.RpcError):
     return _UNKNOWN, f"{code.name}: {reason}", None
 
 
+def _elsewhere(error: grpc.RpcError) -> str:
+    """Judges a failed idempotent call: the reason to try the next node, or
+    raises (:class:`Refused`, or the error itself when no node would
+    answer otherwise)."""
+    kind, reason, _ = classify(error)
+    if kind == _REFUSED:
+        raise Refused(error.code(), error.details() or "")
+    retryable = (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+    )
+    if error.code() not in retryable:
+        raise error
+    return reason
+
+
+class _Append:
+    """One append's decisions across its attempts, without I/O: the sync
+    and the asyncio client run the same ones (docs/clients.md)."""
+
+    def __init__(self, client, stream: str, payload: bytes, request_id: Optional[str]):
+        self.client = client
+        self.stream = stream
+        self.request_id = request_id or str(uuid.uuid4())
+        self.request = pb.AppendRequest(stream=stream, request_id=self.request_id, payload=payload)
+        self.attempt = 0
+        self.maybe_applied = False
+        self.reason = ""
+        # A holder a not-applied answer named: the next attempt goes there.
+        self.go_to: Optional[Holder] = None
+        self.named: Optional[Holder] = None
+        self.use_route = True
+        self.routed: Optional[str] = None
+        self.pauses = 0
+
+    def wants_route(self) -> bool:
+        """Whether the next attempt asks the client's route (a map or Route)."""
+        return self.go_to is None and self.use_route
+
+    def target(self, routed: Optional[str]) -> str:
+        """The next attempt's node: a named holder, the route, or the node
+        the client is on."""
+        self.attempt += 1
+        if self.go_to is not None:
+            routed, self.go_to = self.go_to.address, None
+        self.routed = routed
+        return routed or self.client.nodes[self.client._current % len(self.client.nodes)]
+
+    def applied(self, r, target: str) -> Applied:
+        return Applied(self.request_id, r.sequence, r.epoch, r.shard, r.holder, target, self.attempt)
+
+    def failed(self, error: grpc.RpcError, target: str):
+        """Judges a failed attempt at ``target``: ``(pause, forget)``, the
+        seconds to wait before the next attempt and whether to drop the
+        target's channel. Raises :class:`Refused`."""
+        kind, self.reason, holder = classify(error)
+        if kind == _REFUSED:
+            raise Refused(error.code(), error.details() or "")
+        self.client._routes.pop(self.stream, None)
+        self.use_route = False
+        if kind == _NOT_APPLIED and holder is not None and holder.address != target:
+            self.named = self.go_to = holder  # follow the named holder at once
+            return 0.0, False
+        if kind == _UNKNOWN:
+            self.maybe_applied = True
+        if self.routed is None:
+            self.client._next_node(target)
+        if self.attempt >= self.client.attempts:
+            return 0.0, kind == _UNKNOWN
+        pause = self.client._pause(self.pauses)
+        self.pauses += 1
+        return pause, kind == _UNKNOWN
+
+    def needs_holder(self) -> bool:
+        """Whether the final answer still wants the holder asked (`Route`)."""
+        return not self.maybe_applied and self.named is None
+
+    def named_by(self, lease) -> None:
+        if lease.holder_address:
+            self.named = Holder(lease.holder, lease.holder_address)
+
+    def outcome(self) -> Outcome:
+        if self.maybe_applied:
+            return Unknown(self.request_id, self.reason, self.client.attempts)
+        return NotApplied(self.request_id, self.reason, self.named)
+
+
 class Client:
     """A client of several nodes (a list or ``"a:1,b:2"``), tried in order."""
 
@@ -242,52 +331,33 @@ class Client:
         if self.nodes[self._current % len(self.nodes)] == failed:
             self._current = (self._current + 1) % len(self.nodes)
 
-    def _pause(self, n: int) -> None:
-        time.sleep(min(self.backoff * (2 ** min(n, 5)), 2.0))
+    def _pause(self, n: int) -> float:
+        """Seconds to wait before the attempt after the ``n``-th pause."""
+        return min(self.backoff * (2 ** min(n, 5)), 2.0)
 
     def append(self, stream: str, payload: bytes, request_id: Optional[str] = None) -> Outcome:
         """Appends ``payload``; however many attempts it takes, it applies at
         most once. Raises :class:`Refused` for a request no retry can help."""
-        request_id = request_id or str(uuid.uuid4())
-        request = pb.AppendRequest(stream=stream, request_id=request_id, payload=payload)
-        maybe_applied, go_to, named, use_route, reason, pauses = False, None, None, True, "", 0
-        for attempt in range(1, self.attempts + 1):
-            if go_to is not None:
-                routed, go_to = go_to.address, None
-            else:
-                routed = self._route_of(stream) if use_route else None
-            target = routed or self.nodes[self._current % len(self.nodes)]
+        one = _Append(self, stream, payload, request_id)
+        while one.attempt < self.attempts:
+            routed = self._route_of(stream) if one.wants_route() else None
+            target = one.target(routed)
             try:
                 stub = rpc.JournalStub(self._channel(target))
-                r = stub.Append(request, timeout=self.attempt_timeout, metadata=self._metadata)
-                return Applied(request_id, r.sequence, r.epoch, r.shard, r.holder, target, attempt)
+                r = stub.Append(one.request, timeout=self.attempt_timeout, metadata=self._metadata)
+                return one.applied(r, target)
             except grpc.RpcError as e:
-                error = e
-                kind, reason, holder = classify(e)
-            if kind == _REFUSED:
-                raise Refused(error.code(), error.details() or "")
-            self._routes.pop(stream, None)
-            use_route = False
-            if kind == _NOT_APPLIED and holder is not None and holder.address != target:
-                named = go_to = holder  # follow the named holder at once
-                continue
-            if kind == _UNKNOWN:
-                maybe_applied = True
+                pause, forget = one.failed(e, target)
+            if forget:
                 self._forget(target)
-            if routed is None:
-                self._next_node(target)
-            if attempt < self.attempts:
-                self._pause(pauses)
-                pauses += 1
-        if maybe_applied:
-            return Unknown(request_id, reason, self.attempts)
-        if named is None:
+            if pause:
+                time.sleep(pause)
+        if one.needs_holder():
             try:
-                lease = self.route_stream(stream)
-                named = Holder(lease.holder, lease.holder_address) if lease.holder_address else None
+                one.named_by(self.route_stream(stream))
             except (Unreachable, grpc.RpcError):
-                named = None
-        return NotApplied(request_id, reason, named)
+                pass
+        return one.outcome()
 
     def _route_of(self, stream: str) -> Optional[str]:
         if self._map is not None:
@@ -318,22 +388,11 @@ class Client:
             try:
                 return call(self._channel(address))
             except grpc.RpcError as e:
-                kind, reason, _ = classify(e)
-                if kind == _REFUSED:
-                    raise Refused(e.code(), e.details() or "")
-                retryable = (
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.StatusCode.UNKNOWN,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    grpc.StatusCode.CANCELLED,
-                )
-                if e.code() not in retryable:
-                    raise
+                failures.append((address, _elsewhere(e)))
                 self._forget(address)
-                failures.append((address, reason))
             self._next_node(address)
             if (i + 1) % len(self.nodes) == 0 and i + 1 < tries:
-                self._pause(i)
+                time.sleep(self._pause(i))
         raise Unreachable(failures)
 
     def route(self, application: str, key: int) -> "pb.ShardLease":
