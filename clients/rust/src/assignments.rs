@@ -41,10 +41,25 @@ pub struct Assignments {
 /// An update that does not fit the copy it is applied to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MapError {
+    /// A delta with no snapshot of its stream before it (the copy is
+    /// empty, or from another node's stream).
     #[error("a delta of version {version} from `{node}` came before any snapshot of that stream")]
-    DeltaFirst { node: String, version: u64 },
+    DeltaFirst {
+        /// The node whose stream sent the delta.
+        node: String,
+        /// The delta's version.
+        version: u64,
+    },
+    /// An update at or below the copy's version.
     #[error("version {got} from `{node}` does not follow version {had}")]
-    Backwards { node: String, had: u64, got: u64 },
+    Backwards {
+        /// The node whose stream sent the update.
+        node: String,
+        /// The copy's version.
+        had: u64,
+        /// The update's version.
+        got: u64,
+    },
 }
 
 impl Assignments {

@@ -123,9 +123,13 @@ impl tonic::service::Interceptor for Auth {
 /// An append that was applied (now, or earlier under the same request id).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
+    /// The request id it was applied under.
     pub request_id: String,
+    /// Its sequence in its stream.
     pub sequence: u64,
+    /// The lease epoch of the holder that committed it.
     pub epoch: u64,
+    /// The shard its stream belongs to.
     pub shard: String,
     /// The holder that committed it, by name.
     pub holder: String,
@@ -138,24 +142,32 @@ pub struct Applied {
 /// How an append ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AppendOutcome {
+    /// Applied, now or earlier under the same request id.
     Applied(Applied),
     /// Certainly not committed by any attempt: safe to give the id up, or to
     /// send again (same id) to `go_to`, the shard's holder when known.
     NotApplied {
+        /// The request id no attempt applied.
         request_id: String,
+        /// The last attempt's failure, in words.
         reason: String,
+        /// The shard's holder, when an answer or `Route` named it.
         go_to: Option<Holder>,
     },
     /// Some attempt may have committed and none confirmed it: retry later
     /// with the same request id, which applies at most once.
     Unknown {
+        /// The request id to send again.
         request_id: String,
+        /// The last attempt's failure, in words.
         reason: String,
+        /// Attempts made.
         attempts: u32,
     },
 }
 
 impl AppendOutcome {
+    /// The request id, whatever the outcome.
     pub fn request_id(&self) -> &str {
         match self {
             AppendOutcome::Applied(a) => &a.request_id,
@@ -177,9 +189,16 @@ impl AppendOutcome {
 pub enum Error {
     /// Refused before it ran, for a reason a retry does not change.
     #[error("the node refused the request ({code:?}): {message}")]
-    Refused { code: Code, message: String },
+    Refused {
+        /// The gRPC status code.
+        code: Code,
+        /// The node's message: what was wrong.
+        message: String,
+    },
+    /// No node of the list answered.
     #[error(transparent)]
     Unreachable(#[from] Unreachable),
+    /// [`AppendOutcome::applied`] of an append that was not confirmed.
     #[error("{}", outcome_text(.0))]
     NotConfirmed(AppendOutcome),
     /// A failure of a call that is not retried at another node (a lookup's
@@ -218,6 +237,7 @@ impl ClientBuilder {
         self
     }
 
+    /// Attempts, timeouts and routing ([`Options`]).
     pub fn options(mut self, options: Options) -> Self {
         self.options = options;
         self
@@ -236,6 +256,7 @@ impl ClientBuilder {
         self
     }
 
+    /// The client; an error only for a token no header can carry.
     pub fn build(self) -> Result<Client, Error> {
         let token = match self.token {
             Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| Error::Refused {
@@ -291,6 +312,7 @@ struct Inner {
 const ROUTES_KEPT: usize = 4096;
 
 impl Client {
+    /// A builder of a client of `nodes`, tried in order.
     pub fn builder(nodes: Nodes) -> ClientBuilder {
         ClientBuilder { nodes, options: Options::default(), token: None, dial: None, start_at: 0 }
     }
@@ -300,10 +322,12 @@ impl Client {
         Client::builder(nodes).build().expect("no token to check")
     }
 
+    /// The nodes it tries.
     pub fn nodes(&self) -> &Nodes {
         &self.0.nodes
     }
 
+    /// Its options.
     pub fn options(&self) -> &Options {
         &self.0.options
     }

@@ -20,6 +20,8 @@
 //! The contract it follows is in `docs/clients.md`: outcomes are read from
 //! the `chitin-outcome` trailers ([`proto::outcome`]), never from wording.
 
+#![deny(missing_docs)]
+
 pub mod assignments;
 pub mod client;
 #[cfg(feature = "fence")]

@@ -13,12 +13,25 @@ pub struct Nodes(Vec<String>);
 /// Why a node list was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodesError {
+    /// No address at all.
     #[error("no node address given; pass one or more, comma-separated: host:port[,host:port…]")]
     Empty,
+    /// An empty entry (two commas in a row, a trailing comma).
     #[error("node address #{position} is empty (in `{list}`); separate addresses with single commas")]
-    Blank { position: usize, list: String },
+    Blank {
+        /// Its position in the list, from 1.
+        position: usize,
+        /// The whole list as given.
+        list: String,
+    },
+    /// An entry that is no address.
     #[error("`{address}` is not a node address: {why}; expected host:port (e.g. 127.0.0.1:50051) or http(s)://host:port")]
-    Bad { address: String, why: &'static str },
+    Bad {
+        /// The entry.
+        address: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
 }
 
 impl Nodes {
@@ -43,10 +56,12 @@ impl Nodes {
         Nodes::new([address.into()])
     }
 
+    /// The addresses, in the order they are tried.
     pub fn addresses(&self) -> &[String] {
         &self.0
     }
 
+    /// How many there are (never 0).
     pub fn len(&self) -> usize {
         self.0.len()
     }

@@ -9,6 +9,7 @@ use crate::proto::outcome as keys;
 /// A shard's holder as a not-applied answer (or a route lookup) names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
+    /// Its node name.
     pub name: String,
     /// Its gRPC address: send the same request there.
     pub address: String,
@@ -20,7 +21,12 @@ pub enum Attempt {
     /// Certainly not committed: the node said so, or the request never left
     /// (connection refused). Retry anywhere with the same request id;
     /// `holder` is where to go, when the node knew it.
-    NotApplied { reason: String, holder: Option<Holder> },
+    NotApplied {
+        /// Why, in words.
+        reason: String,
+        /// The shard's holder, when the node named it.
+        holder: Option<Holder>,
+    },
     /// May have committed (the node said unknown, the call timed out, the
     /// connection broke): retry with the same request id, which applies at
     /// most once.
@@ -28,7 +34,12 @@ pub enum Attempt {
     /// Refused before it ran, for a reason a retry does not change (invalid
     /// request, a request id applied before with another payload, missing or
     /// wrong token, no common protocol).
-    Refused { code: Code, message: String },
+    Refused {
+        /// The gRPC status code.
+        code: Code,
+        /// The node's message: what was wrong.
+        message: String,
+    },
 }
 
 /// The meaning of a failed append's `status`.

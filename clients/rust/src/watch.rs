@@ -19,27 +19,39 @@ use crate::proto::{self, ownership_client::OwnershipClient, ownership_event::Kin
 pub enum WatchEvent {
     /// (Re)subscribed to `node`: `held` is everything it holds now.
     Subscribed {
+        /// The node's address.
         node: String,
+        /// Its leases when the watch subscribed.
         held: Vec<proto::ShardLease>,
     },
+    /// The node took the shard: claim its fence, warm up (and with an
+    /// acknowledging watch answer [`OwnershipWatch::ready`]).
     Acquired {
+        /// The shard.
         shard: String,
+        /// The new lease's epoch.
         epoch: u64,
     },
     /// Stop taking new work for the shard (the lease is being handed over).
     Draining {
+        /// The shard.
         shard: String,
+        /// The epoch being handed over.
         epoch: u64,
     },
     /// Stop writing for the shard: the lease is gone.
     Lost {
+        /// The shard.
         shard: String,
+        /// The epoch that ended.
         epoch: u64,
     },
     /// The stream from `node` ended: events may have been missed. A
     /// `Subscribed` follows once a node answers.
     Gap {
+        /// The node whose stream ended.
         node: String,
+        /// Why, in words.
         reason: String,
     },
 }
@@ -47,6 +59,8 @@ pub enum WatchEvent {
 /// Longest pause between subscription attempts.
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 
+/// The ownership events of a client's nodes, resubscribing after a gap
+/// (made by `Client::watch_ownership`); see the module docs.
 pub struct OwnershipWatch {
     client: Client,
     stream: Option<(String, tonic::Streaming<proto::OwnershipEvent>)>,

@@ -57,9 +57,11 @@ pub const MYSQL: &str = "SELECT 1 FROM chitin_shard_leases l WHERE l.shard_id = 
 /// A lease as a fencing token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseToken {
+    /// The shard the lease is of.
     pub shard: String,
     /// The holder's registration UUID (`holder_uuid` of a lease).
     pub holder: uuid::Uuid,
+    /// The lease's epoch: the token's order among the shard's holders.
     pub epoch: u64,
 }
 
@@ -69,7 +71,12 @@ pub enum FenceError {
     /// The token no longer holds the shard (moved, expired, retired by a
     /// split): the transaction was rolled back; route the key again.
     #[error("the lease of shard {shard} at epoch {epoch} is lost: no write under it can commit; route the key again")]
-    Lost { shard: String, epoch: u64 },
+    Lost {
+        /// The shard.
+        shard: String,
+        /// The token's epoch.
+        epoch: u64,
+    },
     /// A claim found a newer epoch (or another holder at this one) in the
     /// shard's fence row: a newer holder claimed it; this token never writes
     /// again.
@@ -77,19 +84,42 @@ pub enum FenceError {
         "the fence of shard {shard} holds epoch {stored}, newer than this claim's {epoch}: a newer holder claimed it; \
          stop serving the shard and route its keys again"
     )]
-    Superseded { shard: String, epoch: u64, stored: i64 },
+    Superseded {
+        /// The shard.
+        shard: String,
+        /// The claim's epoch.
+        epoch: u64,
+        /// The epoch the fence row holds.
+        stored: i64,
+    },
     /// A claim found the shard's fence row retired: the shard was split and
     /// a child claimed; its keys belong to the children now.
     #[error("the fence of shard {shard} is retired (the shard was split and a child claimed); route its keys again")]
-    Retired { shard: String },
+    Retired {
+        /// The split parent.
+        shard: String,
+    },
+    /// The lease had no holder (the shard is between holders).
     #[error("a lease without a holder cannot fence (shard {shard}): wait for the shard's holder and ask again")]
-    NoHolder { shard: String },
+    NoHolder {
+        /// The shard.
+        shard: String,
+    },
+    /// The lease's `holder_uuid` is not a UUID (a node of another version?).
     #[error("holder_uuid `{value}` of shard {shard} is not a UUID")]
-    BadHolder { shard: String, value: String },
+    BadHolder {
+        /// The shard.
+        shard: String,
+        /// What the lease held.
+        value: String,
+    },
+    /// An epoch the database's integer cannot hold.
     #[error("epoch {0} is over the database's range (i64)")]
     BadEpoch(u64),
+    /// The database failed the statement (the transaction is rolled back).
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
+    /// Redis failed the script (nothing was written).
     #[cfg(feature = "fence-redis")]
     #[error("redis: {0}")]
     Redis(#[from] ::redis::RedisError),
