@@ -8,6 +8,7 @@ use chitin::proto;
 use clap::Subcommand;
 
 use super::client::{NodeAddr, Nodes, admin, runtime};
+use super::output::OutputArg;
 use super::progress::Progress;
 
 #[derive(Subcommand, Debug)]
@@ -16,9 +17,8 @@ pub enum ClusterCommand {
     Status {
         #[command(flatten)]
         addr: NodeAddr,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Hand every shard of a node over and leave it running, drained, until it is stopped.
     Drain(DrainArgs),
@@ -31,9 +31,8 @@ pub enum ClusterCommand {
         /// Only this shard, with its 64 sub-ranges.
         #[arg(long, value_name = "ID")]
         shard: Option<String>,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Record the cluster for a shadow comparison of policies (`chitin policy
     /// diff`, `chitin policy fixture`): the config the nodes run, the nodes,
@@ -46,9 +45,8 @@ pub enum ClusterCommand {
     Instances {
         #[command(flatten)]
         addr: NodeAddr,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// One health-monitor sweep by hand: removes stale instances and their claims.
     CleanupStale {
@@ -60,9 +58,8 @@ pub enum ClusterCommand {
     UpgradeStatus {
         #[command(flatten)]
         addr: NodeAddr,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Finalize a rolling upgrade once every live node runs the new release: raises the cluster
     /// version and turns its gates on. Cannot be undone (docs/upgrades.md).
@@ -93,25 +90,25 @@ pub struct DrainArgs {
 pub fn run(cmd: ClusterCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         ClusterCommand::Rollout(cmd) => super::rollout::run(cmd),
-        ClusterCommand::Instances { addr, json } => super::coord::instances(addr, json),
+        ClusterCommand::Instances { addr, output } => super::coord::instances(addr, output),
         ClusterCommand::CleanupStale { addr } => super::coord::cleanup_stale(addr),
-        ClusterCommand::Status { addr, json } => runtime()?.block_on(status(&addr.node, json)),
+        ClusterCommand::Status { addr, output } => runtime()?.block_on(status(&addr.node, output)),
         ClusterCommand::Drain(args) => runtime()?.block_on(drain(args)),
         ClusterCommand::Snapshot { addr } => runtime()?.block_on(snapshot(&addr.node)),
-        ClusterCommand::Load { addr, shard, json } => runtime()?.block_on(load(&addr.node, shard.as_deref(), json)),
-        ClusterCommand::UpgradeStatus { addr, json } => runtime()?.block_on(super::upgrade::status(&addr.node, json)),
+        ClusterCommand::Load { addr, shard, output } => runtime()?.block_on(load(&addr.node, shard.as_deref(), output)),
+        ClusterCommand::UpgradeStatus { addr, output } => runtime()?.block_on(super::upgrade::status(&addr.node, output)),
         ClusterCommand::FinalizeUpgrade { addr, version } => runtime()?.block_on(super::upgrade::finalize(&addr.node, version)),
     }
 }
 
-async fn status(nodes: &Nodes, json: bool) -> anyhow::Result<ExitCode> {
+async fn status(nodes: &Nodes, output: OutputArg) -> anyhow::Result<ExitCode> {
     let s = admin(nodes)
         .await?
         .status(proto::StatusRequest {})
         .await
         .map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?
         .into_inner();
-    if json {
+    if !output.is_table() {
         let value = serde_json::json!({
             "node": s.node,
             "state": s.state,
@@ -131,7 +128,7 @@ async fn status(nodes: &Nodes, json: bool) -> anyhow::Result<ExitCode> {
             "policy_mismatch": s.policy_mismatch,
             "policy_fallbacks": s.policy_fallbacks,
         });
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        output.print_data(&value);
         return Ok(ExitCode::SUCCESS);
     }
     println!("asked {} ({}), cluster config version {}", s.node, s.state, s.config_version);
@@ -164,7 +161,7 @@ async fn status(nodes: &Nodes, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// Asks every live node (found through `nodes`) for its counts and sums them.
-async fn load(nodes: &Nodes, shard: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+async fn load(nodes: &Nodes, shard: Option<&str>, output: OutputArg) -> anyhow::Result<ExitCode> {
     let status = admin(nodes)
         .await?
         .status(proto::StatusRequest {})
@@ -177,7 +174,7 @@ async fn load(nodes: &Nodes, shard: Option<&str>, json: bool) -> anyhow::Result<
     for node in &silent {
         eprintln!("no answer from {node}: its counts are missing");
     }
-    if json {
+    if !output.is_table() {
         let value: Vec<_> = loads
             .iter()
             .map(|l| {
@@ -189,7 +186,7 @@ async fn load(nodes: &Nodes, shard: Option<&str>, json: bool) -> anyhow::Result<
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        output.print_data(&value);
         return Ok(ExitCode::SUCCESS);
     }
     println!("{:<24} {:>12} {:>14}", "SHARD", "OPS/S", "BYTES/S");

@@ -17,6 +17,8 @@ use chitin::topology::summary::summarize;
 use chitin::topology::transition::{TransitionReport, validate_transition};
 use chitin::topology::{Router, Violation, bounds, validate};
 
+use super::output::OutputArg;
+
 const DEFAULT_FILE: &str = "cluster_config.json";
 
 #[derive(clap::Subcommand, Debug)]
@@ -31,7 +33,10 @@ pub enum ConfigCommand {
         node_addresses: Vec<String>,
         /// Where to write the config.
         #[arg(long, default_value = DEFAULT_FILE, value_name = "FILE")]
-        output: PathBuf,
+        file: PathBuf,
+        /// The older spelling of `--file`, refused with that hint.
+        #[arg(long = "output", hide = true, value_name = "FILE", value_parser = super::output::moved_to_file)]
+        moved: Option<PathBuf>,
         /// Overwrite an existing file.
         #[arg(long)]
         force: bool,
@@ -75,9 +80,8 @@ pub enum ConfigCommand {
     Validate {
         /// The config file.
         file: PathBuf,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Check that going from one config to another is safe (both must be valid too).
     ValidateTransition {
@@ -87,9 +91,8 @@ pub enum ConfigCommand {
         /// The config to move to.
         #[arg(long, value_name = "NEW")]
         to: PathBuf,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Show what changed between two configs.
     Diff {
@@ -97,17 +100,15 @@ pub enum ConfigCommand {
         old: PathBuf,
         /// The later config file.
         new: PathBuf,
-        /// Print the changes as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Show a config: nodes with their replicas, applications with shards by state.
     Show {
         /// The config file.
         file: PathBuf,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
         /// List every shard (by default only shards in a split are listed).
         #[arg(long)]
         shards: bool,
@@ -122,6 +123,8 @@ pub enum ConfigCommand {
         /// The key in hex: 8 digits, or a shorter even-length prefix padded with 00.
         #[arg(long)]
         key: String,
+        #[command(flatten)]
+        output: OutputArg,
     },
 }
 
@@ -134,14 +137,14 @@ fn parse_metadata(s: &str) -> Result<Metadata, String> {
 
 pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        ConfigCommand::Init { node_ids, node_addresses, output, force } => init(node_ids, node_addresses, &output, force),
+        ConfigCommand::Init { node_ids, node_addresses, file, force, .. } => init(node_ids, node_addresses, &file, force),
         ConfigCommand::AddNode { config, node_id, node_address, metadata } => {
-            let Some(old) = load_or_report(&config, false) else { return Ok(ExitCode::FAILURE) };
+            let Some(old) = load_or_report(&config, OutputArg::TABLE) else { return Ok(ExitCode::FAILURE) };
             let what = format!("node `{node_id}` ({node_address})");
             write_result(&config, &old, ops::add_node(&old, &node_id, &node_address, metadata), &what)
         }
         ConfigCommand::AddApplication { config, name, implementation, shards_count, replication_factor, policies } => {
-            let Some(old) = load_or_report(&config, false) else { return Ok(ExitCode::FAILURE) };
+            let Some(old) = load_or_report(&config, OutputArg::TABLE) else { return Ok(ExitCode::FAILURE) };
             let (policies, _) = policies.load()?;
             let spec = NewApplication {
                 implementation: implementation.unwrap_or_else(|| name.clone()),
@@ -154,18 +157,18 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             let what = format!("application `{name}` with {shards_count} shard(s), replication factor {replication_factor}");
             write_result(&config, &old, result, &what)
         }
-        ConfigCommand::Validate { file, json } => Ok(validate_one(&file, json)),
-        ConfigCommand::ValidateTransition { from, to, json } => Ok(validate_pair(&from, &to, json)),
-        ConfigCommand::Diff { old, new, json } => {
-            let (Some(a), Some(b)) = (load_or_report(&old, false), load_or_report(&new, false)) else {
+        ConfigCommand::Validate { file, output } => Ok(validate_one(&file, output)),
+        ConfigCommand::ValidateTransition { from, to, output } => Ok(validate_pair(&from, &to, output)),
+        ConfigCommand::Diff { old, new, output } => {
+            let (Some(a), Some(b)) = (load_or_report(&old, OutputArg::TABLE), load_or_report(&new, OutputArg::TABLE)) else {
                 return Ok(ExitCode::FAILURE);
             };
             let d = diff(&a, &b);
             let report = validate_transition(&a, &b);
-            if json {
+            if !output.is_table() {
                 let v =
                     serde_json::json!({ "diff": d, "transition_valid": report.is_valid(), "violations": report_json(&report) });
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                output.print_data(&v);
             } else {
                 print!("{d}");
                 if report.is_valid() {
@@ -181,11 +184,11 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        ConfigCommand::Show { file, json, shards } => {
-            let Some(c) = load_or_report(&file, false) else { return Ok(ExitCode::FAILURE) };
+        ConfigCommand::Show { file, output, shards } => {
+            let Some(c) = load_or_report(&file, OutputArg::TABLE) else { return Ok(ExitCode::FAILURE) };
             let s = summarize(&c, shards);
-            if json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
+            if !output.is_table() {
+                output.print_data(&s);
             } else {
                 print!("{}", s.render());
             }
@@ -195,8 +198,8 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        ConfigCommand::Route { file, application, key } => {
-            let Some(c) = load_or_report(&file, false) else { return Ok(ExitCode::FAILURE) };
+        ConfigCommand::Route { file, application, key, output } => {
+            let Some(c) = load_or_report(&file, OutputArg::TABLE) else { return Ok(ExitCode::FAILURE) };
             let k = bounds::parse_key(&key).map_err(|e| anyhow::anyhow!("--key `{key}`: {e}"))?;
             if c.application(&application).is_none() {
                 eprintln!("error: no application `{application}` in `{}`", file.display());
@@ -205,7 +208,14 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             match Router::new(&c).shard(&c, &application, k) {
                 Some(s) => {
                     let nodes: Vec<&str> = s.replicas.iter().map(|r| r.node_id.as_str()).collect();
-                    println!("{} {}  {}  nodes {}", s.id, s.range_string(), s.state, nodes.join(","));
+                    if output.is_table() {
+                        println!("{} {}  {}  nodes {}", s.id, s.range_string(), s.state, nodes.join(","));
+                    } else {
+                        output.print_data(&serde_json::json!({
+                            "key": format!("{k:08x}"), "shard": s.id, "range": s.range_string(),
+                            "state": s.state.to_string(), "nodes": nodes,
+                        }));
+                    }
                     Ok(ExitCode::SUCCESS)
                 }
                 None => {
@@ -218,24 +228,24 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
 }
 
 /// Loads a config; on failure prints the error (with its code) and returns None.
-fn load_or_report(path: &Path, json: bool) -> Option<ClusterConfig> {
+fn load_or_report(path: &Path, output: OutputArg) -> Option<ClusterConfig> {
     match file::load(path) {
         Ok(c) => Some(c),
         Err(e) => {
-            report_load_error(path, &e, json);
+            report_load_error(path, &e, output);
             None
         }
     }
 }
 
-fn report_load_error(path: &Path, e: &LoadError, json: bool) {
-    if json {
+fn report_load_error(path: &Path, e: &LoadError, output: OutputArg) {
+    if !output.is_table() {
         let v = serde_json::json!({
             "file": path.display().to_string(),
             "valid": false,
             "error": { "code": e.code(), "message": e.to_string() },
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        output.print_data(&v);
         return;
     }
     match e {
@@ -263,12 +273,12 @@ fn report_json(r: &TransitionReport) -> serde_json::Value {
     )
 }
 
-fn validate_one(path: &Path, json: bool) -> ExitCode {
-    let Some(c) = load_or_report(path, json) else { return ExitCode::FAILURE };
+fn validate_one(path: &Path, output: OutputArg) -> ExitCode {
+    let Some(c) = load_or_report(path, output) else { return ExitCode::FAILURE };
     let v = validate(&c);
-    if json {
+    if !output.is_table() {
         let out = serde_json::json!({ "file": path.display().to_string(), "valid": v.is_empty(), "violations": v });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        output.print_data(&out);
     } else if v.is_empty() {
         println!(
             "{}: valid (version {}: {} node(s), {} application(s), {} shard(s), {} replica(s))",
@@ -286,19 +296,19 @@ fn validate_one(path: &Path, json: bool) -> ExitCode {
     if v.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-fn validate_pair(from: &Path, to: &Path, json: bool) -> ExitCode {
-    let a = load_or_report(from, json);
-    let b = load_or_report(to, json);
+fn validate_pair(from: &Path, to: &Path, output: OutputArg) -> ExitCode {
+    let a = load_or_report(from, output);
+    let b = load_or_report(to, output);
     let (Some(a), Some(b)) = (a, b) else { return ExitCode::FAILURE };
     let report = validate_transition(&a, &b);
-    if json {
+    if !output.is_table() {
         let out = serde_json::json!({
             "from": from.display().to_string(),
             "to": to.display().to_string(),
             "valid": report.is_valid(),
             "violations": report_json(&report),
         });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        output.print_data(&out);
     } else if report.is_valid() {
         println!("{} (version {}) → {} (version {}): valid transition", from.display(), a.version, to.display(), b.version);
     } else {
@@ -315,7 +325,7 @@ fn validate_pair(from: &Path, to: &Path, json: bool) -> ExitCode {
     if report.is_valid() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-fn init(ids: Vec<String>, addresses: Vec<String>, output: &Path, force: bool) -> anyhow::Result<ExitCode> {
+fn init(ids: Vec<String>, addresses: Vec<String>, path: &Path, force: bool) -> anyhow::Result<ExitCode> {
     if ids.len() != addresses.len() {
         eprintln!(
             "error: {} --node-id but {} --node-address; give one address per node, in the same order",
@@ -324,18 +334,18 @@ fn init(ids: Vec<String>, addresses: Vec<String>, output: &Path, force: bool) ->
         );
         return Ok(super::Exit::Usage.into());
     }
-    if output.exists() && !force {
-        eprintln!("error: `{}` already exists; pass --force to overwrite it", output.display());
+    if path.exists() && !force {
+        eprintln!("error: `{}` already exists; pass --force to overwrite it", path.display());
         return Ok(ExitCode::FAILURE);
     }
     let nodes: Vec<(String, String)> = ids.into_iter().zip(addresses).collect();
     match ops::init(&nodes) {
         Ok(c) => {
-            file::save(output, &c)?;
-            println!("wrote {}: version 1 with {} node(s)", output.display(), c.nodes.len());
+            file::save(path, &c)?;
+            println!("wrote {}: version 1 with {} node(s)", path.display(), c.nodes.len());
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => Ok(refuse(output, e)),
+        Err(e) => Ok(refuse(path, e)),
     }
 }
 

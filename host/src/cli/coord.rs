@@ -10,6 +10,7 @@ use chitin::security::Plane;
 use clap::Subcommand;
 
 use super::client::{NodeAddr, Signed, runtime, signed};
+use super::output::OutputArg;
 
 /// `chitin dispatch`.
 #[derive(clap::Args, Debug)]
@@ -30,6 +31,8 @@ pub enum AffinityCommand {
     Owner {
         #[command(flatten)]
         addr: NodeAddr,
+        #[command(flatten)]
+        output: OutputArg,
         /// The target id.
         target: String,
     },
@@ -37,6 +40,8 @@ pub enum AffinityCommand {
     List {
         #[command(flatten)]
         addr: NodeAddr,
+        #[command(flatten)]
+        output: OutputArg,
         /// The instance id (a node's registration UUID).
         #[arg(long)]
         instance: Option<String>,
@@ -56,6 +61,8 @@ pub enum DeploymentsCommand {
     Start {
         #[command(flatten)]
         addr: NodeAddr,
+        #[command(flatten)]
+        output: OutputArg,
         /// What is being deployed, for people reading the state.
         #[arg(long, default_value = "")]
         description: String,
@@ -70,6 +77,8 @@ pub enum DeploymentsCommand {
     Update {
         #[command(flatten)]
         addr: NodeAddr,
+        #[command(flatten)]
+        output: OutputArg,
         /// The deployment's id (as `start` printed it).
         id: String,
         /// The new state: pending, running (empty: unchanged).
@@ -89,6 +98,8 @@ pub enum DeploymentsCommand {
     Finish {
         #[command(flatten)]
         addr: NodeAddr,
+        #[command(flatten)]
+        output: OutputArg,
         /// The deployment's id (as `start` printed it).
         id: String,
         /// How it ended: succeeded, failed or cancelled.
@@ -102,12 +113,17 @@ pub enum DeploymentsCommand {
     Show {
         #[command(flatten)]
         addr: NodeAddr,
+        #[command(flatten)]
+        output: OutputArg,
         /// The deployment's id.
         id: String,
     },
+    /// Deployments, as JSON: every one, the unfinished ones, or one instance's.
     List {
         #[command(flatten)]
         addr: NodeAddr,
+        #[command(flatten)]
+        output: OutputArg,
         /// Only deployments that are not finished.
         #[arg(long)]
         active: bool,
@@ -153,24 +169,34 @@ pub fn dispatch(args: DispatchArgs) -> anyhow::Result<ExitCode> {
 pub fn affinity(cmd: AffinityCommand) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         match cmd {
-            AffinityCommand::Owner { addr, target } => {
+            AffinityCommand::Owner { addr, output, target } => {
                 let r = client(&addr)
                     .await?
                     .affinity_owner(proto::TargetRequest { target_id: target.clone() })
                     .await
                     .map_err(status)?;
-                match r.into_inner().owner {
-                    o if o.is_empty() => println!("{target}: unclaimed"),
-                    o => println!("{target}: {o}"),
+                let owner = r.into_inner().owner;
+                if !output.is_table() {
+                    // No owner is null, not an empty string.
+                    let owner = (!owner.is_empty()).then_some(owner);
+                    output.print_data(&serde_json::json!({ "target": target, "owner": owner }));
+                } else if owner.is_empty() {
+                    println!("{target}: unclaimed");
+                } else {
+                    println!("{target}: {owner}");
                 }
             }
-            AffinityCommand::List { addr, instance } => {
+            AffinityCommand::List { addr, output, instance } => {
                 let r = client(&addr)
                     .await?
                     .affinity_list(proto::InstanceRequest { instance_id: instance.unwrap_or_default() })
                     .await
                     .map_err(status)?;
-                for t in r.into_inner().targets {
+                let targets = r.into_inner().targets;
+                if !output.is_table() {
+                    output.print_data(&targets);
+                }
+                for t in targets.iter().filter(|_| output.is_table()) {
                     println!("{t}");
                 }
             }
@@ -193,8 +219,9 @@ pub fn affinity(cmd: AffinityCommand) -> anyhow::Result<ExitCode> {
 
 pub fn deployments(cmd: DeploymentsCommand) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
-        let json = match cmd {
-            DeploymentsCommand::Start { addr, description, state, metadata } => {
+        let (output, json) = match cmd {
+            DeploymentsCommand::Start { addr, output, description, state, metadata } => (
+                output,
                 client(&addr)
                     .await?
                     .deployment_start(proto::DeploymentStartRequest {
@@ -203,9 +230,10 @@ pub fn deployments(cmd: DeploymentsCommand) -> anyhow::Result<ExitCode> {
                         message: String::new(),
                         metadata: metadata.into_iter().collect::<HashMap<_, _>>(),
                     })
-                    .await
-            }
-            DeploymentsCommand::Update { addr, id, state, message, completed, total } => {
+                    .await,
+            ),
+            DeploymentsCommand::Update { addr, output, id, state, message, completed, total } => (
+                output,
                 client(&addr)
                     .await?
                     .deployment_update(proto::DeploymentUpdateRequest {
@@ -216,25 +244,30 @@ pub fn deployments(cmd: DeploymentsCommand) -> anyhow::Result<ExitCode> {
                         completed,
                         total,
                     })
-                    .await
+                    .await,
+            ),
+            DeploymentsCommand::Finish { addr, output, id, state, message } => (
+                output,
+                client(&addr)
+                    .await?
+                    .deployment_finish(proto::DeploymentFinishRequest { deployment_id: id, state, message })
+                    .await,
+            ),
+            DeploymentsCommand::Show { addr, output, id } => {
+                (output, client(&addr).await?.deployment_show(proto::DeploymentShowRequest { deployment_id: id }).await)
             }
-            DeploymentsCommand::Finish { addr, id, state, message } => {
-                client(&addr).await?.deployment_finish(proto::DeploymentFinishRequest { deployment_id: id, state, message }).await
-            }
-            DeploymentsCommand::Show { addr, id } => {
-                client(&addr).await?.deployment_show(proto::DeploymentShowRequest { deployment_id: id }).await
-            }
-            DeploymentsCommand::List { addr, active, instance } => {
+            DeploymentsCommand::List { addr, output, active, instance } => (
+                output,
                 client(&addr)
                     .await?
                     .deployment_list(proto::DeploymentListRequest {
                         active_only: active,
                         instance_id: instance.unwrap_or_default(),
                     })
-                    .await
-            }
-        }
-        .map_err(status)?;
+                    .await,
+            ),
+        };
+        let json = json.map_err(status)?;
         if let Some(ids) = json.metadata().get(chitin::api::coordination::UNREADABLE_DEPLOYMENTS).and_then(|v| v.to_str().ok()) {
             eprintln!(
                 "chitin: skipped deployment records that are no deployment document: {} (the node's log gives each \
@@ -243,20 +276,26 @@ pub fn deployments(cmd: DeploymentsCommand) -> anyhow::Result<ExitCode> {
                 ids.replace(',', ", ")
             );
         }
-        println!("{}", json.into_inner().json);
+        let json = json.into_inner().json;
+        if output.is_table() {
+            // The node's own JSON, as it sent it: a deployment has no table.
+            println!("{json}");
+        } else {
+            output.print_data(&serde_json::from_str::<serde_json::Value>(&json)?);
+        }
         Ok(ExitCode::SUCCESS)
     })
 }
 
 /// `chitin cluster instances`: every registry entry, alive or stale.
-pub fn instances(addr: NodeAddr, as_json: bool) -> anyhow::Result<ExitCode> {
+pub fn instances(addr: NodeAddr, output: OutputArg) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let json = client(&addr).await?.instances(proto::Empty {}).await.map_err(status)?.into_inner().json;
-        if as_json {
-            println!("{json}");
+        let list: Vec<serde_json::Value> = serde_json::from_str(&json)?;
+        if !output.is_table() {
+            output.print_data(&list);
             return Ok(ExitCode::SUCCESS);
         }
-        let list: Vec<serde_json::Value> = serde_json::from_str(&json)?;
         println!("{:<36} {:<6} {:<22} LAST HEARTBEAT", "INSTANCE", "STATE", "ADDRESS");
         for i in list {
             let info = &i["info"];

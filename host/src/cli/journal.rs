@@ -7,11 +7,12 @@ use clap::Subcommand;
 
 use super::Exit;
 use super::client::{NodeAddr, journal, runtime};
+use super::output::OutputArg;
 
 #[derive(Subcommand, Debug)]
 pub enum JournalCommand {
     /// Append one entry to a stream; prints its sequence number and epoch.
-    /// Exits 1 when it was certainly not applied, 2 when its outcome is
+    /// Exits 1 when it was certainly not applied, 4 when its outcome is
     /// unknown (retry with the printed --request-id, which applies at most once).
     Append {
         #[command(flatten)]
@@ -29,6 +30,8 @@ pub enum JournalCommand {
         /// id, at the holder a node names or the next of `--node`.
         #[arg(long, default_value_t = 5)]
         retries: u32,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Print a stream's entries in order.
     Read {
@@ -43,9 +46,8 @@ pub enum JournalCommand {
         /// At most this many entries (a node answers at most 10,000 and about 2 MiB).
         #[arg(long, default_value_t = 1000)]
         limit: u32,
-        /// Print JSON lines instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
 }
 
@@ -58,6 +60,7 @@ pub fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
                 payload,
                 request_id,
                 retries,
+                output,
             } => {
                 let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
                 let client = journal(&addr.node, Options { attempts: retries.saturating_add(1), ..Options::default() })?;
@@ -70,17 +73,24 @@ pub fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
                         return Ok(exit.into());
                     }
                 };
-                println!(
-                    "appended sequence={} epoch={} shard={} holder={} request_id={request_id}",
-                    ack.sequence, ack.epoch, ack.shard, ack.holder
-                );
+                if output.is_table() {
+                    println!(
+                        "appended sequence={} epoch={} shard={} holder={} request_id={request_id}",
+                        ack.sequence, ack.epoch, ack.shard, ack.holder
+                    );
+                } else {
+                    output.print_data(&serde_json::json!({
+                        "sequence": ack.sequence, "epoch": ack.epoch, "shard": ack.shard,
+                        "holder": ack.holder, "request_id": request_id,
+                    }));
+                }
             }
             JournalCommand::Read {
                 addr,
                 stream,
                 from,
                 limit,
-                json,
+                output,
             } => {
                 let answer = journal(&addr.node, Options::default())?
                     .read(&stream, from, limit)
@@ -92,10 +102,9 @@ pub fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
                 }
                 for e in answer.entries {
                     let payload = String::from_utf8_lossy(&e.payload);
-                    if json {
-                        println!(
-                            "{}",
-                            serde_json::json!({"sequence": e.sequence, "epoch": e.epoch, "request_id": e.request_id, "payload": payload})
+                    if !output.is_table() {
+                        output.print_record(
+                            &serde_json::json!({"sequence": e.sequence, "epoch": e.epoch, "request_id": e.request_id, "payload": payload}),
                         );
                     } else {
                         println!("{:>6}  epoch {:<4} {}", e.sequence, e.epoch, payload);

@@ -9,6 +9,7 @@ mod dev;
 mod exit;
 mod journal;
 mod node;
+mod output;
 mod policy;
 mod probe;
 mod progress;

@@ -67,6 +67,8 @@ pub enum PolicyCommand {
     Inspect {
         /// A component file, or `default` for the embedded default policies.
         plugin: String,
+        #[command(flatten)]
+        output: super::output::OutputArg,
     },
     /// Run fixture files (or directories of them) against a component.
     Test {
@@ -95,9 +97,8 @@ pub enum PolicyCommand {
         against: String,
         #[command(flatten)]
         shadow: ShadowArgs,
-        /// The report as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: super::output::OutputArg,
         /// The snapshot file (`chitin cluster snapshot`).
         snapshot: PathBuf,
     },
@@ -161,9 +162,9 @@ pub enum PolicyCommand {
 
 pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        PolicyCommand::Inspect { plugin } => inspect(&plugin),
+        PolicyCommand::Inspect { plugin, output } => inspect(&plugin, output),
         PolicyCommand::Test { plugin, deadline_ms, fixtures } => test(&plugin, deadline_ms, &fixtures),
-        PolicyCommand::Diff { plugin, against, shadow, json, snapshot } => diff(&plugin, &against, &shadow, json, &snapshot),
+        PolicyCommand::Diff { plugin, against, shadow, output, snapshot } => diff(&plugin, &against, &shadow, output, &snapshot),
         PolicyCommand::Fixture { from, slot, call, subject, plugin, shadow, json, out } => {
             let filter = CaseFilter { slot, call, subject };
             fixtures(&from, &filter, &plugin, &shadow, json, out.as_deref())
@@ -185,20 +186,33 @@ fn load(plugin: &str) -> anyhow::Result<Plugin> {
     Ok(Plugin::load(&PluginSource::parse(plugin), None)?)
 }
 
-fn inspect(plugin: &str) -> anyhow::Result<ExitCode> {
+fn inspect(plugin: &str, output: super::output::OutputArg) -> anyhow::Result<ExitCode> {
     let plugin = load(plugin)?;
-    println!("plugin: {}", plugin.name());
-    println!("{:<12} {:<10} EXPORT", "SLOT", "STATUS");
-    for slot in Slot::ALL {
-        match plugin.slot_version(slot) {
-            Ok(version) => println!("{:<12} {:<10} chitin:policy/{slot}@{version}", slot.to_string(), "ok"),
+    // (slot, status, the export or why there is none)
+    let slots: Vec<(String, &str, String)> = Slot::ALL
+        .into_iter()
+        .map(|slot| match plugin.slot_version(slot) {
+            Ok(version) => (slot.to_string(), "ok", format!("chitin:policy/{slot}@{version}")),
             Err(e) => {
                 let status = if plugin.exports().iter().any(|x| x.slot == Some(slot)) { "unsupported" } else { "absent" };
-                println!("{:<12} {:<10} {e}", slot.to_string(), status);
+                (slot.to_string(), status, e.to_string())
             }
-        }
-    }
+        })
+        .collect();
     let others: Vec<&str> = plugin.exports().iter().filter(|e| e.slot.is_none()).map(|e| e.name.as_str()).collect();
+    if !output.is_table() {
+        let slots: Vec<_> = slots
+            .iter()
+            .map(|(slot, status, export)| serde_json::json!({ "slot": slot, "status": status, "export": export }))
+            .collect();
+        output.print_data(&serde_json::json!({ "plugin": plugin.name(), "slots": slots, "other_exports": others }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("plugin: {}", plugin.name());
+    println!("{:<12} {:<10} EXPORT", "SLOT", "STATUS");
+    for (slot, status, export) in &slots {
+        println!("{slot:<12} {status:<10} {export}");
+    }
     if !others.is_empty() {
         println!("other exports: {}", others.join(", "));
     }
@@ -244,13 +258,19 @@ fn side(plugin: &str, limits: Limits) -> anyhow::Result<shadow::Side> {
     Ok(shadow::Side::new(plugin, limits)?)
 }
 
-fn diff(plugin: &str, against: &str, args: &ShadowArgs, json: bool, snapshot: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn diff(
+    plugin: &str,
+    against: &str,
+    args: &ShadowArgs,
+    output: super::output::OutputArg,
+    snapshot: &std::path::Path,
+) -> anyhow::Result<ExitCode> {
     let snap = read_snapshot(snapshot)?;
     let limits = args.limits()?;
     let (new, old) = (side(plugin, limits)?, side(against, limits)?);
     let report = shadow::diff(&snap, &new, &old, &args.options());
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    if !output.is_table() {
+        output.print_data(&report);
     } else {
         print!("{}", report.render());
     }

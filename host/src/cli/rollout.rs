@@ -131,7 +131,9 @@ pub enum RolloutCommand {
         node_address: String,
         /// Write it to this file instead of stdout.
         #[arg(long, value_name = "FILE")]
-        output: Option<PathBuf>,
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        output: super::output::OutputArg,
     },
 }
 
@@ -272,7 +274,7 @@ pub fn run(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
                 plan::rebalance(c, &moves, max_handoffs_per_round)
             })
         }
-        RolloutCommand::GetConfig { node_address, output } => get_config(&node_address, output.as_deref()),
+        RolloutCommand::GetConfig { node_address, file, output } => get_config(&node_address, file.as_deref(), output),
     }
 }
 
@@ -378,7 +380,7 @@ fn bootstrap(config_path: &Path, only: Option<&str>, wait: &WaitArgs) -> anyhow:
     Ok(ExitCode::SUCCESS)
 }
 
-fn get_config(address: &str, output: Option<&Path>) -> anyhow::Result<ExitCode> {
+fn get_config(address: &str, file: Option<&Path>, output: super::output::OutputArg) -> anyhow::Result<ExitCode> {
     let opts = Options { timeout: Duration::from_secs(10), ..defaults() };
     let r = runtime()?.block_on(exec::get_config(address, &opts))?;
     if r.config_json.is_empty() {
@@ -389,13 +391,14 @@ fn get_config(address: &str, output: Option<&Path>) -> anyhow::Result<ExitCode> 
         return Ok(ExitCode::FAILURE);
     }
     eprintln!("the node at {address} is {} at config version {}", r.state, r.config_version);
-    match output {
+    match file {
         Some(path) => {
             let config = ClusterConfig::from_json(&r.config_json)
                 .with_context(|| format!("the node at {address} sent a config that does not parse"))?;
             file::save(path, &config)?;
             eprintln!("wrote {}", path.display());
         }
+        None if !output.is_table() => output.print_data(&serde_json::from_str::<serde_json::Value>(&r.config_json)?),
         None => {
             print!("{}", r.config_json);
             if !r.config_json.ends_with('\n') {

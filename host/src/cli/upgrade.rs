@@ -8,14 +8,14 @@ use chitin::proto;
 use super::client::{Nodes, admin};
 
 /// `chitin cluster upgrade-status`.
-pub async fn status(nodes: &Nodes, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn status(nodes: &Nodes, output: super::output::OutputArg) -> anyhow::Result<ExitCode> {
     let s = admin(nodes)
         .await?
         .upgrade_status(proto::UpgradeStatusRequest {})
         .await
         .map_err(|s| anyhow::anyhow!("upgrade-status failed: {}{}", s.message(), hint(&s)))?
         .into_inner();
-    if json {
+    if !output.is_table() {
         let value = serde_json::json!({
             "cluster_version": s.cluster_version,
             "node_version": s.node_version,
@@ -28,7 +28,7 @@ pub async fn status(nodes: &Nodes, json: bool) -> anyhow::Result<ExitCode> {
             "finalize_to": s.finalize_to,
             "blockers": s.blockers,
         });
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        output.print_data(&value);
         return Ok(ExitCode::SUCCESS);
     }
     println!("cluster version {} (finalized); asked node runs chitin {}", s.cluster_version, s.node_version);

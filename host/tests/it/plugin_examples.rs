@@ -224,7 +224,7 @@ fn zone_wasm() -> String {
 /// with the embedded defaults when `None`; returns it.
 fn zoned_config(path: &Path, nodes: &[(String, String, String)], settings: Option<&Path>) -> ClusterConfig {
     let cfg = path.to_str().unwrap();
-    let mut init = vec!["config", "init", "--force", "--output", cfg];
+    let mut init = vec!["config", "init", "--force", "--file", cfg];
     for (id, addr, _) in nodes {
         init.extend(["--node-id", id, "--node-address", addr]);
     }

@@ -153,7 +153,7 @@ fn the_reference_walkthrough() {
         "--node-address=ip-10-0-10-63.us-west-2.compute.internal:7000",
         "--node-id=node-03",
         "--node-address=ip-10-0-10-78.us-west-2.compute.internal:7000",
-        &format!("--output={cfg}"),
+        &format!("--file={cfg}"),
     ]));
     let v1 = std::fs::read_to_string(&cfg).unwrap();
     assert!(v1.contains("\"version\": 1"), "{v1}");
@@ -167,7 +167,7 @@ fn the_reference_walkthrough() {
         "--node-address=b:1",
         "--node-id=c",
         "--node-address=c:1",
-        &format!("--output={cfg}"),
+        &format!("--file={cfg}"),
     ]);
     assert!(!again.status.success());
     std::fs::copy(&cfg, s.path("v1.json")).unwrap();
@@ -269,14 +269,14 @@ fn writing_verbs_refuse_invalid_results() {
         "b",
         "--node-address",
         "b:1",
-        "--output",
+        "--file",
         &cfg,
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("error[too-few-nodes]"));
     assert!(!Path::new(&cfg).exists());
     // Unpaired flags are a usage error.
-    let o = chitin(&["config", "init", "--node-id", "a", "--node-id", "b", "--node-address", "b:1", "--output", &cfg]);
+    let o = chitin(&["config", "init", "--node-id", "a", "--node-id", "b", "--node-address", "b:1", "--file", &cfg]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     ok(chitin(&[
         "config",
@@ -293,7 +293,7 @@ fn writing_verbs_refuse_invalid_results() {
         "c",
         "--node-address",
         "c:1",
-        "--output",
+        "--file",
         &cfg,
     ]));
     let before = std::fs::read_to_string(&cfg).unwrap();
@@ -348,6 +348,49 @@ fn json_output_of_validation() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["violations"][0]["scope"], "transition");
     assert_eq!(v["violations"][0]["code"], "replica-node-changed");
+}
+
+/// `-o json` and `-o yaml` print the same data (the older `--json` is
+/// `-o json`); a path given to `-o`, or to a file-writing command's old
+/// `--output`, is refused with the `--file` hint and writes nothing.
+#[test]
+fn every_output_format_prints_the_same_data_and_an_old_output_path_gets_a_hint() {
+    let invalid = fixtures_dir().join("invalid-many-violations/config.json");
+    let valid = fixtures_dir().join("valid-reference-layout/config.json");
+    for args in [
+        vec!["config", "validate", invalid.to_str().unwrap()],
+        vec!["config", "show", valid.to_str().unwrap()],
+        vec!["config", "route", valid.to_str().unwrap(), "--application", "GrackleLocks", "--key", "80"],
+    ] {
+        let with = |extra: &[&str]| chitin(&[&args[..], extra].concat());
+        let json: serde_json::Value = serde_json::from_slice(&with(&["-o", "json"]).stdout).unwrap();
+        let yaml: serde_json::Value = serde_norway::from_slice(&with(&["--output", "yaml"]).stdout).unwrap();
+        let old: serde_json::Value = serde_json::from_slice(&with(&["--json"]).stdout).unwrap();
+        assert!(json.is_object(), "{args:?}: {json}");
+        assert_eq!(yaml, json, "{args:?}");
+        assert_eq!(old, json, "{args:?}");
+        let table = text(&with(&[]));
+        assert!(serde_json::from_str::<serde_json::Value>(&table).is_err(), "{args:?}: the table is JSON:\n{table}");
+    }
+    let s = Scratch::new("output-formats");
+    let cfg = s.path("c.json");
+    let init = ["config", "init", "--node-id", "a", "--node-address", "a:1", "--node-id", "b", "--node-address", "b:1"];
+    let xml = ["config", "validate", valid.to_str().unwrap(), "-o", "xml"];
+    for (args, hint) in [
+        (
+            [&init[..], &["--node-id", "c", "--node-address", "c:1", "--output", &cfg]].concat(),
+            format!("write the file with `--file {cfg}`"),
+        ),
+        (xml.to_vec(), "use table, json or yaml".to_string()),
+    ] {
+        let o = chitin(&args);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains(&hint), "{hint}: {}", text(&o));
+        assert!(!Path::new(&cfg).exists());
+    }
+    let o = chitin(&["cluster", "get-config", "--node-address", "127.0.0.1:9", "--output", "cluster_config.json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("use `--file cluster_config.json`"), "{}", text(&o));
 }
 
 /// A reader that went away (`chitin … | head`) ends the command quietly
