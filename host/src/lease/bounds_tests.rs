@@ -22,17 +22,17 @@ enum Stuck {
     My(sqlx::Transaction<'static, sqlx::MySql>),
 }
 
-/// Opens a transaction on one of the store's own sessions and takes the
-/// fence's shared lock on `shard`, as an append does first.
+/// Opens a transaction on one of the store's own data sessions and takes
+/// the fence's shared lock on `shard`, as an append does first.
 async fn fence_and_stall(store: &Store, shard: &str) -> Result<Stuck> {
     Ok(match store {
         Store::Postgres(e) => {
-            let mut tx = e.pool.begin().await?;
+            let mut tx = e.data().begin().await?;
             sqlx::query(pg::Pg::SQL.lease_for_share).bind(shard).fetch_one(&mut *tx).await?;
             Stuck::Pg(tx)
         }
         Store::MySql(e) => {
-            let mut tx = e.pool.begin().await?;
+            let mut tx = e.data().begin().await?;
             sqlx::query(mysql::My::SQL.lease_for_share).bind(shard).fetch_one(&mut *tx).await?;
             Stuck::My(tx)
         }
@@ -98,9 +98,11 @@ async fn scenario(url: &str) -> Result<()> {
 }
 
 /// The heartbeat has a connection of its own: with every connection of the
-/// pool taken (client reads, appends, a round stuck behind a lock), it
+/// pools taken (client reads, appends, a round stuck behind a lock), it
 /// still goes through at once instead of queueing for the pool's acquire
-/// timeout, past which the node's leases on liveness would lapse.
+/// timeout, past which the node's leases on liveness would lapse. And the
+/// lease round's pool is not the appends': with every data connection
+/// taken, a grant still goes through.
 async fn heartbeat_scenario(url: &str) -> Result<()> {
     let options = StoreOptions {
         max_connections: 2,
@@ -113,7 +115,14 @@ async fn heartbeat_scenario(url: &str) -> Result<()> {
     let node = s.register_node("n", "a1").await?;
     macro_rules! starved {
         ($e:expr) => {{
-            let taken = ($e.pool.acquire().await?, $e.pool.acquire().await?);
+            // Every connection of the appends' pool taken.
+            let mut data = Vec::new();
+            for _ in 0..$e.data().options().get_max_connections() {
+                data.push($e.data().acquire().await?);
+            }
+            let grant = tokio::time::timeout(Duration::from_secs(10), s.try_acquire("s", node, None)).await;
+            grant.context("the grant queued behind the appends' taken connections")??.context("granted")?;
+            let taken = ($e.pool.acquire().await?, data);
             let beat = tokio::time::timeout(Duration::from_secs(10), s.heartbeat(node, 1)).await;
             drop(taken);
             beat.context("the heartbeat queued behind the pool's taken connections")??;

@@ -208,13 +208,29 @@ impl From<LeaseError> for Attempt {
     }
 }
 
+/// `[database] max_connections` split between the control plane's pool and
+/// the journal's data pool: a quarter (one to four) for leases and
+/// registrations, the rest (at least one) for appends and reads. The lease
+/// round needs one connection at a time; the rest serve the status page,
+/// metrics and `Route` lookups.
+pub(super) fn pool_sizes(max_connections: u32) -> (u32, u32) {
+    let control = (max_connections / 4).clamp(1, 4);
+    (control, max_connections.saturating_sub(control).max(1))
+}
+
 /// The store over one dialect.
 #[derive(Debug)]
 pub struct Engine<B: Backend> {
+    /// Leases, registrations and the rest of the control plane's rows.
     pub(crate) pool: Pool<B::Db>,
+    /// The journal's appends and reads, apart from `pool`: appends that
+    /// stall (a slow disk, a lock, a failpoint's park) hold their
+    /// connections, and must not starve the lease round of the connection
+    /// it grants a dead node's shards with (`None`: SQLite, one writer,
+    /// whose data shares the pool).
+    data_pool: Option<Pool<B::Db>>,
     /// The heartbeat's own connection, so that it never queues behind
-    /// acquisitions, appends or client reads in `pool` (`None`: SQLite, one
-    /// writer, whose heartbeat shares the pool).
+    /// acquisitions, appends or client reads (`None`: SQLite, as above).
     heartbeat_pool: Option<Pool<B::Db>>,
     pub(crate) options: StoreOptions,
     /// Grants name the holder's liveness epoch (gate `node-leases` on),
@@ -239,6 +255,7 @@ impl<B: Backend> Clone for Engine<B> {
     fn clone(&self) -> Self {
         Engine {
             pool: self.pool.clone(),
+            data_pool: self.data_pool.clone(),
             heartbeat_pool: self.heartbeat_pool.clone(),
             options: self.options.clone(),
             on_liveness: self.on_liveness.clone(),
@@ -264,17 +281,23 @@ where
     for<'a> Vec<u8>: Decode<'a, B::Db> + Type<B::Db>,
 {
     pub(crate) fn new(pool: Pool<B::Db>, options: StoreOptions) -> Self {
-        Engine { pool, heartbeat_pool: None, options, on_liveness: Arc::default(), backend: PhantomData }
+        Engine { pool, data_pool: None, heartbeat_pool: None, options, on_liveness: Arc::default(), backend: PhantomData }
     }
 
-    /// The same engine with `heartbeat_pool` for the heartbeat.
-    pub(crate) fn with_heartbeat_pool(self, heartbeat_pool: Pool<B::Db>) -> Self {
-        Engine { heartbeat_pool: Some(heartbeat_pool), ..self }
+    /// The same engine with pools of their own for the journal's data and
+    /// for the heartbeat.
+    pub(crate) fn with_own_pools(self, data_pool: Pool<B::Db>, heartbeat_pool: Pool<B::Db>) -> Self {
+        Engine { data_pool: Some(data_pool), heartbeat_pool: Some(heartbeat_pool), ..self }
     }
 
-    /// Closes both pools.
+    /// The pool of the journal's appends and reads.
+    pub(crate) fn data(&self) -> &Pool<B::Db> {
+        self.data_pool.as_ref().unwrap_or(&self.pool)
+    }
+
+    /// Closes every pool.
     pub(crate) async fn close(&self) {
-        if let Some(p) = &self.heartbeat_pool {
+        for p in [&self.heartbeat_pool, &self.data_pool].into_iter().flatten() {
             p.close().await;
         }
         self.pool.close().await;
@@ -297,9 +320,18 @@ where
     }
 
     async fn begin(&self) -> Result<Transaction<'static, B::Db>, sqlx::Error> {
+        Self::begin_in(&self.pool).await
+    }
+
+    /// A write transaction of the journal's data ([`Engine::data`]).
+    async fn begin_data(&self) -> Result<Transaction<'static, B::Db>, sqlx::Error> {
+        Self::begin_in(self.data()).await
+    }
+
+    async fn begin_in(pool: &Pool<B::Db>) -> Result<Transaction<'static, B::Db>, sqlx::Error> {
         match B::BEGIN_WRITE {
-            Some(begin) => self.pool.begin_with(begin).await,
-            None => self.pool.begin().await,
+            Some(begin) => pool.begin_with(begin).await,
+            None => pool.begin().await,
         }
     }
 
@@ -895,7 +927,7 @@ where
             return self.append_in_one(one, fence, shard, epoch, stream, request_id, payload).await;
         }
         self.with_retry("append", || async {
-            let mut tx = self.begin().await?;
+            let mut tx = self.begin_data().await?;
             if let Some(token) = fence {
                 // First statement: shared row lock on the lease, then the check.
                 let cur = Self::lease_in(&mut tx, B::SQL.lease_for_share, &token.shard).await?;
@@ -928,7 +960,7 @@ where
                     // Applied before: answer with the original outcome.
                     tx.rollback().await?;
                     let row =
-                        sqlx::query(B::SQL.entry_of_request).bind(stream).bind(request_id).fetch_optional(&self.pool).await?;
+                        sqlx::query(B::SQL.entry_of_request).bind(stream).bind(request_id).fetch_optional(self.data()).await?;
                     match row {
                         Some(r) => Ok(Appended { seq: r.try_get("seq")?, epoch: r.try_get("epoch")?, fresh: false }),
                         // The racing insert rolled back after all.
@@ -949,7 +981,7 @@ where
         crate::failpoint::hit("append.before_fence").await;
         let fence = !plant::active(Plant::Fence);
         self.with_retry("append batch", || async {
-            let mut tx = self.begin().await?;
+            let mut tx = self.begin_data().await?;
             if fence {
                 let cur = Self::lease_in(&mut tx, B::SQL.lease_for_share, &token.shard).await?;
                 if let Some(reason) = lost_reason(cur.as_ref(), token) {
@@ -1029,7 +1061,7 @@ where
                 };
                 let q = q.bind(epoch).bind(stream).bind(request_id).bind(payload);
                 let result = if held {
-                    let mut tx = self.begin().await?;
+                    let mut tx = self.begin_data().await?;
                     let row = q.fetch_optional(&mut *tx).await;
                     if row.is_ok() {
                         crate::failpoint::hit("append.before_commit").await;
@@ -1037,14 +1069,17 @@ where
                     }
                     row
                 } else {
-                    q.fetch_optional(&self.pool).await
+                    q.fetch_optional(self.data()).await
                 };
                 match result {
                     Ok(Some(row)) => Ok(Found::Inserted(row.try_get("seq")?)),
                     Ok(None) => Ok(Found::Fenced),
                     Err(e) if unique_violation(&e).is_some() => {
-                        let row =
-                            sqlx::query(B::SQL.entry_of_request).bind(stream).bind(request_id).fetch_optional(&self.pool).await?;
+                        let row = sqlx::query(B::SQL.entry_of_request)
+                            .bind(stream)
+                            .bind(request_id)
+                            .fetch_optional(self.data())
+                            .await?;
                         match row {
                             Some(r) => Ok(Found::Before(r.try_get("seq")?, r.try_get("epoch")?)),
                             // The racing insert rolled back after all.
@@ -1077,7 +1112,7 @@ where
         max_bytes: usize,
     ) -> Result<(Vec<JournalEntry>, bool), LeaseError> {
         use tokio_stream::StreamExt;
-        let mut rows = sqlx::query(B::SQL.read).bind(stream).bind(from).bind(limit).fetch(&self.pool);
+        let mut rows = sqlx::query(B::SQL.read).bind(stream).bind(from).bind(limit).fetch(self.data());
         let (mut entries, mut bytes) = (Vec::new(), 0usize);
         while let Some(r) = rows.try_next().await? {
             let payload: Vec<u8> = r.try_get("payload")?;
@@ -1148,6 +1183,15 @@ fn required_time<B: Backend>(row: &DbRow<B>, col: &str) -> Result<DateTime<Utc>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// (max_connections, control, data): the control plane always has a
+    /// connection of its own, the data the rest, neither ever none.
+    #[test]
+    fn connections_are_split_between_control_and_data() {
+        for (max, control, data) in [(1, 1, 1), (2, 1, 1), (4, 1, 3), (10, 2, 8), (16, 4, 12), (100, 4, 96)] {
+            assert_eq!(pool_sizes(max), (control, data), "max_connections {max}");
+        }
+    }
 
     #[test]
     fn budget_verdict_table() {

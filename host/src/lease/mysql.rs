@@ -228,17 +228,17 @@ pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<M
     // The session time zone is UTC (sqlx's default, set explicitly here).
     let connect = MySqlConnectOptions::from_str(&url)?.timezone(Some("+00:00".to_owned()));
     let secs = bound_secs(&options);
-    let pool = super::engine::ping_when_idle(MySqlPoolOptions::new())
-        .max_connections(options.max_connections)
-        .acquire_timeout(options.acquire_timeout)
-        .after_connect(move |conn, _| Box::pin(bound_session(conn, secs)))
-        .connect_with(connect.clone())
-        .await?;
-    let heartbeat = super::engine::ping_when_idle(MySqlPoolOptions::new())
-        .max_connections(1)
-        .acquire_timeout(options.acquire_timeout)
-        .after_connect(move |conn, _| Box::pin(bound_session(conn, secs)));
-    Ok(Engine::new(pool, options).with_heartbeat_pool(heartbeat.connect_lazy_with(connect)))
+    let (control, data) = super::engine::pool_sizes(options.max_connections);
+    let pool_of = |size| {
+        super::engine::ping_when_idle(MySqlPoolOptions::new())
+            .max_connections(size)
+            .acquire_timeout(options.acquire_timeout)
+            .after_connect(move |conn, _| Box::pin(bound_session(conn, secs)))
+    };
+    let pool = pool_of(control).connect_with(connect.clone()).await?;
+    let data = pool_of(data).connect_lazy_with(connect.clone());
+    let heartbeat = pool_of(1).connect_lazy_with(connect);
+    Ok(Engine::new(pool, options).with_own_pools(data, heartbeat))
 }
 
 #[cfg(test)]

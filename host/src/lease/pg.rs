@@ -289,12 +289,11 @@ pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<P
     if !plant::active(Plant::IdleBound) {
         connect = connect.options([("idle_in_transaction_session_timeout", bound.as_str()), ("lock_timeout", bound.as_str())]);
     }
-    let pool = super::engine::ping_when_idle(PgPoolOptions::new())
-        .max_connections(options.max_connections)
-        .acquire_timeout(options.acquire_timeout)
-        .connect_with(connect.clone())
-        .await?;
-    let heartbeat =
-        super::engine::ping_when_idle(PgPoolOptions::new()).max_connections(1).acquire_timeout(options.acquire_timeout);
-    Ok(Engine::new(pool, options).with_heartbeat_pool(heartbeat.connect_lazy_with(connect)))
+    let (control, data) = super::engine::pool_sizes(options.max_connections);
+    let pool_of =
+        |size| super::engine::ping_when_idle(PgPoolOptions::new()).max_connections(size).acquire_timeout(options.acquire_timeout);
+    let pool = pool_of(control).connect_with(connect.clone()).await?;
+    let data = pool_of(data).connect_lazy_with(connect.clone());
+    let heartbeat = pool_of(1).connect_lazy_with(connect);
+    Ok(Engine::new(pool, options).with_own_pools(data, heartbeat))
 }

@@ -128,8 +128,10 @@ pub struct DatabaseSettings {
     /// `ssl-mode=VERIFY_IDENTITY`, added to the URL unless it names a
     /// verifying mode itself).
     pub ca_file: Option<PathBuf>,
-    /// Connections of the node's pool (appends, rounds, reads); the
-    /// heartbeat has one of its own besides.
+    /// The node's connections: on PostgreSQL and MySQL a quarter (one to
+    /// four) for leases and registrations, the rest for the journal's
+    /// appends and reads, so that stalled appends never starve the lease
+    /// round; the heartbeat has one of its own besides.
     pub max_connections: u32,
     /// How long a request waits for a connection of the pool before it
     /// fails (as not applied).
