@@ -47,7 +47,7 @@ AT_HOLDER = Failure(
 )
 
 
-# Each case: the failures in order, then per attempt (target, pause, forget),
+# Each row: the failures in order, then per attempt (target, pause, forget),
 # then the outcome's type and what it names.
 CASES = [
     # Never sent anywhere: the next node, a growing pause, nothing forgotten;
