@@ -273,8 +273,9 @@ class _Append:
         return NotApplied(self.request_id, self.reason, self.named)
 
 
-class Client:
-    """A client of several nodes (a list or ``"a:1,b:2"``), tried in order."""
+class _Options:
+    """What the sync and the asyncio client share: the node list, the
+    options and the rotation over the nodes (no I/O)."""
 
     def __init__(
         self,
@@ -295,10 +296,23 @@ class Client:
         self.application = application
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._credentials = credentials
-        self._channels: Dict[str, grpc.Channel] = {}
+        self._channels: Dict[str, object] = {}
         self._routes: Dict[str, str] = {}
         self._current = 0
-        self._map: Optional[AssignmentMap] = None
+        self._map = None
+
+    def _next_node(self, failed: str) -> None:
+        if self.nodes[self._current % len(self.nodes)] == failed:
+            self._current = (self._current + 1) % len(self.nodes)
+
+    def _pause(self, n: int) -> float:
+        """Seconds to wait before the attempt after the ``n``-th pause."""
+        return min(self.backoff * (2 ** min(n, 5)), 2.0)
+
+
+class Client(_Options):
+    """A client of several nodes (a list or ``"a:1,b:2"``), tried in order;
+    the options are :class:`_Options`'s."""
 
     def close(self) -> None:
         if self._map is not None:
@@ -326,14 +340,6 @@ class Client:
         channel = self._channels.pop(address, None)
         if channel is not None:
             channel.close()
-
-    def _next_node(self, failed: str) -> None:
-        if self.nodes[self._current % len(self.nodes)] == failed:
-            self._current = (self._current + 1) % len(self.nodes)
-
-    def _pause(self, n: int) -> float:
-        """Seconds to wait before the attempt after the ``n``-th pause."""
-        return min(self.backoff * (2 ** min(n, 5)), 2.0)
 
     def append(self, stream: str, payload: bytes, request_id: Optional[str] = None) -> Outcome:
         """Appends ``payload``; however many attempts it takes, it applies at

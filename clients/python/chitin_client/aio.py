@@ -19,7 +19,7 @@ async connection: ``fence.POSTGRES`` and ``fence.MYSQL`` hold them,
 """
 
 import asyncio
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import grpc
 import grpc.aio
@@ -28,6 +28,7 @@ from chitin_client import (
     Outcome,
     Unreachable,
     _Append,
+    _Options,
     _elsewhere,
     _target,
     parse_nodes,
@@ -44,34 +45,14 @@ __all__ = ["AssignmentMap", "Client", "OwnershipWatch"]
 _MAX_PAUSE = 1.0
 
 
-class Client:
+class Client(_Options):
     """An asyncio client of several nodes (a list or ``"a:1,b:2"``), tried in
     order; the options are the sync client's."""
 
-    def __init__(
-        self,
-        nodes: Union[str, Sequence[str]],
-        token: Optional[str] = None,
-        attempts: int = 6,
-        attempt_timeout: float = 30.0,
-        backoff: float = 0.1,
-        route: bool = True,
-        application: str = "journal",
-        credentials: Optional[grpc.ChannelCredentials] = None,
-    ):
-        self.nodes = parse_nodes(nodes)
-        self.attempts = max(1, attempts)
-        self.attempt_timeout = attempt_timeout
-        self.backoff = backoff
-        self.route_appends = route
-        self.application = application
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._credentials = credentials
-        self._channels: Dict[str, grpc.aio.Channel] = {}
+    def __init__(self, nodes: Union[str, Sequence[str]], **options):
+        super().__init__(nodes, **options)
+        # Channels dropped after a failure, closed with the client.
         self._closing: List[grpc.aio.Channel] = []
-        self._routes: Dict[str, str] = {}
-        self._current = 0
-        self._map: Optional[AssignmentMap] = None
 
     async def close(self) -> None:
         if self._map is not None:
@@ -104,13 +85,6 @@ class Client:
         channel = self._channels.pop(address, None)
         if channel is not None:
             self._closing.append(channel)
-
-    def _next_node(self, failed: str) -> None:
-        if self.nodes[self._current % len(self.nodes)] == failed:
-            self._current = (self._current + 1) % len(self.nodes)
-
-    def _pause(self, n: int) -> float:
-        return min(self.backoff * (2 ** min(n, 5)), 2.0)
 
     async def append(self, stream: str, payload: bytes, request_id: Optional[str] = None) -> Outcome:
         """Appends ``payload``; however many attempts it takes, it applies at
@@ -359,18 +333,13 @@ class AssignmentMap:
                         request, metadata=self._client._metadata
                     )
                     async for update in call:
-                        nxt = self._latest.copy()
-                        nxt.apply(update)
-                        nxt.connected = True
-                        await self._publish(nxt)
+                        await self._publish(self._latest.applied(update))
                         served, pause = True, 0.05
                 except (grpc.RpcError, OutOfStep):
                     pass
                 if served:
                     # The stream broke after it served: keep the copy, marked.
-                    broken = self._latest.copy()
-                    broken.connected = False
-                    await self._publish(broken)
+                    await self._publish(self._latest.broken())
                     break
             await asyncio.sleep(pause)
             pause = min(pause * 2, _MAX_PAUSE)

@@ -75,6 +75,21 @@ class Assignments:
         for r in self._ranges.values():
             r.sort()
 
+    def applied(self, update: "pb.AssignmentUpdate") -> "Assignments":
+        """A connected copy with ``update`` applied (this one unchanged).
+        Raises :class:`OutOfStep`."""
+        c = self.copy()
+        c.apply(update)
+        c.connected = True
+        return c
+
+    def broken(self) -> "Assignments":
+        """A copy marked as no longer connected: the stream broke after it
+        served; routing goes on from the last map seen."""
+        c = self.copy()
+        c.connected = False
+        return c
+
     def route(self, application: str, key: int) -> Optional["pb.Assignment"]:
         """The routable shard of ``application`` covering ``key``."""
         ranges = self._ranges.get(application)
@@ -162,18 +177,13 @@ class AssignmentMap:
                     with self._changed:
                         self._call = call
                     for update in call:
-                        nxt = self._latest.copy()
-                        nxt.apply(update)
-                        nxt.connected = True
-                        self._publish(nxt)
+                        self._publish(self._latest.applied(update))
                         served, pause = True, 0.05
                 except (grpc.RpcError, OutOfStep):
                     pass
                 if served:
                     # The stream broke after it served: keep the copy, marked.
-                    broken = self._latest.copy()
-                    broken.connected = False
-                    self._publish(broken)
+                    self._publish(self._latest.broken())
                     break
             if self._closed:
                 return
