@@ -86,7 +86,7 @@ fn parse_format(s: &str) -> Result<Format, String> {
 /// The value parser of a file-writing command's hidden `--output`: the
 /// flag that once named its file is refused, pointing at `--file`.
 pub(crate) fn moved_to_file(s: &str) -> Result<std::path::PathBuf, String> {
-    Err(format!("`--output` now chooses an output format; write the file with `--file {s}`"))
+    Err(format!("`--output` no longer names the file to write; write the file with `--file {s}`"))
 }
 
 #[cfg(test)]
