@@ -7,9 +7,11 @@
 //!   previous one (15 s, 5 s), with session liveness (the default) over
 //!   several kills, against the TTL-only path
 //!   (`cluster.session_liveness = false`);
-//! - `SIGSTOP` (a paused or cut-off process: it keeps its session, so only
-//!   its leases' expiry frees its shards) at the default timing over
-//!   several pauses, against the previous timing.
+//! - `SIGSTOP` and a network cut (the node's network namespace's link down)
+//!   of a process that keeps its session, so only its leases' expiry frees
+//!   its shards, at the default timing over several stops, against the
+//!   previous timing. The cut needs root and `ip netns` (its nodes run on a
+//!   private bridge with a private PostgreSQL and Redis).
 //!
 //! Then the floor under it: how long PostgreSQL and MariaDB take to free the
 //! session lock of a client process killed with `kill -9` (`psql`,
@@ -44,6 +46,7 @@ fn timing(previous: bool, session: bool) -> impl Fn(&str, &mut chitin::settings:
 enum Fault {
     Kill,
     Pause,
+    Cut,
 }
 
 /// Faults the busiest node of a settled cluster; the time until each of its
@@ -61,6 +64,7 @@ async fn fault_once(c: &mut Cluster, fault: Fault) -> Vec<Duration> {
     match fault {
         Fault::Kill => c.nodes[v].kill9().unwrap(),
         Fault::Pause => c.nodes[v].pause().unwrap(),
+        Fault::Cut => c.cut(v).unwrap(),
     }
     let mut writes = tokio::task::JoinSet::new();
     for stream in streams {
@@ -73,6 +77,7 @@ async fn fault_once(c: &mut Cluster, fault: Fault) -> Vec<Duration> {
     match fault {
         Fault::Kill => c.nodes[v].start().unwrap(),
         Fault::Pause => c.nodes[v].resume().unwrap(),
+        Fault::Cut => c.heal(v).unwrap(),
     }
     c.nodes[v].wait_ready(Duration::from_secs(60)).await.unwrap();
     took
@@ -139,7 +144,10 @@ async fn lock_drop(dialect: Dialect) -> Duration {
 
 /// `faults` of one kind on one cluster at one timing.
 async fn measure(previous: bool, session: bool, fault: Fault, faults: usize) -> Vec<Duration> {
-    let mut c = Cluster::new(Dialect::Postgres, 3, 16, 3, timing(previous, session)).await.unwrap();
+    let mut c = match fault {
+        Fault::Cut => Cluster::on_lan(Dialect::Postgres, 3, 16, 3, timing(previous, session)).await.unwrap(),
+        _ => Cluster::new(Dialect::Postgres, 3, 16, 3, timing(previous, session)).await.unwrap(),
+    };
     let mut took = Vec::new();
     for _ in 0..faults {
         took.extend(fault_once(&mut c, fault).await);
@@ -162,6 +170,8 @@ async fn run() {
     let kill_prev_ttl = line("kill -9, previous, TTL only", measure(true, false, Fault::Kill, 1).await);
     let pause = line("SIGSTOP, defaults (TTL 2 s)", measure(false, true, Fault::Pause, FAULTS).await);
     let pause_prev = line("SIGSTOP, previous (TTL 15 s)", measure(true, true, Fault::Pause, 1).await);
+    let cut = line("network cut, defaults (TTL 2 s)", measure(false, true, Fault::Cut, FAULTS).await);
+    let cut_prev = line("network cut, previous (TTL 15 s)", measure(true, true, Fault::Cut, 1).await);
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!(
         "  ratio p99 kill session / TTL only: defaults {:.4}, previous {:.4}",
@@ -170,6 +180,7 @@ async fn run() {
     );
     println!("  ratio p99 kill defaults / previous:  {:.3}", ratio(kill, kill_prev));
     println!("  ratio p99 SIGSTOP defaults / previous: {:.3}", ratio(pause, pause_prev));
+    println!("  ratio p99 network cut defaults / previous: {:.3}", ratio(cut, cut_prev));
 
     for dialect in [Dialect::Postgres, Dialect::MySql] {
         let mut drops: Vec<Duration> = Vec::new();

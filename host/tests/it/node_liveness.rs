@@ -1,8 +1,9 @@
 //! Session-bound liveness through real node processes: a killed holder's
 //! shards are writable elsewhere within a second even at a 15 s TTL
-//! (PostgreSQL and MariaDB); at the default timing a paused holder keeps its
-//! session, its shards are writable elsewhere within a TTL and a round, and
-//! the fence refuses its old tokens; a database stall of 1 s and a 500 ms
+//! (PostgreSQL and MariaDB); at the default timing a paused or cut-off
+//! holder (SIGSTOP; its network namespace's link down) keeps its session,
+//! its shards are writable elsewhere within a TTL and a round, and the fence
+//! refuses its old tokens; a database stall of 1 s and a 500 ms
 //! pause of a node move nothing; a database restart or crash-restart marks
 //! no live node down; a live node whose liveness session is ended from
 //! outside (one, or every node's at once) is confirmed alive by its watcher
@@ -90,29 +91,44 @@ async fn a_killed_holder_is_writable_elsewhere_within_a_second_at_a_15s_ttl_mari
     killed_holder_is_replaced_at_once(Dialect::MySql).await.unwrap();
 }
 
-/// A paused process keeps its socket, so its session and lock: nobody marks
-/// it down, and its shards go when their leases expire. At the default
-/// timing each is writable through the other nodes within a TTL and a round
-/// of the pause (2.5 s; 1.5 s more for a loaded machine), not before its
-/// last renewal's TTL; the fence refuses the paused holder's tokens; resumed,
-/// the node serves on.
-async fn paused_holder_is_replaced_within_the_bound(dialect: Dialect) -> Result<()> {
+/// How a holder stops answering while its process lives on.
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    /// `SIGSTOP`: a frozen VM, a long GC-like pause.
+    Pause,
+    /// Its network namespace's link down: a partition.
+    Cut,
+}
+
+/// A paused or cut-off process keeps its sockets, so the database keeps its
+/// session and lock: nobody marks it down, and its shards go when their
+/// leases expire. At the default timing each is writable through the other
+/// nodes within a TTL and a round of the stop (2.5 s; 1.5 s more for a
+/// loaded machine), not before its last renewal's TTL; the fence refuses
+/// the stopped holder's tokens; resumed or reconnected, the node serves on.
+async fn stopped_holder_is_replaced_within_the_bound(dialect: Dialect, stop: Stop) -> Result<()> {
     let _serial = SERIAL.lock().await;
-    let mut c = Cluster::new(dialect, 3, 8, 3, at_defaults).await?;
+    let mut c = match stop {
+        Stop::Pause => Cluster::new(dialect, 3, 8, 3, at_defaults).await?,
+        Stop::Cut => Cluster::on_lan(dialect, 3, 8, 3, at_defaults).await?,
+    };
     let status = c.wait_settled(Duration::from_secs(30)).await?;
     let p = c.busiest(&status);
-    let paused = c.nodes[p].name.clone();
+    let stopped = c.nodes[p].name.clone();
     let store = c.store().await;
     let mut tokens = Vec::new();
-    for l in status.leases.iter().filter(|l| l.holder == paused) {
+    for l in status.leases.iter().filter(|l| l.holder == stopped) {
         let row = store.lease(&l.shard).await?.expect("a lease row");
         tokens.push(chitin::lease::LeaseToken { shard: row.shard, holder: row.holder.expect("held"), epoch: row.epoch });
     }
     let map = c.shard_map();
     let others: Vec<String> = c.nodes.iter().enumerate().filter(|(i, _)| *i != p).map(|(_, n)| n.api.clone()).collect();
 
-    let paused_at = store.now().await?;
-    c.nodes[p].pause()?;
+    let stopped_at = store.now().await?;
+    match stop {
+        Stop::Pause => c.nodes[p].pause()?,
+        Stop::Cut => c.cut(p)?,
+    }
     let mut writes = tokio::task::JoinSet::new();
     for t in &tokens {
         writes.spawn(append_until_acked(others.clone(), stream_on(&map, &t.shard, "p"), "after-pause".into(), TTL * 10));
@@ -122,7 +138,7 @@ async fn paused_holder_is_replaced_within_the_bound(dialect: Dialect) -> Result<
         took.push(done??);
     }
     took.sort();
-    let registration_while_paused = registration(&store, &paused).await?;
+    let registration_while_stopped = registration(&store, &stopped).await?;
     let refused: Vec<bool> = {
         let mut refused = Vec::new();
         for t in &tokens {
@@ -131,47 +147,66 @@ async fn paused_holder_is_replaced_within_the_bound(dialect: Dialect) -> Result<
         }
         refused
     };
-    c.nodes[p].resume()?;
+    match stop {
+        Stop::Pause => c.nodes[p].resume()?,
+        Stop::Cut => c.heal(p)?,
+    }
 
     let bound = TTL + RENEW + Duration::from_millis(1500);
     ensure!(
         took.last().is_some_and(|slowest| *slowest <= bound),
-        "the {} shards of the paused {paused} took {took:?} to be writable elsewhere (bound {bound:?})\n{}",
+        "the {} shards of {stopped} (stopped by {stop:?}) took {took:?} to be writable elsewhere (bound {bound:?})\n{}",
         tokens.len(),
         c.logs()
     );
-    ensure!(refused.iter().all(|r| *r), "the fence let a paused holder's token write: {refused:?}");
-    ensure!(registration_while_paused.state != NodeState::Down, "a paused node was marked down");
+    ensure!(refused.iter().all(|r| *r), "the fence let a stopped holder's token write ({stop:?}): {refused:?}");
+    ensure!(registration_while_stopped.state != NodeState::Down, "a node stopped by {stop:?} was marked down");
     // Its last renewal was at most a renew interval (and a round) before the
-    // pause; a takeover sooner than that renewal's TTL came from elsewhere.
-    let earliest = paused_at + chrono::Duration::from_std(TTL - RENEW - Duration::from_millis(250))?;
+    // stop; a takeover sooner than that renewal's TTL came from elsewhere.
+    let earliest = stopped_at + chrono::Duration::from_std(TTL - RENEW - Duration::from_millis(250))?;
     for t in &tokens {
         let history = store.history(Some(&t.shard)).await?;
-        let next = history.iter().find(|h| h.acquired_at > paused_at && h.holder_name != paused);
-        let next = next.ok_or_else(|| anyhow::anyhow!("{} of the paused {paused} never taken over: {history:?}", t.shard))?;
+        let next = history.iter().find(|h| h.acquired_at > stopped_at && h.holder_name != stopped);
+        let next = next.ok_or_else(|| anyhow::anyhow!("{} of the stopped {stopped} never taken over: {history:?}", t.shard))?;
         ensure!(
             next.acquired_at >= earliest,
-            "{} taken over {:?} after the pause, before its TTL ({TTL:?})",
+            "{} taken over {:?} after the stop, before its TTL ({TTL:?})",
             t.shard,
-            (next.acquired_at - paused_at).to_std().unwrap_or_default()
+            (next.acquired_at - stopped_at).to_std().unwrap_or_default()
         );
     }
-    tokio::time::sleep(RENEW * 4).await;
-    ensure!(c.nodes[p].is_running(), "the resumed node stopped:\n{}", c.nodes[p].log_tail(20));
-    ensure!(registration(&store, &paused).await?.state != NodeState::Down);
-    println!("{dialect:?}: {} shards of the paused node writable elsewhere after {took:?}", tokens.len());
+    // Long enough for a healed link's retransmissions (their back-off
+    // reaches seconds) to get through.
+    tokio::time::sleep(TTL * 3).await;
+    ensure!(c.nodes[p].is_running(), "the node stopped after {stop:?}:\n{}", c.nodes[p].log_tail(20));
+    ensure!(registration(&store, &stopped).await?.state != NodeState::Down);
+    // And it serves again: an append through it is acknowledged (by it or
+    // by the holder it forwards to).
+    let back = stream_on(&map, &tokens[0].shard, "back");
+    append_until_acked(vec![c.nodes[p].api.clone()], back, "back".into(), TTL * 10).await?;
+    println!("{dialect:?}: {} shards of the node stopped by {stop:?} writable elsewhere after {took:?}", tokens.len());
     store.close().await;
     c.teardown().await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_holder_is_replaced_within_a_ttl_and_a_round_and_fenced_postgres() {
-    paused_holder_is_replaced_within_the_bound(Dialect::Postgres).await.unwrap();
+    stopped_holder_is_replaced_within_the_bound(Dialect::Postgres, Stop::Pause).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_holder_is_replaced_within_a_ttl_and_a_round_and_fenced_mariadb() {
-    paused_holder_is_replaced_within_the_bound(Dialect::MySql).await.unwrap();
+    stopped_holder_is_replaced_within_the_bound(Dialect::MySql, Stop::Pause).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_off_holder_is_replaced_within_a_ttl_and_a_round_and_fenced_postgres() {
+    stopped_holder_is_replaced_within_the_bound(Dialect::Postgres, Stop::Cut).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_off_holder_is_replaced_within_a_ttl_and_a_round_and_fenced_mariadb() {
+    stopped_holder_is_replaced_within_the_bound(Dialect::MySql, Stop::Cut).await.unwrap();
 }
 
 /// What a healthy cluster meets must not move a shard at the default

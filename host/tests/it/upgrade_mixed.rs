@@ -277,7 +277,7 @@ async fn cluster_of(exe: &Path) -> Result<Cluster> {
         let log = dir.path().join(format!("{name}.log"));
         nodes.push(NodeProc::new(exe, name, api, metrics, settings, log));
     }
-    let mut cluster = Cluster { dir, db: Some(db), config, nodes, namespace };
+    let mut cluster = Cluster { dir, db: Some(db), config, nodes, namespace, lan: None };
     for node in &mut cluster.nodes {
         node.start()?;
     }

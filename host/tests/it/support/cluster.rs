@@ -150,6 +150,47 @@ pub struct Cluster {
     pub config: PathBuf,
     pub nodes: Vec<NodeProc>,
     pub namespace: String,
+    /// The private network, of a cluster built by [`Cluster::on_lan`];
+    /// dropped after the nodes.
+    pub lan: Option<Lan>,
+}
+
+/// A private network for a cluster whose nodes can be cut off: each node in
+/// its own network namespace on a bridge, and a private Redis and database
+/// server listening on the bridge too (the shared servers listen on
+/// loopback, which a namespace cannot reach). Needs root and `ip netns`.
+pub struct Lan {
+    net: chitin::chaos::network::Network,
+    redis_url: String,
+    /// The database server's admin URL at its bridge address, which this
+    /// process reaches as the nodes do.
+    db_url: String,
+    _redis: chitin::testkit::PrivateRedis,
+    _server: chitin::chaos::lab::PrivateServer,
+    /// The servers' data; removed last.
+    _dir: tempfile::TempDir,
+}
+
+impl Lan {
+    /// The bridge, a namespace for each of three nodes, and the servers.
+    fn start(dialect: Dialect) -> Result<Lan> {
+        use chitin::chaos::lab::PrivateServer;
+        let dir = tempfile::tempdir()?;
+        // Names the bridge and namespaces; distinct for runs side by side.
+        let salt = uuid::Uuid::new_v4().as_u64_pair().0 >> 40;
+        let net = chitin::chaos::network::Network::create(&format!("{salt:06x}"), 3, salt)?;
+        let host = net.host();
+        let redis = chitin::testkit::PrivateRedis::start(dir.path(), Some(&host))?;
+        let server = match dialect {
+            Dialect::Postgres => {
+                PrivateServer::Postgres(chitin::testkit::PrivatePostgres::start(dir.path(), Some((&host, &net.subnet())), "")?)
+            }
+            Dialect::MySql => PrivateServer::Mariadb(chitin::testkit::PrivateMariadb::start(dir.path(), Some(&host))?),
+            Dialect::Sqlite => bail!("a cluster shares a database server, not SQLite"),
+        };
+        let (db_url, _, _) = server.urls(&host);
+        Ok(Lan { redis_url: redis.url(&host), db_url, net, _redis: redis, _server: server, _dir: dir })
+    }
 }
 
 impl Cluster {
@@ -174,14 +215,40 @@ impl Cluster {
         start: usize,
         edit: impl Fn(&str, &mut chitin::settings::Settings),
     ) -> Result<Cluster> {
+        Cluster::build(db, None, count, shards, start, edit).await
+    }
+
+    /// [`Cluster::new`] with every node in its own network namespace (see
+    /// [`Lan`]), so that [`Cluster::cut`] can cut one off.
+    pub async fn on_lan(
+        dialect: Dialect,
+        count: usize,
+        shards: u32,
+        start: usize,
+        edit: impl Fn(&str, &mut chitin::settings::Settings),
+    ) -> Result<Cluster> {
+        let lan = Lan::start(dialect)?;
+        let db = TestDb::create_on(dialect, &lan.db_url).await?;
+        Cluster::build(db, Some(lan), count, shards, start, edit).await
+    }
+
+    async fn build(
+        db: TestDb,
+        lan: Option<Lan>,
+        count: usize,
+        shards: u32,
+        start: usize,
+        edit: impl Fn(&str, &mut chitin::settings::Settings),
+    ) -> Result<Cluster> {
         let dir = tempfile::tempdir()?;
         // The config always names three nodes, so that a cluster started
         // with fewer has replicas waiting for the rest.
         let ports = free_ports(2 * count.max(3))?;
-        let names: Vec<(String, String, String)> = (1..=count.max(3))
-            .map(|i| {
-                let (api, metrics) = (ports[2 * i - 2], ports[2 * i - 1]);
-                (format!("node-{i:02}"), format!("127.0.0.1:{api}"), format!("127.0.0.1:{metrics}"))
+        let host = |k: usize| lan.as_ref().map_or("127.0.0.1".to_string(), |l| l.net.node_ip(k));
+        let names: Vec<(String, String, String)> = (0..count.max(3))
+            .map(|k| {
+                let (api, metrics) = (ports[2 * k], ports[2 * k + 1]);
+                (format!("node-{:02}", k + 1), format!("{}:{api}", host(k)), format!("{}:{metrics}", host(k)))
             })
             .collect();
         let config = dir.path().join("cluster_config.json");
@@ -189,14 +256,14 @@ impl Cluster {
         std::fs::write(&config, cluster_config(&pairs, shards))?;
         let namespace = format!("chitin-test-{}", uuid::Uuid::new_v4().simple());
         let shared = ClusterShared {
-            redis_url: "redis://127.0.0.1:6379",
+            redis_url: lan.as_ref().map_or("redis://127.0.0.1:6379", |l| &l.redis_url),
             namespace: &namespace,
             database_url: &db.url,
             ttl: TTL,
             renew: RENEW,
         };
         let mut nodes = Vec::new();
-        for (name, api, metrics) in names.into_iter().take(count) {
+        for (k, (name, api, metrics)) in names.into_iter().take(count).enumerate() {
             let node = ClusterNode {
                 name: &name,
                 api: &api,
@@ -205,13 +272,16 @@ impl Cluster {
                 config_file: Some(&config),
             };
             let mut s = node_settings::cluster_node(&node, &shared);
+            // Off loopback only on the lan's private bridge.
+            s.api.insecure_listen = lan.is_some();
             edit(&name, &mut s);
             let settings = dir.path().join(format!("{name}.toml"));
             node_settings::write(&settings, &s)?;
             let log = dir.path().join(format!("{name}.log"));
-            nodes.push(NodeProc::new(CHITIN, name, api, metrics, settings, log));
+            let ns = lan.as_ref().map(|l| l.net.namespace(k).to_string());
+            nodes.push(NodeProc::new(CHITIN, name, api, metrics, settings, log).in_namespace(ns));
         }
-        let mut cluster = Cluster { dir, db: Some(db), config, nodes, namespace };
+        let mut cluster = Cluster { dir, db: Some(db), config, nodes, namespace, lan };
         for node in &mut cluster.nodes[..start] {
             node.start()?;
         }
@@ -219,6 +289,17 @@ impl Cluster {
             node.wait_ready(Duration::from_secs(60)).await?;
         }
         Ok(cluster)
+    }
+
+    /// Cuts node `i` off the network of a [`Cluster::on_lan`]: it reaches
+    /// nothing and nothing reaches it, while its process runs on.
+    pub fn cut(&self, i: usize) -> Result<()> {
+        Ok(self.lan.as_ref().expect("a cluster on a lan").net.cut(i)?)
+    }
+
+    /// Undoes [`Cluster::cut`].
+    pub fn heal(&self, i: usize) -> Result<()> {
+        Ok(self.lan.as_ref().expect("a cluster on a lan").net.heal(i)?)
     }
 
     pub fn node(&mut self, name: &str) -> &mut NodeProc {
