@@ -13,9 +13,8 @@ use crate::node::journal::{MAX_STREAM, check_name};
 use crate::node::leases::OwnershipEvent;
 use crate::node::{Node, assignments};
 use crate::proto::{self, admin_server, journal_server, ownership_server, peer_server};
+use crate::security::Caller;
 use crate::security::listen::Throttle;
-use crate::security::tls::PeerCa;
-use crate::security::{Caller, Gatekeeper};
 use crate::topology::ClusterConfig;
 
 /// Largest request the server decodes.
@@ -23,11 +22,11 @@ pub const MAX_MESSAGE_BYTES: usize = 2 << 20;
 
 /// The services over one node. Every call meets, in order: the
 /// authentication of its plane ([`authenticate`]), the protocol check, then
-/// its service. `peer_ca` (`[tls] peer_ca_file`, loaded) makes a caller with
-/// a node certificate of the cluster a peer.
-pub fn router(control: Arc<Control>, peer_ca: Option<PeerCa>) -> tonic::service::Routes {
+/// its service. The tokens are the control block's current credentials
+/// (a SIGHUP may change them between two calls of one connection).
+pub fn router(control: Arc<Control>) -> tonic::service::Routes {
     let doors = Arc::new(Door {
-        gatekeeper: Gatekeeper::new(&control.settings, peer_ca),
+        control: control.clone(),
         refused: control.counts.unauthenticated.clone(),
         log: Throttle::new(std::time::Duration::from_secs(10)),
     });
@@ -54,7 +53,8 @@ pub fn router(control: Arc<Control>, peer_ca: Option<PeerCa>) -> tonic::service:
 
 /// The authentication at the gRPC listener's door.
 struct Door {
-    gatekeeper: Gatekeeper,
+    /// Its credentials' current gatekeeper checks each call.
+    control: Arc<Control>,
     /// Calls refused, for `/metrics`.
     refused: Arc<AtomicU64>,
     /// A summary line at most every ten seconds, never one per call.
@@ -70,11 +70,12 @@ async fn authenticate(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let accepted = door.control.credentials.current();
     let certificate = || {
         let chain = req.extensions().get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.peer_certs());
-        door.gatekeeper.verifies(chain.as_deref().map(Vec::as_slice))
+        accepted.gatekeeper.verifies(chain.as_deref().map(Vec::as_slice))
     };
-    match door.gatekeeper.check(req.uri().path(), req.headers(), certificate) {
+    match accepted.gatekeeper.check(req.uri().path(), req.headers(), certificate) {
         Ok(caller) => {
             req.extensions_mut().insert(caller);
             next.run(req).await

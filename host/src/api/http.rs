@@ -57,12 +57,13 @@ async fn wrong_method(method: Method, uri: Uri) -> Response {
 }
 
 fn authorized(control: &Control, headers: &HeaderMap) -> Result<(), Response> {
-    let Some(token) = control.settings.metrics.auth_token.as_deref() else {
+    let accepted = control.credentials.current();
+    if accepted.metrics.is_empty() {
         return Ok(());
-    };
+    }
     let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     match given.and_then(|v| v.strip_prefix("Bearer ")) {
-        Some(t) if constant_time_eq(t.as_bytes(), token.as_bytes()) => Ok(()),
+        Some(t) if accepted.metrics_accepts(t) => Ok(()),
         Some(_) => Err((StatusCode::UNAUTHORIZED, "wrong bearer token\n").into_response()),
         None => Err((
             StatusCode::UNAUTHORIZED,
@@ -73,13 +74,13 @@ fn authorized(control: &Control, headers: &HeaderMap) -> Result<(), Response> {
     }
 }
 
-pub(crate) use crate::security::auth::constant_time_eq;
 /// The status page's check: the metrics token as a bearer token or as the
 /// Basic-auth password (any user name), so that a browser can log in.
 fn page_authorized(control: &Control, headers: &HeaderMap) -> Result<(), Response> {
-    let Some(token) = control.settings.metrics.auth_token.as_deref() else {
+    let accepted = control.credentials.current();
+    if accepted.metrics.is_empty() {
         return Ok(());
-    };
+    }
     let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
     let password = if let Some(bearer) = given.strip_prefix("Bearer ") {
         Some(bearer.to_string())
@@ -94,7 +95,7 @@ fn page_authorized(control: &Control, headers: &HeaderMap) -> Result<(), Respons
         None
     };
     match password {
-        Some(p) if constant_time_eq(p.as_bytes(), token.as_bytes()) => Ok(()),
+        Some(p) if accepted.metrics_accepts(&p) => Ok(()),
         _ => Err((
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Basic realm=\"chitin\", charset=\"UTF-8\"")],

@@ -374,7 +374,7 @@ async fn run_in(
         // Forwards and notices carry a peer token, as in production; the
         // lab's own clients stay unauthenticated, so nodes on the private
         // namespaced network listen there knowingly insecure.
-        node_settings.cluster.peer_token = Some(peer_token.clone());
+        node_settings.cluster.peer_token = Some(peer_token.as_str().into());
         node_settings.api.insecure_listen = network.is_some();
         settings::write(&settings_path, &node_settings)?;
         let ns = network.as_ref().map(|n| n.namespace(k).to_string());

@@ -17,6 +17,9 @@ use crate::topology::{self, ClusterConfig};
 /// The node, once it exists, and what is needed to create it.
 pub struct Control {
     pub settings: Settings,
+    /// The tokens checked and sent now (the token files are read again on
+    /// SIGHUP: [`Control::reload_credentials`]).
+    pub credentials: crate::security::Credentials,
     /// What the listeners and the authentication counted, for `/metrics`.
     pub counts: crate::security::listen::Counts,
     node: RwLock<Option<Arc<Node>>>,
@@ -54,6 +57,8 @@ impl Control {
     /// Starts the node's background work (rounds, coordination) and puts
     /// it in place.
     pub async fn activate(&self, node: Arc<Node>) {
+        // A reload before a bootstrap is not in the node's settings.
+        node.peers.set_token(self.credentials.current().peer.as_deref());
         let rounds = tokio::spawn(node.clone().run_rounds(self.shutdown.subscribe()));
         let assignments = tokio::spawn(node.clone().publish_assignments(self.shutdown.subscribe()));
         let mut tasks = vec![rounds, assignments];
@@ -99,9 +104,22 @@ impl Control {
 }
 
 impl Control {
-    /// A control block for `settings`, holding no node yet.
-    pub fn new(settings: Settings) -> Arc<Control> {
+    /// Reads the token files again and makes their tokens the ones checked
+    /// and sent; a file that is wrong keeps the previous tokens (the error
+    /// says why). Returns how many tokens each plane accepts now.
+    pub fn reload_credentials(&self) -> Result<String, crate::security::auth::TokenFileError> {
+        let counts = self.credentials.reload()?;
+        if let Some(node) = self.node() {
+            node.peers.set_token(self.credentials.current().peer.as_deref());
+        }
+        Ok(counts)
+    }
+
+    /// A control block for `settings`, holding no node yet; `peer_ca`
+    /// makes a caller with a certificate of the cluster CA a peer.
+    pub fn new(settings: Settings, peer_ca: Option<crate::security::tls::PeerCa>) -> Arc<Control> {
         Arc::new(Control {
+            credentials: crate::security::Credentials::new(&settings, peer_ca),
             settings,
             counts: Default::default(),
             node: RwLock::new(None),

@@ -92,10 +92,16 @@ impl Peers {
     /// TLS (whose files are read now).
     pub fn new(settings: &crate::settings::Settings) -> Result<Peers, TlsError> {
         Ok(Peers {
-            auth: BearerAuth::new(settings.cluster.peer_token.as_deref()),
+            auth: BearerAuth::new(settings.cluster.peer_token.as_ref().and_then(crate::settings::Tokens::current)),
             tls: ClientTls::for_peers(&settings.tls)?,
             ..Peers::default()
         })
+    }
+
+    /// Sends `token` on every call from now on, over the channels open
+    /// already too (a rotated peer token).
+    pub fn set_token(&self, token: Option<&str>) {
+        self.auth.set(token);
     }
 
     fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {

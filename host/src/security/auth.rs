@@ -16,9 +16,13 @@
 //! call meets ([`Gatekeeper`]): an unauthenticated caller costs no protocol
 //! check, database read, decoding or log line (a summary is logged at most
 //! every ten seconds). A standalone node's Peer plane is closed to everyone.
-//! Each `…_token_file` is read once,
-//! at start, into its `…_token` ([`read_token_files`]); rotating a token is a
-//! rolling restart (docs/security.md). Comparison is constant-time.
+//!
+//! Each token setting holds one token or several ([`Tokens`]): every one is
+//! accepted, the first is sent. Each `…_token_file` (one token per line) is
+//! read into its `…_token` at start ([`read_token_files`]) and again on
+//! SIGHUP ([`Credentials::reload`]), so a token rotates without a restart:
+//! the new one is added first, the callers move to it, the old one is
+//! dropped (docs/security.md). Comparison is constant-time.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,8 +30,10 @@ use std::sync::Arc;
 use tonic::codegen::http;
 use tonic::{Request, Status};
 
+use arc_swap::ArcSwap;
+
 use super::tls::PeerCa;
-use crate::settings::Settings;
+use crate::settings::{Settings, Tokens};
 
 /// Compares without stopping at the first difference, so the time taken does
 /// not tell a caller how much of a guess was right.
@@ -46,8 +52,8 @@ pub enum TokenFileError {
     #[error("cannot read `{key}` = {path}: {source}; create the file with the token, or unset `{key}`", path = .path.display())]
     Read { key: &'static str, path: PathBuf, source: std::io::Error },
     #[error(
-        "`{key}` = {path} does not hold a usable token: it must be one line of printable ASCII without spaces \
-         (trailing whitespace is ignored)",
+        "`{key}` = {path} does not hold usable tokens: it must hold one token per line (the first is the one \
+         sent; more during a rotation), each printable ASCII without spaces (blank lines are ignored)",
         path = .path.display()
     )]
     Malformed { key: &'static str, path: PathBuf },
@@ -55,41 +61,56 @@ pub enum TokenFileError {
     Shared { first: &'static str, second: &'static str },
 }
 
-fn read_token(key: &'static str, path: &Path) -> Result<String, TokenFileError> {
+/// The tokens of a token file: one per line, blank lines and surrounding
+/// whitespace ignored, at least one.
+fn read_token(key: &'static str, path: &Path) -> Result<Tokens, TokenFileError> {
     let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read { key, path: path.to_owned(), source })?;
-    let token = text.trim_end();
-    if !well_formed(token) {
+    let tokens: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect();
+    if tokens.is_empty() || !tokens.iter().all(|t| well_formed(t)) {
         return Err(TokenFileError::Malformed { key, path: path.to_owned() });
     }
-    Ok(token.to_owned())
+    Ok(Tokens::new(tokens))
 }
 
 /// Reads every `…_token_file` into its `…_token` (the settings rules forbid
 /// setting both), checks that no two planes share a token, and registers
 /// every token with the redaction.
 pub fn read_token_files(s: &mut Settings) -> Result<(), TokenFileError> {
-    let slots: [(&'static str, &mut Option<String>, &Option<PathBuf>); 4] = [
+    let slots: [(&'static str, &mut Option<Tokens>, &Option<PathBuf>); 4] = [
         ("api.admin_token_file", &mut s.api.admin_token, &s.api.admin_token_file),
         ("api.client_token_file", &mut s.api.client_token, &s.api.client_token_file),
         ("cluster.peer_token_file", &mut s.cluster.peer_token, &s.cluster.peer_token_file),
         ("metrics.auth_token_file", &mut s.metrics.auth_token, &s.metrics.auth_token_file),
     ];
     let mut seen: Vec<(&'static str, String)> = Vec::new();
-    for (key, token, file) in slots {
+    for (key, tokens, file) in slots {
         if let Some(path) = file {
-            *token = Some(read_token(key, path)?);
+            *tokens = Some(read_token(key, path)?);
         }
-        let Some(t) = token.as_deref() else { continue };
-        super::redact::register_secret(t);
         let name = key.trim_end_matches("_file");
-        // The metrics token guards only reads; sharing it with a gRPC plane
-        // is still one secret in two places, so it is refused alike.
-        if let Some((first, _)) = seen.iter().find(|(_, other)| constant_time_eq(other.as_bytes(), t.as_bytes())) {
-            return Err(TokenFileError::Shared { first, second: name });
+        for t in tokens.iter().flat_map(Tokens::all) {
+            super::redact::register_secret(t);
+            // The metrics token guards only reads; sharing it with a gRPC
+            // plane is still one secret in two places, so it is refused alike.
+            if let Some((first, _)) =
+                seen.iter().find(|(other_name, other)| *other_name != name && constant_time_eq(other.as_bytes(), t.as_bytes()))
+            {
+                return Err(TokenFileError::Shared { first, second: name });
+            }
+            seen.push((name, t.to_owned()));
         }
-        seen.push((name, t.to_owned()));
     }
     Ok(())
+}
+
+/// Whether `given` is one of `accepted`. Every candidate is compared, so
+/// the time taken does not tell which one matched.
+fn accepts(accepted: &[Arc<str>], given: &str) -> bool {
+    accepted.iter().fold(false, |hit, t| constant_time_eq(t.as_bytes(), given.as_bytes()) | hit)
+}
+
+fn arcs(tokens: &Option<Tokens>) -> Vec<Arc<str>> {
+    tokens.iter().flat_map(Tokens::all).map(|t| Arc::from(t.as_str())).collect()
 }
 
 /// A group of services sharing one token.
@@ -172,9 +193,10 @@ fn bearer(headers: &http::HeaderMap) -> Option<&str> {
 #[derive(Clone, Debug)]
 pub struct Guard {
     plane: Plane,
-    token: Option<Arc<str>>,
-    /// The peer token, where it is accepted too.
-    peer: Option<Arc<str>>,
+    /// The plane's tokens (none: the plane is open).
+    tokens: Vec<Arc<str>>,
+    /// The peer tokens, where they are accepted too.
+    peer: Vec<Arc<str>>,
     /// The cluster CA, where a node certificate is accepted (the client and
     /// peer planes).
     peer_ca: Option<PeerCa>,
@@ -183,12 +205,11 @@ pub struct Guard {
 impl Guard {
     /// The guard of `plane` with the tokens of `s` (after [`read_token_files`]).
     pub fn new(plane: Plane, s: &Settings) -> Guard {
-        let arc = |t: &Option<String>| t.as_deref().map(Arc::from);
-        let peer = arc(&s.cluster.peer_token);
+        let peer = arcs(&s.cluster.peer_token);
         match plane {
-            Plane::Admin => Guard { plane, token: arc(&s.api.admin_token), peer: None, peer_ca: None },
-            Plane::Client => Guard { plane, token: arc(&s.api.client_token), peer, peer_ca: None },
-            Plane::Peer => Guard { plane, token: peer.clone(), peer, peer_ca: None },
+            Plane::Admin => Guard { plane, tokens: arcs(&s.api.admin_token), peer: Vec::new(), peer_ca: None },
+            Plane::Client => Guard { plane, tokens: arcs(&s.api.client_token), peer, peer_ca: None },
+            Plane::Peer => Guard { plane, tokens: peer.clone(), peer, peer_ca: None },
         }
     }
 
@@ -203,7 +224,7 @@ impl Guard {
 
     /// Whether a caller without any credential gets through.
     fn open(&self) -> bool {
-        self.token.is_none() && !(self.plane == Plane::Peer && self.peer_ca.is_some())
+        self.tokens.is_empty() && !(self.plane == Plane::Peer && self.peer_ca.is_some())
     }
 
     /// Who `metadata` authenticates as, or the refusal; `cluster_certificate`
@@ -211,12 +232,11 @@ impl Guard {
     /// certificate is one of the cluster CA.
     pub fn check(&self, headers: &http::HeaderMap, cluster_certificate: impl FnOnce() -> bool) -> Result<Caller, Status> {
         let given = bearer(headers);
-        let matches = |t: &Option<Arc<str>>, g: &str| t.as_deref().is_some_and(|t| constant_time_eq(t.as_bytes(), g.as_bytes()));
-        if given.is_some_and(|g| matches(&self.peer, g)) || (self.peer_ca.is_some() && cluster_certificate()) {
+        if given.is_some_and(|g| accepts(&self.peer, g)) || (self.peer_ca.is_some() && cluster_certificate()) {
             return Ok(Caller::Peer);
         }
         match given {
-            Some(g) if matches(&self.token, g) => Ok(Caller::Plane(self.plane)),
+            Some(g) if accepts(&self.tokens, g) => Ok(Caller::Plane(self.plane)),
             // An open plane ignores a stray token.
             _ if self.open() => Ok(Caller::Anonymous),
             Some(_) => Err(Status::unauthenticated(self.plane.wrong())),
@@ -293,6 +313,88 @@ impl Gatekeeper {
             Some(Plane::Client) => self.client.check(headers, cluster_certificate),
             Some(Plane::Peer) => self.peer.check(headers, cluster_certificate),
         }
+    }
+}
+
+/// The tokens a node checks and sends, as read now: from the settings at
+/// start, and again from the token files on each [`Credentials::reload`]
+/// (SIGHUP). Every call takes the set current when it arrives, so a reload
+/// neither drops a connection nor fails a call in flight.
+pub struct Credentials {
+    /// The settings the node started with: the token files a reload reads,
+    /// and the inline tokens, which only a restart changes.
+    settings: Settings,
+    peer_ca: Option<PeerCa>,
+    current: ArcSwap<Accepted>,
+}
+
+/// One generation of [`Credentials`].
+#[derive(Debug)]
+pub struct Accepted {
+    /// The gRPC listener's check.
+    pub gatekeeper: Gatekeeper,
+    /// `/health`, `/metrics` and the status page's tokens (none: open).
+    pub metrics: Vec<Arc<str>>,
+    /// The peer token this node sends on node-to-node calls: the first.
+    pub peer: Option<Arc<str>>,
+}
+
+impl Accepted {
+    fn of(s: &Settings, peer_ca: Option<PeerCa>) -> Accepted {
+        Accepted {
+            gatekeeper: Gatekeeper::new(s, peer_ca),
+            metrics: arcs(&s.metrics.auth_token),
+            peer: s.cluster.peer_token.as_ref().and_then(Tokens::current).map(Arc::from),
+        }
+    }
+
+    /// Whether `given` is one of the metrics tokens.
+    pub fn metrics_accepts(&self, given: &str) -> bool {
+        accepts(&self.metrics, given)
+    }
+
+    /// How many tokens each plane accepts, for the log (never the tokens).
+    fn counts(&self) -> String {
+        let g = &self.gatekeeper;
+        format!(
+            "admin {}, client {}, peer {}, metrics {}",
+            g.admin.tokens.len(),
+            g.client.tokens.len(),
+            g.peer.tokens.len(),
+            self.metrics.len()
+        )
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").field("current", &self.current.load().counts()).finish_non_exhaustive()
+    }
+}
+
+impl Credentials {
+    /// The credentials of `s` (after [`read_token_files`]); `peer_ca` makes
+    /// a caller with a certificate of the cluster CA a peer.
+    pub fn new(s: &Settings, peer_ca: Option<PeerCa>) -> Credentials {
+        let current = ArcSwap::from_pointee(Accepted::of(s, peer_ca.clone()));
+        Credentials { settings: s.clone(), peer_ca, current }
+    }
+
+    /// The set current now.
+    pub fn current(&self) -> Arc<Accepted> {
+        self.current.load_full()
+    }
+
+    /// Reads every token file again and, if all of them are good, makes
+    /// their tokens the current set; otherwise keeps the current set and
+    /// says what was wrong. Returns the accepted counts, for the log.
+    pub fn reload(&self) -> Result<String, TokenFileError> {
+        let mut s = self.settings.clone();
+        read_token_files(&mut s)?;
+        let next = Accepted::of(&s, self.peer_ca.clone());
+        let counts = next.counts();
+        self.current.store(Arc::new(next));
+        Ok(counts)
     }
 }
 
@@ -408,6 +510,56 @@ mod tests {
     }
 
     #[test]
+    fn every_token_of_a_list_is_accepted_and_the_first_is_sent() {
+        let mut s = Settings::default();
+        s.api.client_token = Some(Tokens::new(vec!["client-new".into(), "client-old".into()]));
+        s.cluster.peer_token = Some(Tokens::new(vec!["peer-new".into(), "peer-old".into()]));
+        let client = Guard::new(Plane::Client, &s);
+        let b = |t: &str| meta(Some(&format!("Bearer {t}")));
+        for (token, caller) in [
+            ("client-new", Caller::Plane(Plane::Client)),
+            ("client-old", Caller::Plane(Plane::Client)),
+            ("peer-new", Caller::Peer),
+            ("peer-old", Caller::Peer),
+        ] {
+            assert_eq!(client.check(&b(token), || false).unwrap(), caller, "{token}");
+        }
+        assert!(client.check(&b("client-older"), || false).is_err());
+        assert_eq!(Credentials::new(&s, None).current().peer.as_deref(), Some("peer-new"));
+    }
+
+    #[test]
+    fn a_reload_takes_the_files_tokens_or_keeps_the_current_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("client.token");
+        std::fs::write(&path, "old-token\n").unwrap();
+        let mut s = Settings::default();
+        s.api.client_token_file = Some(path.clone());
+        read_token_files(&mut s).unwrap();
+        let credentials = Credentials::new(&s, None);
+        let passes = |t: &str| {
+            let given = meta(Some(&format!("Bearer {t}")));
+            credentials.current().gatekeeper.check("/chitin.v1.Journal/Append", &given, || false).is_ok()
+        };
+        assert!(passes("old-token") && !passes("new-token"));
+
+        std::fs::write(&path, "new-token\n\n  old-token  \n").unwrap();
+        assert_eq!(credentials.reload().unwrap(), "admin 0, client 2, peer 0, metrics 0");
+        assert!(passes("new-token") && passes("old-token"));
+
+        std::fs::write(&path, "new-token\n").unwrap();
+        credentials.reload().unwrap();
+        assert!(passes("new-token") && !passes("old-token"));
+
+        for bad in ["", "two words\n"] {
+            std::fs::write(&path, bad).unwrap();
+            let e = credentials.reload().unwrap_err().to_string();
+            assert!(e.contains("api.client_token_file") && e.contains("one token per line"), "{e}");
+            assert!(passes("new-token"), "a bad file took the tokens in use away");
+        }
+    }
+
+    #[test]
     fn token_files_are_read_trimmed_checked_and_not_shared() {
         let dir = tempfile::tempdir().unwrap();
         let file = |name: &str, text: &str| {
@@ -418,7 +570,7 @@ mod tests {
         let mut s = Settings::default();
         s.api.client_token_file = Some(file("client", "from-a-file-1\n"));
         read_token_files(&mut s).unwrap();
-        assert_eq!(s.api.client_token.as_deref(), Some("from-a-file-1"));
+        assert_eq!(s.api.client_token, Some("from-a-file-1".into()));
 
         let mut s = Settings::default();
         s.api.admin_token_file = Some(file("bad", "two words\n"));

@@ -20,5 +20,5 @@ pub mod listen;
 pub mod redact;
 pub mod tls;
 
-pub use auth::{Caller, Gatekeeper, Guard, Plane};
+pub use auth::{Caller, Credentials, Gatekeeper, Guard, Plane};
 pub use redact::redact;

@@ -211,9 +211,15 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     for (key, token, file) in tokens {
         // A token is a secret: a refusal never shows it.
         if let Some(t) = token
-            && !auth::well_formed(t)
+            && (t.all().is_empty() || !t.all().iter().all(|t| auth::well_formed(t)))
         {
-            bad(key, "(hidden)".into(), "must be printable ASCII without spaces when set (unset it to disable auth)".into());
+            bad(
+                key,
+                "(hidden)".into(),
+                "must be a token, or a list of tokens while one is rotated, each printable ASCII without spaces (unset \
+                 it to disable auth)"
+                    .into(),
+            );
         }
         if let Some(f) = file {
             let file_key = format!("{key}_file");
@@ -224,9 +230,11 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
             }
         }
     }
-    let named: Vec<(&str, &String)> = tokens.iter().filter_map(|(k, t, _)| t.as_ref().map(|t| (*k, t))).collect();
+    // Every token of a plane against every token of the planes before it.
+    let named: Vec<(&str, &String)> =
+        tokens.iter().flat_map(|(k, t, _)| t.iter().flat_map(|t| t.all()).map(|t| (*k, t))).collect();
     for (i, (key, token)) in named.iter().enumerate() {
-        if let Some((first, _)) = named[..i].iter().find(|(_, t)| t == token) {
+        if let Some((first, _)) = named[..i].iter().find(|(k, t)| k != key && t == token) {
             bad(key, "(hidden)".into(), format!("must differ from {first}: each plane needs its own token"));
         }
     }

@@ -9,6 +9,69 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
+/// A token setting: one token, or several while one is rotated (`"t"` or
+/// `["new", "old"]` in TOML; in a token file, one per line). Every one is
+/// accepted; the first is the one this node sends (the peer token on its
+/// node-to-node calls), so a rotation puts the new token first on every
+/// node, moves the callers to it, then drops the old one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tokens(Vec<String>);
+
+impl Serialize for Tokens {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => serializer.serialize_str(one),
+            many => many.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Tokens {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Tokens, D::Error> {
+        struct OneOrMany;
+        impl<'de> Visitor<'de> for OneOrMany {
+            type Value = Tokens;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a token (a string), or a list of tokens while one is rotated")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Tokens, E> {
+                Ok(Tokens(vec![v.to_owned()]))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Tokens, A::Error> {
+                let mut tokens = Vec::new();
+                while let Some(t) = seq.next_element::<String>()? {
+                    tokens.push(t);
+                }
+                Ok(Tokens(tokens))
+            }
+        }
+        deserializer.deserialize_any(OneOrMany)
+    }
+}
+
+impl From<&str> for Tokens {
+    fn from(t: &str) -> Tokens {
+        Tokens(vec![t.to_owned()])
+    }
+}
+
+impl Tokens {
+    /// Several tokens, the first the one sent.
+    pub fn new(tokens: Vec<String>) -> Tokens {
+        Tokens(tokens)
+    }
+
+    /// The token this node sends: the first.
+    pub fn current(&self) -> Option<&str> {
+        self.0.first().map(String::as_str)
+    }
+
+    /// Every accepted token.
+    pub fn all(&self) -> &[String] {
+        &self.0
+    }
+}
+
 /// All settings of a node.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -83,8 +146,9 @@ pub struct ClusterSettings {
     /// its node-to-node calls (forwards, ownership notices), and when set a
     /// node serves the `Peer` service and `forwarded = true` appends only
     /// with it.
-    pub peer_token: Option<String>,
-    /// A file holding `peer_token` (trailing whitespace ignored), read at start.
+    pub peer_token: Option<Tokens>,
+    /// A file holding `peer_token`, one token per line (see [`Tokens`]);
+    /// read at start and again on SIGHUP.
     pub peer_token_file: Option<PathBuf>,
     /// CA certificates (PEM) that verify the Redis server's certificate
     /// for a `rediss://` `redis_url`; unset, the system's roots do.
@@ -253,14 +317,16 @@ pub struct ApiSettings {
     pub listen: String,
     /// When set, every call of the Admin service needs
     /// `authorization: Bearer <token>` (the CLI sends `CHITIN_ADMIN_TOKEN`).
-    pub admin_token: Option<String>,
-    /// A file holding `admin_token`, read at start.
+    pub admin_token: Option<Tokens>,
+    /// A file holding `admin_token`, one token per line; read at start and
+    /// again on SIGHUP.
     pub admin_token_file: Option<PathBuf>,
     /// When set, every call of the Journal, Ownership and Coordination
     /// services needs `authorization: Bearer <token>` (or the peer token;
     /// the CLI sends `CHITIN_CLIENT_TOKEN`).
-    pub client_token: Option<String>,
-    /// A file holding `client_token`, read at start.
+    pub client_token: Option<Tokens>,
+    /// A file holding `client_token`, one token per line; read at start
+    /// and again on SIGHUP.
     pub client_token_file: Option<PathBuf>,
     /// Lets `api.listen` and `metrics.listen` take a non-loopback address
     /// without a token for every plane: logged as a warning at start and
@@ -288,8 +354,9 @@ pub struct MetricsSettings {
     /// HTTP listen address (`/health`, `/readyz`, `/metrics`).
     pub listen: String,
     /// When set, `/health` requires `Authorization: Bearer <token>`.
-    pub auth_token: Option<String>,
-    /// A file holding `auth_token`, read at start.
+    pub auth_token: Option<Tokens>,
+    /// A file holding `auth_token`, one token per line; read at start and
+    /// again on SIGHUP.
     pub auth_token_file: Option<PathBuf>,
 }
 

@@ -148,6 +148,11 @@ impl NodeProc {
         Ok(())
     }
 
+    /// SIGHUP: the node reads its token files again and reloads its policies.
+    pub fn hangup(&self) -> Result<(), KitError> {
+        self.signal("-HUP")
+    }
+
     /// SIGSTOP: the process keeps its sockets and answers nothing.
     pub fn pause(&self) -> Result<(), KitError> {
         self.signal("-STOP")

@@ -136,19 +136,28 @@ pub fn judge(caller: &Caller, window: Window) -> Result<u32, Status> {
 /// node-to-node calls): this binary's protocol metadata ([`stamp`]), and
 /// `authorization: Bearer <token>` when a token is set (the server checks
 /// it first, `security::auth`).
+/// Clones share the token, so [`BearerAuth::set`] changes what every
+/// channel made with one sends from its next call on (a live rotation).
 #[derive(Clone, Debug, Default)]
-pub struct BearerAuth(Option<MetadataValue<Ascii>>);
+pub struct BearerAuth(std::sync::Arc<arc_swap::ArcSwapOption<MetadataValue<Ascii>>>);
 
 impl BearerAuth {
     pub fn new(token: Option<&str>) -> BearerAuth {
-        BearerAuth(token.and_then(|t| format!("Bearer {t}").parse().ok()))
+        let auth = BearerAuth::default();
+        auth.set(token);
+        auth
+    }
+
+    /// Sends `token` from now on (none: no `authorization`).
+    pub fn set(&self, token: Option<&str>) {
+        self.0.store(token.and_then(|t| format!("Bearer {t}").parse().ok()).map(std::sync::Arc::new));
     }
 }
 
 impl tonic::service::Interceptor for BearerAuth {
     fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
         stamp(req.metadata_mut());
-        if let Some(v) = &self.0 {
+        if let Some(v) = self.0.load().as_deref() {
             req.metadata_mut().insert("authorization", v.clone());
         }
         Ok(req)

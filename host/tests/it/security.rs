@@ -6,7 +6,11 @@
 //!   starts, warns, and says so in `/health` and `Admin.Status`;
 //! - a two-node cluster with every token set and a database password in its
 //!   URL forwards appends between its nodes (the peer token travels), and no
-//!   password or token appears in any log line, `/health` or Status.
+//!   password or token appears in any log line, `/health` or Status;
+//! - the client, peer and metrics tokens of a two-node cluster rotate under
+//!   load through their token files and SIGHUP, with no failed append, and
+//!   the old ones are refused afterwards; a token file gone wrong keeps the
+//!   tokens in use.
 //!
 //! Every-method token checks are in `api_bad_input.rs`.
 
@@ -196,4 +200,144 @@ async fn no_secret_appears_in_logs_health_or_status() {
 
 fn cluster_logs(cluster: &Cluster) -> String {
     cluster.logs()
+}
+
+/// Sends SIGHUP to every node of `c` and waits until each has logged its
+/// `reloads`-th reload of its token files (or its failure, `line`).
+async fn reload_all(c: &Cluster, line: &str, reloads: usize) -> Result<()> {
+    for n in &c.nodes {
+        n.hangup()?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.nodes.iter().any(|n| n.log_text().matches(line).count() < reloads) {
+        if Instant::now() > deadline {
+            bail!("no `{line}` after SIGHUP:\n{}", c.logs());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Appends through both nodes until `stop`, carrying whatever client token
+/// `auth` holds; returns (acknowledged, forwarded, failures).
+async fn append_load(
+    apis: Vec<String>,
+    names: Vec<String>,
+    auth: BearerAuth,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> (usize, usize, Vec<String>) {
+    let (mut acked, mut forwarded, mut failures) = (0, 0, Vec::new());
+    let mut clients: Vec<_> = apis
+        .iter()
+        .map(|a| {
+            let channel = Endpoint::from_shared(format!("http://{a}")).unwrap().connect_lazy();
+            JournalClient::new(InterceptedService::new(channel, auth.clone()))
+        })
+        .collect();
+    let mut i = 0usize;
+    while !*stop.borrow() {
+        let via = i % clients.len();
+        let request = proto::AppendRequest {
+            stream: format!("rot-{}", i % 16),
+            request_id: format!("rot-{i}"),
+            payload: b"p".to_vec(),
+            forwarded: false,
+        };
+        match clients[via].append(request).await {
+            Ok(ack) => {
+                acked += 1;
+                forwarded += usize::from(ack.into_inner().holder != names[via]);
+            }
+            Err(e) => failures.push(format!("append {i} via {}: {e}", names[via])),
+        }
+        i += 1;
+    }
+    (acked, forwarded, failures)
+}
+
+/// The rotation procedure of docs/security.md, under load: each token file
+/// gets the new token first (SIGHUP: both accepted, the new peer token
+/// sent), the client moves to the new token, the old ones are dropped
+/// (SIGHUP). No append fails, forwarded ones included; then the old
+/// tokens are refused and the new ones accepted. A file gone wrong on a
+/// reload is refused with its reason and the tokens in use stay.
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_rotate_under_load_without_a_failed_append() {
+    let files = tempfile::tempdir().unwrap();
+    let (client_file, peer_file, metrics_file) =
+        (files.path().join("client.token"), files.path().join("peer.token"), files.path().join("metrics.token"));
+    let write = |path: &std::path::Path, text: &str| std::fs::write(path, text).unwrap();
+    write(&client_file, "client-old-1\n");
+    write(&peer_file, "peer-old-1\n");
+    write(&metrics_file, "metrics-old-1\n");
+    let (cf, pf, mf) = (client_file.clone(), peer_file.clone(), metrics_file.clone());
+    let c = Cluster::new(Dialect::Postgres, 2, 4, 2, move |_, s| {
+        s.api.client_token_file = Some(cf.clone());
+        s.cluster.peer_token_file = Some(pf.clone());
+        s.metrics.auth_token_file = Some(mf.clone());
+    })
+    .await
+    .unwrap();
+    all_owned(&c.nodes[0].api, Duration::from_secs(60)).await.with_context(|| c.logs()).unwrap();
+    let apis: Vec<String> = c.nodes.iter().map(|n| n.api.clone()).collect();
+    let names: Vec<String> = c.nodes.iter().map(|n| n.name.clone()).collect();
+
+    let auth = BearerAuth::new(Some("client-old-1"));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let load = tokio::spawn(append_load(apis.clone(), names, auth.clone(), stopped));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    const RELOADED: &str = "token files read again";
+    write(&client_file, "client-new-2\nclient-old-1\n");
+    write(&peer_file, "peer-new-2\npeer-old-1\n");
+    write(&metrics_file, "metrics-new-2\nmetrics-old-1\n");
+    reload_all(&c, RELOADED, 1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    auth.set(Some("client-new-2"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    write(&client_file, "client-new-2\n");
+    write(&peer_file, "peer-new-2\n");
+    write(&metrics_file, "metrics-new-2\n");
+    reload_all(&c, RELOADED, 2).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.send(true).unwrap();
+    let (acked, forwarded, failures) = load.await.unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {} appends failed during the rotation: {failures:?}\n{}",
+        failures.len(),
+        acked + failures.len(),
+        c.logs()
+    );
+    assert!(acked > 50 && forwarded > 10, "too little load to judge: {acked} acknowledged, {forwarded} forwarded");
+
+    // The old tokens are refused now; the new ones work.
+    let append = |token: &str, forwarded: bool| {
+        let mut journal = JournalClient::new(signed(&apis[0], token));
+        let request = proto::AppendRequest {
+            stream: "after".into(),
+            request_id: uuid::Uuid::new_v4().to_string(),
+            payload: b"p".to_vec(),
+            forwarded,
+        };
+        async move { journal.append(request).await }
+    };
+    assert_eq!(append("client-old-1", false).await.unwrap_err().code(), tonic::Code::Unauthenticated);
+    assert_eq!(append("peer-old-1", false).await.unwrap_err().code(), tonic::Code::Unauthenticated);
+    append("client-new-2", false).await.unwrap();
+    for (token, code) in [("metrics-old-1", 401), ("metrics-new-2", 200)] {
+        let (got, body) = http_get(&c.nodes[0].metrics, "/health", Some(token)).await.unwrap();
+        assert_eq!(got, code, "/health with {token}: {body}");
+    }
+
+    // A file gone wrong: refused with its reason, the tokens in use stay.
+    write(&client_file, "two words\n");
+    reload_all(&c, "token reload failed", 1).await.unwrap();
+    assert!(c.nodes[0].log_text().contains("api.client_token_file"), "{}", c.nodes[0].log_text());
+    append("client-new-2", false).await.unwrap();
+    let logs = c.logs();
+    for secret in ["client-old-1", "client-new-2", "peer-old-1", "peer-new-2", "metrics-new-2"] {
+        assert!(!logs.contains(secret), "`{secret}` in the logs:\n{logs}");
+    }
+    c.teardown().await.unwrap();
 }

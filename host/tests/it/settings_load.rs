@@ -116,7 +116,7 @@ fn full_file() {
     assert_eq!(s.lease_ttl(), Duration::from_secs(3));
     assert_eq!(s.renew_interval(), Duration::from_secs(1));
     assert_eq!(s.leases.max_handoffs_per_round, 2);
-    assert_eq!(s.metrics.auth_token.as_deref(), Some("s3cret"));
+    assert_eq!(s.metrics.auth_token, Some("s3cret".into()));
     assert_eq!(s.policies.placement, "/etc/chitin/placement.wasm");
 }
 
@@ -188,8 +188,8 @@ fn environment_values_fall_back_to_strings() {
     .unwrap();
     assert_eq!(s.cluster.instance_id.as_deref(), Some("007"));
     assert_eq!(s.cluster.namespace, "2026-01-01");
-    assert_eq!(s.api.admin_token.as_deref(), Some("12345"));
-    assert_eq!(s.metrics.auth_token.as_deref(), Some("s3cret"));
+    assert_eq!(s.api.admin_token, Some("12345".into()));
+    assert_eq!(s.metrics.auth_token, Some("s3cret".into()));
 }
 
 #[test]
