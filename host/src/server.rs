@@ -99,7 +99,7 @@ pub async fn start(settings: Settings) -> Result<Running, NodeError> {
     let unprovisioned = settings.cluster.enabled && provisioned.is_none();
     let node = if unprovisioned { None } else { Some(Node::start(settings.clone(), provisioned).await?) };
 
-    let control = Control::new(settings, tls.as_ref().and_then(|t| t.peer_ca()));
+    let control = Control::new(settings, tls.clone());
     // The node is in place before the first request: a restarting node must
     // never look unprovisioned (and accept a bootstrap) for a moment.
     match node {
@@ -258,7 +258,8 @@ fn notify(state: &str) {
 }
 
 /// Runs a node until SIGTERM or Ctrl-C, then stops it gracefully. SIGHUP
-/// reads the token files again and reloads the policy components. Under `Type=notify` the service manager
+/// reads the token files and the certificate again and reloads the policy
+/// components. Under `Type=notify` the service manager
 /// hears READY once both listeners answer, RELOADING around a reload and
 /// STOPPING when the drain starts.
 pub async fn run(settings: Settings) -> Result<(), NodeError> {
@@ -293,10 +294,15 @@ pub async fn run(settings: Settings) -> Result<(), NodeError> {
             _ = term.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
             _ = hup.recv() => {
-                notify("RELOADING=1\nSTATUS=reloading the token files and the policy components");
+                notify("RELOADING=1\nSTATUS=reloading the token files, the certificate and the policy components");
                 match running.control.reload_credentials() {
                     Ok(counts) => tracing::info!(accepted = %counts, "token files read again"),
                     Err(e) => tracing::error!(error = %e, "token reload failed; the previous tokens stay in use"),
+                }
+                match running.control.reload_certificate() {
+                    Ok(true) => tracing::info!("certificate and key read again; new connections get them"),
+                    Ok(false) => {}
+                    Err(e) => tracing::error!(error = %e, "certificate reload failed; the previous certificate stays in use"),
                 }
                 if let Some(node) = running.control.node()
                     && let Err(e) = node.reload(false).await {

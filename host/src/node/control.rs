@@ -20,6 +20,9 @@ pub struct Control {
     /// The tokens checked and sent now (the token files are read again on
     /// SIGHUP: [`Control::reload_credentials`]).
     pub credentials: crate::security::Credentials,
+    /// `[tls]` loaded, whose certificate SIGHUP reads again
+    /// ([`Control::reload_certificate`]).
+    tls: Option<crate::security::tls::NodeTls>,
     /// What the listeners and the authentication counted, for `/metrics`.
     pub counts: crate::security::listen::Counts,
     node: RwLock<Option<Arc<Node>>>,
@@ -115,11 +118,21 @@ impl Control {
         Ok(counts)
     }
 
-    /// A control block for `settings`, holding no node yet; `peer_ca`
-    /// makes a caller with a certificate of the cluster CA a peer.
-    pub fn new(settings: Settings, peer_ca: Option<crate::security::tls::PeerCa>) -> Arc<Control> {
+    /// Reads the node's certificate and key again and serves them from the
+    /// next handshake on; false without TLS. A pair that cannot be used
+    /// keeps the current one (the error says why).
+    pub fn reload_certificate(&self) -> Result<bool, crate::security::tls::TlsError> {
+        let Some(tls) = &self.tls else { return Ok(false) };
+        tls.reload()?;
+        Ok(true)
+    }
+
+    /// A control block for `settings` and their loaded `tls`, holding no
+    /// node yet; a caller with a certificate of the cluster CA is a peer.
+    pub fn new(settings: Settings, tls: Option<crate::security::tls::NodeTls>) -> Arc<Control> {
         Arc::new(Control {
-            credentials: crate::security::Credentials::new(&settings, peer_ca),
+            credentials: crate::security::Credentials::new(&settings, tls.as_ref().and_then(|t| t.peer_ca())),
+            tls,
             settings,
             counts: Default::default(),
             node: RwLock::new(None),

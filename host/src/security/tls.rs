@@ -1,7 +1,7 @@
 //! TLS with rustls and ring: the node's listeners, its calls to its peers,
 //! the CLI's calls to a node, and what a TLS failure to a store means.
 //!
-//! - [`NodeTls`]: `[tls]` loaded once at start: the server configs of the
+//! - [`NodeTls`]: `[tls]` loaded at start: the server configs of the
 //!   gRPC (`h2`) and HTTP (`http/1.1`) listeners, with client certificates
 //!   required when `tls.client_ca_file` is set (mutual TLS), requested when
 //!   only `tls.peer_ca_file` is (so that peers can present theirs);
@@ -13,7 +13,10 @@
 //! - [`tls_cause`]: the TLS error inside a store's connection error, so that
 //!   a wrong CA is reported as such instead of as an outage.
 //!
-//! Certificates are read at start only: rotating them is a restart per node
+//! The node's own certificate and key are read again on SIGHUP
+//! ([`NodeTls::reload`]): each handshake takes the current pair, and
+//! connections already established keep theirs. CA bundles and the
+//! certificate the node presents when it calls its peers are read at start
 //! (docs/security.md).
 
 use std::collections::HashSet;
@@ -25,7 +28,8 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::ClientCertVerifier;
-use rustls::server::{ServerConfig, WebPkiClientVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
 
 use crate::settings::TlsSettings;
 
@@ -104,6 +108,35 @@ pub struct NodeTls {
     grpc: Arc<ServerConfig>,
     http: Arc<ServerConfig>,
     peer_ca: Option<PeerCa>,
+    /// The certificate both listeners present, and its files.
+    certificate: Arc<LiveCertificate>,
+}
+
+/// The node's certificate and key, swapped whole by [`NodeTls::reload`]:
+/// each handshake takes the pair current when it starts.
+struct LiveCertificate {
+    current: arc_swap::ArcSwap<CertifiedKey>,
+    cert_file: PathBuf,
+    key_file: PathBuf,
+}
+
+impl std::fmt::Debug for LiveCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveCertificate").field("cert_file", &self.cert_file).finish_non_exhaustive()
+    }
+}
+
+impl ResolvesServerCert for LiveCertificate {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}
+
+/// The certificate chain and key of these files, checked to belong together.
+fn certified(cert_file: &Path, key_file: &Path) -> Result<CertifiedKey, TlsError> {
+    let chain = certificates("tls.cert_file", cert_file)?;
+    let key = private_key("tls.key_file", key_file)?;
+    CertifiedKey::from_der(chain, key, &provider()).map_err(|e| TlsError::Pair(e.to_string()))
 }
 
 impl std::fmt::Debug for NodeTls {
@@ -119,8 +152,11 @@ impl NodeTls {
         let (Some(cert_file), Some(key_file)) = (&s.cert_file, &s.key_file) else {
             return Ok(None);
         };
-        let chain = certificates("tls.cert_file", cert_file)?;
-        let key = private_key("tls.key_file", key_file)?;
+        let certificate = Arc::new(LiveCertificate {
+            current: arc_swap::ArcSwap::from_pointee(certified(cert_file, key_file)?),
+            cert_file: cert_file.clone(),
+            key_file: key_file.clone(),
+        });
         let peer_ca = s.peer_ca_file.as_deref().map(PeerCa::load).transpose()?;
         let mut callers: Vec<(&'static str, &Path)> = Vec::new();
         if let Some(f) = &s.client_ca_file {
@@ -149,12 +185,22 @@ impl NodeTls {
                 Some(v) => builder.with_client_cert_verifier(v),
                 None => builder.with_no_client_auth(),
             };
-            let mut config =
-                builder.with_single_cert(chain.clone(), key.clone_key()).map_err(|e| TlsError::Pair(e.to_string()))?;
+            let mut config = builder.with_cert_resolver(certificate.clone());
             config.alpn_protocols = vec![alpn.to_vec()];
             Ok(Arc::new(config))
         };
-        Ok(Some(NodeTls { grpc: config(verifier(true)?, b"h2")?, http: config(verifier(false)?, b"http/1.1")?, peer_ca }))
+        let (grpc, http) = (config(verifier(true)?, b"h2")?, config(verifier(false)?, b"http/1.1")?);
+        Ok(Some(NodeTls { grpc, http, peer_ca, certificate }))
+    }
+
+    /// Reads `tls.cert_file` and `tls.key_file` again and serves the new
+    /// pair from the next handshake on; a pair that cannot be used (a file
+    /// unreadable, not PEM, or a key of another certificate) is refused and
+    /// the current one stays. Connections established keep theirs.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let c = &self.certificate;
+        c.current.store(Arc::new(certified(&c.cert_file, &c.key_file)?));
+        Ok(())
     }
 
     /// The gRPC listener's config (ALPN `h2`).

@@ -15,7 +15,11 @@
 //!   certificate is no peer's;
 //! - a node reaches a private PostgreSQL (`ssl = on`) and a private Redis
 //!   (`--tls-port`) over verified TLS, and refuses to start, naming the
-//!   setting, when the CA does not match.
+//!   setting, when the CA does not match;
+//! - a node's certificate rotates on SIGHUP under load: new connections get
+//!   the new one, the connection open before keeps serving, no append
+//!   fails, and a key of another certificate is refused with the current
+//!   pair kept.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -173,6 +177,100 @@ fn chitin(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     };
     let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
     (status.success(), format!("{}{}", read(&out_file), read(&err_file)))
+}
+
+/// The certificate a TLS handshake with `addr` is given (leaf, DER).
+async fn served_certificate(addr: &str, ca: &Ca) -> Vec<u8> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let connector = tokio_rustls::TlsConnector::from(https_tls(ca, None));
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = connector.connect(name, tcp).await.unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+fn der(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap().to_vec()
+}
+
+/// Waits until the node has logged `line` `count` times.
+async fn logged(node: &NodeProc, line: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while node.log_text().matches(line).count() < count {
+        assert!(Instant::now() < deadline, "no `{line}` after SIGHUP:\n{}", node.log_tail(20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// docs/security.md's certificate rotation (same CA), under load: the new
+/// certificate and key are written over the files and the node gets SIGHUP.
+/// Appends go on over the connection opened before, and over a new
+/// connection every tenth append; none fails. Then new connections are
+/// given the new certificate on both listeners, and the old connection
+/// still serves. A key that is not the certificate's is refused on the next
+/// reload and the node keeps serving the pair it has.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_certificate_rotates_on_sighup_under_load_without_a_failed_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "ca");
+    let first = ca.issue(dir.path(), "node", LOCAL);
+    let mut node = standalone(dir.path(), "127.0.0.1", https_tls(&ca, None), |s| set_tls(s, &first));
+    node.start().unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(served_certificate(&node.api, &ca).await, der(&first.cert_pem));
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let api = node.api.clone();
+    let tls = grpc_tls(&ca, None);
+    let mut held = JournalClient::new(channel(&api, Some(tls.clone())).await.unwrap());
+    let load = tokio::spawn(async move {
+        let (mut acked, mut failures) = (0usize, Vec::new());
+        let mut i = 0;
+        while !*stopped.borrow() {
+            let outcome = if i % 10 == 0 {
+                match channel(&api, Some(tls.clone())).await {
+                    Ok(c) => {
+                        JournalClient::new(c).append(append("rot", &format!("n-{i}"), false)).await.map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(format!("connect: {e}")),
+                }
+            } else {
+                held.append(append("rot", &format!("h-{i}"), false)).await.map_err(|e| e.to_string())
+            };
+            match outcome {
+                Ok(_) => acked += 1,
+                Err(e) => failures.push(format!("append {i}: {e}")),
+            }
+            i += 1;
+        }
+        (acked, failures, held)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The rotated pair over the same files.
+    let second = ca.issue(dir.path(), "node-rotated", LOCAL);
+    std::fs::write(&first.cert, &second.cert_pem).unwrap();
+    std::fs::write(&first.key, &second.key_pem).unwrap();
+    node.hangup().unwrap();
+    const RELOADED: &str = "certificate and key read again";
+    logged(&node, RELOADED, 1).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.send(true).unwrap();
+    let (acked, failures, mut held) = load.await.unwrap();
+    assert!(failures.is_empty(), "{} appends failed across the rotation: {failures:?}\n{}", failures.len(), node.log_tail(30));
+    assert!(acked > 20, "too little load to judge: {acked} appends");
+    assert_eq!(served_certificate(&node.api, &ca).await, der(&second.cert_pem), "the gRPC listener serves the old certificate");
+    assert_eq!(served_certificate(&node.metrics, &ca).await, der(&second.cert_pem), "the HTTP listener serves the old one");
+    held.append(append("rot", "held-after", false)).await.expect("the connection opened before the rotation");
+
+    // A key of another certificate: refused, and the pair in use stays.
+    let stranger = ca.issue(dir.path(), "stranger", LOCAL);
+    std::fs::write(&first.key, &stranger.key_pem).unwrap();
+    node.hangup().unwrap();
+    logged(&node, "certificate reload failed", 1).await;
+    assert!(node.log_text().contains("tls.key_file"), "{}", node.log_tail(10));
+    assert_eq!(served_certificate(&node.api, &ca).await, der(&second.cert_pem));
+    assert!(node.terminate(Duration::from_secs(30)).unwrap().success(), "{}", node.log_tail(20));
 }
 
 #[tokio::test(flavor = "multi_thread")]
