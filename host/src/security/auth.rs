@@ -21,8 +21,8 @@
 //! accepted, the first is sent. Each `…_token_file` (one token per line) is
 //! read into its `…_token` at start ([`read_token_files`]) and again on
 //! SIGHUP ([`Credentials::reload`]), so a token rotates without a restart:
-//! the new one is added first, the callers move to it, the old one is
-//! dropped (docs/security.md). Comparison is constant-time.
+//! the new one is accepted, then sent, then the old one dropped
+//! (docs/security.md). Comparison is constant-time.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 /// A token setting: one token, or several while one is rotated (`"t"` or
 /// `["new", "old"]` in TOML; in a token file, one per line). Every one is
 /// accepted; the first is the one this node sends (the peer token on its
-/// node-to-node calls), so a rotation puts the new token first on every
-/// node, moves the callers to it, then drops the old one.
+/// node-to-node calls), so a rotation adds the new token second on every
+/// node, then moves it first, then drops the old one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tokens(Vec<String>);
 

@@ -256,9 +256,9 @@ async fn append_load(
 }
 
 /// The rotation procedure of docs/security.md, under load: each token file
-/// gets the new token first (SIGHUP: both accepted, the new peer token
-/// sent), the client moves to the new token, the old ones are dropped
-/// (SIGHUP). No append fails, forwarded ones included; then the old
+/// gets the new token second (SIGHUP: both accepted, the old peer token
+/// still sent), then first (SIGHUP: the new peer token sent) and the client
+/// moves to it, then the old ones are dropped (SIGHUP). No append fails, forwarded ones included; then the old
 /// tokens are refused and the new ones accepted. A file gone wrong on a
 /// reload is refused with its reason and the tokens in use stay.
 #[tokio::test(flavor = "multi_thread")]
@@ -288,17 +288,20 @@ async fn tokens_rotate_under_load_without_a_failed_append() {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     const RELOADED: &str = "token files read again";
-    write(&client_file, "client-new-2\nclient-old-1\n");
-    write(&peer_file, "peer-new-2\npeer-old-1\n");
-    write(&metrics_file, "metrics-new-2\nmetrics-old-1\n");
+    let step = |client: &str, peer: &str, metrics: &str| {
+        write(&client_file, client);
+        write(&peer_file, peer);
+        write(&metrics_file, metrics);
+    };
+    step("client-old-1\nclient-new-2\n", "peer-old-1\npeer-new-2\n", "metrics-old-1\nmetrics-new-2\n");
     reload_all(&c, RELOADED, 1).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
+    step("client-new-2\nclient-old-1\n", "peer-new-2\npeer-old-1\n", "metrics-new-2\nmetrics-old-1\n");
+    reload_all(&c, RELOADED, 2).await.unwrap();
     auth.set(Some("client-new-2"));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    write(&client_file, "client-new-2\n");
-    write(&peer_file, "peer-new-2\n");
-    write(&metrics_file, "metrics-new-2\n");
-    reload_all(&c, RELOADED, 2).await.unwrap();
+    step("client-new-2\n", "peer-new-2\n", "metrics-new-2\n");
+    reload_all(&c, RELOADED, 3).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
     stop.send(true).unwrap();
     let (acked, forwarded, failures) = load.await.unwrap();
