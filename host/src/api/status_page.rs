@@ -97,13 +97,13 @@ pub async fn view(node: &Node) -> PageView {
         })
         .collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    let leaving: Vec<uuid::Uuid> = cv.registry.iter().filter(|r| r.live && r.state == NodeState::Leaving).map(|r| r.id).collect();
+    let (by_shard, leaving) = (cv.live_rows(), cv.leaving());
     let shards = topology
         .map
         .shards()
         .iter()
         .map(|s| {
-            let row = live_rows().find(|r| r.shard == s.id);
+            let row = by_shard.get(s.id.as_str()).copied();
             PageShard {
                 id: s.id.clone(),
                 application: s.application.clone(),

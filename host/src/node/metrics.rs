@@ -16,7 +16,6 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::Node;
-use crate::lease::NodeState;
 use crate::policy::Slot;
 use crate::security::listen::Counts;
 
@@ -300,12 +299,11 @@ async fn register_node(registry: &mut Registry, node: &Node) {
 
 /// (unowned, draining) shards of the served config in `view`.
 fn shard_counts(node: &Node, view: &super::ClusterView) -> (i64, i64) {
-    let leaving: Vec<uuid::Uuid> =
-        view.registry.iter().filter(|r| r.live && r.state == NodeState::Leaving).map(|r| r.id).collect();
+    let (rows, leaving) = (view.live_rows(), view.leaving());
     let topology = node.topology();
     let (mut unowned, mut draining) = (0, 0);
     for shard in topology.map.shards() {
-        match view.rows.iter().find(|r| r.shard == shard.id && r.live).and_then(|r| r.holder) {
+        match rows.get(shard.id.as_str()).and_then(|r| r.holder) {
             None => unowned += 1,
             Some(holder) if leaving.contains(&holder) => draining += 1,
             Some(_) => {}

@@ -709,6 +709,20 @@ pub struct ClusterView {
     pub now: chrono::DateTime<chrono::Utc>,
 }
 
+impl ClusterView {
+    /// The live lease row of each shard, by shard id: one pass over the
+    /// rows, so that matching every shard of a config to its row costs
+    /// O(shards + rows), not their product.
+    pub fn live_rows(&self) -> std::collections::HashMap<&str, &lease::LeaseRow> {
+        self.rows.iter().filter(|r| r.live).map(|r| (r.shard.as_str(), r)).collect()
+    }
+
+    /// The registrations leaving now (draining their shards).
+    pub fn leaving(&self) -> std::collections::HashSet<Uuid> {
+        self.registry.iter().filter(|r| r.live && r.state == lease::NodeState::Leaving).map(|r| r.id).collect()
+    }
+}
+
 /// A dialable address for a listen address (`0.0.0.0` becomes loopback).
 pub fn local_address(listen: &str) -> String {
     match listen.rsplit_once(':') {
