@@ -55,6 +55,8 @@ pub enum KitError {
     ExitedEarly { name: String, log_tail: String },
     #[error("{name} not ready within {within:?}; log tail:\n{log_tail}")]
     NotReady { name: String, within: Duration, log_tail: String },
+    #[error("{name} logged `{line}` fewer than {count} time(s) within {within:?}; log tail:\n{log_tail}")]
+    NotLogged { name: String, line: String, count: usize, within: Duration, log_tail: String },
     #[error("{name} is not running")]
     NotRunning { name: String },
     #[error("kill {signal} {pid} ({name}) failed")]

@@ -206,6 +206,20 @@ impl NodeProc {
         }
     }
 
+    /// Waits until the log holds `line` at least `count` times (a reload's
+    /// report after [`NodeProc::hangup`], say).
+    pub async fn wait_logged(&self, line: &str, count: usize, within: Duration) -> Result<(), KitError> {
+        let deadline = Instant::now() + within;
+        while self.log_text().matches(line).count() < count {
+            if Instant::now() > deadline {
+                let (name, line, log_tail) = (self.name.clone(), line.to_string(), self.log_tail(30));
+                return Err(KitError::NotLogged { name, line, count, within, log_tail });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
     /// The whole log.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -208,12 +208,8 @@ async fn reload_all(c: &Cluster, line: &str, reloads: usize) -> Result<()> {
     for n in &c.nodes {
         n.hangup()?;
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while c.nodes.iter().any(|n| n.log_text().matches(line).count() < reloads) {
-        if Instant::now() > deadline {
-            bail!("no `{line}` after SIGHUP:\n{}", c.logs());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    for n in &c.nodes {
+        n.wait_logged(line, reloads, Duration::from_secs(30)).await?;
     }
     Ok(())
 }

@@ -193,15 +193,6 @@ fn der(pem: &str) -> Vec<u8> {
     rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap().to_vec()
 }
 
-/// Waits until the node has logged `line` `count` times.
-async fn logged(node: &NodeProc, line: &str, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while node.log_text().matches(line).count() < count {
-        assert!(Instant::now() < deadline, "no `{line}` after SIGHUP:\n{}", node.log_tail(20));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// docs/security.md's certificate rotation (same CA), under load: the new
 /// certificate and key are written over the files and the node gets SIGHUP.
 /// Appends go on over the connection opened before, and over a new
@@ -253,7 +244,7 @@ async fn a_certificate_rotates_on_sighup_under_load_without_a_failed_append() {
     std::fs::write(&first.key, &second.key_pem).unwrap();
     node.hangup().unwrap();
     const RELOADED: &str = "certificate and key read again";
-    logged(&node, RELOADED, 1).await;
+    node.wait_logged(RELOADED, 1, Duration::from_secs(30)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
     stop.send(true).unwrap();
     let (acked, failures, mut held) = load.await.unwrap();
@@ -267,7 +258,7 @@ async fn a_certificate_rotates_on_sighup_under_load_without_a_failed_append() {
     let stranger = ca.issue(dir.path(), "stranger", LOCAL);
     std::fs::write(&first.key, &stranger.key_pem).unwrap();
     node.hangup().unwrap();
-    logged(&node, "certificate reload failed", 1).await;
+    node.wait_logged("certificate reload failed", 1, Duration::from_secs(30)).await.unwrap();
     assert!(node.log_text().contains("tls.key_file"), "{}", node.log_tail(10));
     assert_eq!(served_certificate(&node.api, &ca).await, der(&second.cert_pem));
     assert!(node.terminate(Duration::from_secs(30)).unwrap().success(), "{}", node.log_tail(20));
