@@ -61,15 +61,17 @@ pub enum TokenFileError {
     Shared { first: &'static str, second: &'static str },
 }
 
-/// The tokens of a token file: one per line, blank lines and surrounding
-/// whitespace ignored, at least one.
+/// The tokens of a token file's text: one per line, blank lines and
+/// surrounding whitespace ignored, at least one, each [`well_formed`].
+fn parse_tokens(text: &str) -> Option<Tokens> {
+    let tokens: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect();
+    (!tokens.is_empty() && tokens.iter().all(|t| well_formed(t))).then(|| Tokens::new(tokens))
+}
+
+/// The tokens of the token file at `path`, the setting `key`.
 fn read_token(key: &'static str, path: &Path) -> Result<Tokens, TokenFileError> {
     let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read { key, path: path.to_owned(), source })?;
-    let tokens: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect();
-    if tokens.is_empty() || !tokens.iter().all(|t| well_formed(t)) {
-        return Err(TokenFileError::Malformed { key, path: path.to_owned() });
-    }
-    Ok(Tokens::new(tokens))
+    parse_tokens(&text).ok_or_else(|| TokenFileError::Malformed { key, path: path.to_owned() })
 }
 
 /// Reads every `…_token_file` into its `…_token` (the settings rules forbid
@@ -415,6 +417,25 @@ pub fn token_from_env(plane: Plane) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_file_holds_one_token_per_line() {
+        let cases: [(&str, Option<&[&str]>); 8] = [
+            ("t1\n", Some(&["t1"])),
+            ("t1", Some(&["t1"])),
+            ("  new-2 \r\n\n old-1\n", Some(&["new-2", "old-1"])),
+            ("\n\nt1\n\n", Some(&["t1"])),
+            ("", None),
+            ("\n  \n", None),
+            ("two words\n", None),
+            ("ok\nnon-ascii-é\n", None),
+        ];
+        for (text, want) in cases {
+            let parsed = parse_tokens(text);
+            let got: Option<Vec<&str>> = parsed.as_ref().map(|t| t.all().iter().map(String::as_str).collect());
+            assert_eq!(got.as_deref(), want, "{text:?}");
+        }
+    }
 
     fn meta(authorization: Option<&str>) -> http::HeaderMap {
         let mut m = http::HeaderMap::new();
