@@ -150,9 +150,7 @@ fn probe(section: &str, key: Option<&str>, value: Value) -> Result<(), String> {
 /// `table` so that the rest can still be checked.
 fn check_file(table: &mut Table, origin: &str) -> Vec<Problem> {
     let mut problems = Vec::new();
-    let mut refuse = |key: String, value: &Value, rule: String| {
-        problems.push(Problem::Refused { key, value: show(value), rule, origin: origin.to_owned() })
-    };
+    let mut refuse = |key: String, value: &Value, rule: String| problems.push(refusal(key, value, rule, origin.to_owned()));
     table.retain(|section, value| {
         let Value::Table(keys) = value else {
             return probe(section, None, value.clone()).map_err(|rule| refuse(section.to_owned(), value, rule)).is_ok();
@@ -185,8 +183,7 @@ fn overlay(table: &mut Table, origins: &mut Origins, var: &str, raw: &str) -> Re
         });
     };
     let dotted = format!("{section}.{key}");
-    let refused =
-        |value: &Value, rule: String| Problem::Refused { key: dotted.clone(), value: show(value), rule, origin: env_origin(var) };
+    let refused = |value: &Value, rule: String| refusal(dotted.clone(), value, rule, env_origin(var));
     if raw.is_empty() {
         probe(section, None, Value::Table(Table::new())).map_err(|rule| refused(&Value::String(String::new()), rule))?;
     }
@@ -224,6 +221,38 @@ fn overlay(table: &mut Table, origins: &mut Origins, var: &str, raw: &str) -> Re
         sect.insert(key.clone(), v);
     }
     Ok(())
+}
+
+/// Whether the setting `key` (dotted or not) holds a secret: a token.
+fn secret(key: &str) -> bool {
+    key.rsplit('.').next().is_some_and(|k| k.ends_with("_token") || k.ends_with("-token"))
+}
+
+/// Refuses `value` of `key` for `rule`. A token's value never shows, not
+/// even where serde's rule quotes it (``invalid type: integer `12345` ``),
+/// nor within a section shown whole.
+fn refusal(key: String, value: &Value, rule: String, origin: String) -> Problem {
+    if secret(&key) {
+        let rule = texts(value).iter().filter(|t| !t.is_empty()).fold(rule, |rule, t| rule.replace(t.as_str(), "(hidden)"));
+        return Problem::Refused { key, value: "(hidden)".into(), rule, origin };
+    }
+    let value = match value {
+        Value::Table(t) => Value::Table(
+            t.iter().map(|(k, v)| (k.clone(), if secret(k) { Value::String("(hidden)".into()) } else { v.clone() })).collect(),
+        ),
+        v => v.clone(),
+    };
+    Problem::Refused { key, value: show(&value), rule, origin }
+}
+
+/// Every scalar of `value` as serde's messages would quote it.
+fn texts(value: &Value) -> Vec<String> {
+    match value {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items.iter().flat_map(texts).collect(),
+        Value::Table(t) => t.values().flat_map(texts).collect(),
+        other => vec![other.to_string()],
+    }
 }
 
 /// A value as messages show it: strings quoted, passwords in URLs masked.
