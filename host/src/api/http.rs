@@ -12,7 +12,8 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -158,12 +159,26 @@ async fn health_body(control: &Control) -> serde_json::Value {
     body
 }
 
-async fn status_page(State(control): State<Arc<Control>>, headers: HeaderMap) -> Response {
+async fn status_page(
+    State(control): State<Arc<Control>>,
+    headers: HeaderMap,
+    query: Result<Query<status_page::PageQuery>, QueryRejection>,
+) -> Response {
     if let Err(denied) = page_authorized(&control, &headers) {
         return denied;
     }
+    let Query(query) = match query {
+        Ok(q) => q,
+        Err(e) => {
+            let why = format!(
+                "{}: the page takes app, holder, state, q and page (from 1), e.g. /?state=unowned&page=2\n",
+                e.body_text()
+            );
+            return (StatusCode::BAD_REQUEST, why).into_response();
+        }
+    };
     let html = match control.node() {
-        Some(node) => status_page::render(&status_page::view(&node).await),
+        Some(node) => status_page::render(&status_page::view(&node).await, &query),
         None => status_page::render_unprovisioned(),
     };
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], html).into_response()

@@ -142,9 +142,7 @@ pub async fn exposition(node: Option<&Node>, counts: &Counts) -> String {
         None => gauge(&mut registry, "chitin_node_ready", "1 while the node takes work (joining or active)", 0),
         Some(node) => register_node(&mut registry, node).await,
     }
-    let mut out = String::new();
-    prometheus_text::encode(&mut out, &registry).expect("writing to a String cannot fail");
-    out
+    encode(&registry)
 }
 
 /// `chitin_build_info` and the standard process metrics (`process_*`, read
@@ -277,8 +275,26 @@ async fn register_node(registry: &mut Registry, node: &Node) {
         "1 for a slot whose component differs from the cluster's record; the node then takes no leases",
         mismatch,
     );
+    let observed = node.observed().await;
+    let view = observed.as_ref().ok().map(|o| &o.cluster);
+    register_shards(registry, &node.topology().map, view, node.load.snapshot(None));
+    match &node.coord {
+        Some(coord) => coord.metrics_snapshot().await.register(registry),
+        None => gauge(registry, "chitin_cluster_active_instances", "Live instances (standalone: this one)", 1),
+    }
+}
+
+/// The shard families of a scrape: the unowned and draining counts (when
+/// the cluster could be read) and the append rate of each shard in `load`.
+/// O(shards + rows + loaded shards).
+pub fn register_shards(
+    registry: &mut Registry,
+    map: &super::shard_map::ShardMap,
+    view: Option<&super::ClusterView>,
+    load: Vec<super::load::ShardLoad>,
+) {
     let rates = Family::<[(&'static str, String); 1], Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-    for l in node.load.snapshot(None) {
+    for l in load {
         rates.get_or_create(&[("shard", l.shard)]).set(l.ops_per_sec);
     }
     registry.register(
@@ -286,23 +302,25 @@ async fn register_node(registry: &mut Registry, node: &Node) {
         "Appends per second this node acknowledged per shard (decayed, 60 s half-life): the split policy's load",
         rates,
     );
-    if let Ok(view) = node.cluster_view().await {
-        let (unowned, draining) = shard_counts(node, &view);
+    if let Some(view) = view {
+        let (unowned, draining) = shard_counts(map, view);
         gauge(registry, "chitin_shards_unowned", "Shards of the served config with no live lease holder", unowned);
         gauge(registry, "chitin_shards_draining", "Shards whose live holder is leaving (being drained)", draining);
     }
-    match &node.coord {
-        Some(coord) => coord.metrics_snapshot().await.register(registry),
-        None => gauge(registry, "chitin_cluster_active_instances", "Live instances (standalone: this one)", 1),
-    }
 }
 
-/// (unowned, draining) shards of the served config in `view`.
-fn shard_counts(node: &Node, view: &super::ClusterView) -> (i64, i64) {
+/// Encodes `registry` in the Prometheus text format.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    prometheus_text::encode(&mut out, registry).expect("writing to a String cannot fail");
+    out
+}
+
+/// (unowned, draining) shards of `map` in `view`: one pass over each.
+pub fn shard_counts(map: &super::shard_map::ShardMap, view: &super::ClusterView) -> (i64, i64) {
     let (rows, leaving) = (view.live_rows(), view.leaving());
-    let topology = node.topology();
     let (mut unowned, mut draining) = (0, 0);
-    for shard in topology.map.shards() {
+    for shard in map.shards() {
         match rows.get(shard.id.as_str()).and_then(|r| r.holder) {
             None => unowned += 1,
             Some(holder) if leaving.contains(&holder) => draining += 1,

@@ -16,6 +16,7 @@
 //! - [`control`]: the process's control block (the node once it exists);
 //! - [`metrics`]: the node's counters;
 //! - [`load`]: append load per shard and sub-range, for the split policy;
+//! - [`observed`]: the cluster as the status page and `/metrics` read it, cached;
 //! - this module: start-up (checks, identity, registration).
 //!
 //! Lifecycle: `joining` (registered, taking the shards it is preferred for)
@@ -33,6 +34,7 @@ pub mod leases;
 pub mod liveness;
 pub mod load;
 pub mod metrics;
+pub mod observed;
 pub mod peers;
 pub mod plan;
 pub mod policy_hashes;
@@ -58,6 +60,8 @@ use leases::Leases;
 use metrics::Metrics;
 use peers::Peers;
 use shard_map::ShardMap;
+
+pub use observed::{ClusterView, Observed};
 
 /// Why a node could not start (or stopped abnormally).
 #[derive(Debug, thiserror::Error)]
@@ -201,6 +205,8 @@ pub struct Node {
     routes: routes::Routes,
     /// The assignment map for `WatchAssignments`.
     pub assignments: assignments::Publisher,
+    /// The last read the status page and `/metrics` show.
+    observed: observed::Cache,
 }
 
 impl Node {
@@ -328,6 +334,7 @@ impl Node {
             group_commit: Arc::default(),
             rankings: Default::default(),
             routes: Default::default(),
+            observed: Default::default(),
             assignments: Default::default(),
         });
         if let Some(cluster) = cluster_policies {
@@ -630,6 +637,13 @@ impl Node {
         Ok(ClusterView { registry, rows, now })
     }
 
+    /// The cluster and its versions as the status page and `/metrics` show
+    /// them: one database read shared by every caller within
+    /// [`observed::MAX_AGE`]. The error says why the database could not be read.
+    pub async fn observed(&self) -> Result<Arc<Observed>, String> {
+        self.observed.get(observed::read(&self.store)).await
+    }
+
     /// Whether the node must stop on its own (its registration is gone).
     pub fn is_fatal(&self) -> bool {
         *self.fatal.borrow()
@@ -699,28 +713,6 @@ fn coordinator(settings: &Settings, uuid: Uuid, address: &str) -> Result<crate::
         version: env!("CARGO_PKG_VERSION").to_string(),
     };
     Ok(crate::coord::Coordinator::new(config, info)?)
-}
-
-/// What a status answer reads: registrations, lease rows, the database clock.
-#[derive(Clone, Debug)]
-pub struct ClusterView {
-    pub registry: Vec<NodeRecord>,
-    pub rows: Vec<lease::LeaseRow>,
-    pub now: chrono::DateTime<chrono::Utc>,
-}
-
-impl ClusterView {
-    /// The live lease row of each shard, by shard id: one pass over the
-    /// rows, so that matching every shard of a config to its row costs
-    /// O(shards + rows), not their product.
-    pub fn live_rows(&self) -> std::collections::HashMap<&str, &lease::LeaseRow> {
-        self.rows.iter().filter(|r| r.live).map(|r| (r.shard.as_str(), r)).collect()
-    }
-
-    /// The registrations leaving now (draining their shards).
-    pub fn leaving(&self) -> std::collections::HashSet<Uuid> {
-        self.registry.iter().filter(|r| r.live && r.state == lease::NodeState::Leaving).map(|r| r.id).collect()
-    }
 }
 
 /// A dialable address for a listen address (`0.0.0.0` becomes loopback).

@@ -333,6 +333,21 @@ async fn the_status_page_renders_nodes_and_holders_in_headless_chromium() -> Res
         assert!(dom.contains(&marker), "{marker} missing from the page:\n{dom}");
     }
     assert_eq!(attr_after(&dom, "id=\"unowned\"", "data-count"), Some("0"), "{dom}");
+    // The query selects the table's rows: one holder's, none unowned; a
+    // malformed query is refused with the parameters it takes.
+    let holder = &status.leases[0].holder;
+    let (code, page) = http_get(&addr, &format!("/?holder={holder}"), Some(TOKEN)).await?;
+    assert_eq!(code, 200, "{page}");
+    let held = status.leases.iter().filter(|l| &l.holder == holder).count();
+    assert_eq!(page.matches("<tr data-shard=").count(), held, "{page}");
+    assert_eq!(attr_after(&page, "id=\"shown\"", "data-selected"), Some(held.to_string().as_str()), "{page}");
+    let (_, page) = http_get(&addr, "/?state=unowned", Some(TOKEN)).await?;
+    assert_eq!(page.matches("<tr data-shard=").count(), 0, "{page}");
+    for bad in ["/?page=abc", "/?colour=red"] {
+        let (code, why) = http_get(&addr, bad, Some(TOKEN)).await?;
+        assert_eq!(code, 400, "{bad}: {why}");
+        assert!(why.contains("app, holder, state, q and page"), "{bad}: {why}");
+    }
     // It refreshed itself in the browser (the script fetched the page with the login).
     let refreshes: u32 = attr_after(&dom, "<body", "data-refreshes").and_then(|v| v.parse().ok()).unwrap_or(0);
     assert!(refreshes >= 1, "the page did not refresh itself:\n{dom}");
