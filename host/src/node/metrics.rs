@@ -276,6 +276,13 @@ async fn register_node(registry: &mut Registry, node: &Node) {
         mismatch,
     );
     let observed = node.observed().await;
+    if let Ok(o) = &observed {
+        registry.register(
+            "chitin_cluster_read_age_seconds",
+            "Age of the read of registrations and lease rows the shard counts come from (shared with the status page)",
+            ConstGauge::new(o.read_at.elapsed().as_secs_f64()),
+        );
+    }
     let view = observed.as_ref().ok().map(|o| &o.cluster);
     register_shards(registry, &node.topology().map, view, node.load.snapshot(None));
     match &node.coord {

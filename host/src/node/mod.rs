@@ -639,9 +639,11 @@ impl Node {
 
     /// The cluster and its versions as the status page and `/metrics` show
     /// them: one database read shared by every caller within
-    /// [`observed::MAX_AGE`]. The error says why the database could not be read.
+    /// [`observed::FRESH`], answered while the next one runs within
+    /// [`observed::STALE`]. The error says why the database could not be read.
     pub async fn observed(&self) -> Result<Arc<Observed>, String> {
-        self.observed.get(observed::read(&self.store)).await
+        let store = self.store.clone();
+        self.observed.get(move || async move { observed::read(&store).await }).await
     }
 
     /// Whether the node must stop on its own (its registration is gone).

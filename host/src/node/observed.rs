@@ -3,13 +3,18 @@
 //!
 //! A page refresh every two seconds per open browser tab and a scrape per
 //! Prometheus replica would otherwise each read the whole lease table: at
-//! 100,000 shards that is the database's work, not the page's. [`Cache`]
-//! reads at most once per [`MAX_AGE`], and callers that arrive while a read
-//! runs wait for that read instead of starting their own.
+//! 100,000 shards that read is the database's work and most of a scrape's
+//! time. [`Cache`] reads at most once per [`FRESH`]; callers that arrive
+//! while a read runs wait for it instead of starting their own. A read older
+//! than that but younger than [`STALE`] is answered at once while the next
+//! read runs in the background, so a scrape every 15 s never waits for the
+//! database and shows values one scrape interval old at most (the age is
+//! `chitin_cluster_read_age_seconds`, the page prints the read's time).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
@@ -17,9 +22,11 @@ use uuid::Uuid;
 use crate::lease::{self, LeaseError, NodeRecord, Store};
 use crate::upgrade::{Release, store as versions, store::NodeVersion};
 
-/// How long one read serves the page and the scrapes: half the page's
-/// refresh, so that every refresh shows a newer read.
-pub const MAX_AGE: Duration = Duration::from_secs(1);
+/// How long one read serves the page and the scrapes as it is: half the
+/// page's refresh, so that every refresh shows a newer read.
+pub const FRESH: Duration = Duration::from_secs(1);
+/// How long an older read is still answered while the next one runs.
+pub const STALE: Duration = Duration::from_secs(60);
 
 /// What a status answer reads: registrations, lease rows, the database clock.
 #[derive(Clone, Debug)]
@@ -65,6 +72,8 @@ pub struct Observed {
     pub versions: HashMap<Uuid, NodeVersion>,
     /// The version the cluster is finalized at.
     pub cluster_version: Release,
+    /// When the read finished, by this node's clock.
+    pub read_at: Instant,
 }
 
 /// Reads what the page and `/metrics` show: registrations, lease rows, the
@@ -75,92 +84,159 @@ pub async fn read(store: &Store) -> Result<Observed, LeaseError> {
         cluster: ClusterView { registry, rows, now },
         versions: versions::node_versions(store).await?,
         cluster_version: versions::cluster_version(store).await?,
+        read_at: Instant::now(),
     })
 }
 
-/// One read shared by every caller within [`MAX_AGE`] of it; a failed
-/// read too, so that a database that is down is not asked again by every
-/// refresh.
+/// One read shared by every caller within [`FRESH`] of it (a failed read
+/// too, so that a database that is down is not asked again by every
+/// refresh), and answered, while the next read runs, within [`STALE`].
 pub(crate) struct Cache {
-    max_age: Duration,
-    last: tokio::sync::Mutex<Option<(Instant, Result<Arc<Observed>, String>)>>,
+    fresh: Duration,
+    stale: Duration,
+    last: Arc<tokio::sync::Mutex<Option<Read>>>,
+    /// A background read is under way.
+    refreshing: Arc<AtomicBool>,
 }
+
+/// A read and when it ended.
+type Read = (Instant, Result<Arc<Observed>, String>);
 
 impl Default for Cache {
     fn default() -> Cache {
-        Cache::new(MAX_AGE)
+        Cache::new(FRESH, STALE)
     }
 }
 
 impl Cache {
-    fn new(max_age: Duration) -> Cache {
-        Cache { max_age, last: tokio::sync::Mutex::new(None) }
+    fn new(fresh: Duration, stale: Duration) -> Cache {
+        Cache { fresh, stale, last: Arc::default(), refreshing: Arc::default() }
     }
 
-    /// The last read if it is younger than the cache's age, else the result
-    /// of `read` (run by one caller while the others wait on the lock).
-    pub(crate) async fn get<F, E>(&self, read: F) -> Result<Arc<Observed>, String>
+    /// The last read while it is fresh; a stale successful one at once,
+    /// with the next read started in the background; else the result of a
+    /// read now (run by one caller while the others wait on the lock).
+    pub(crate) async fn get<F, Fut, E>(&self, read: F) -> Result<Arc<Observed>, String>
     where
-        F: Future<Output = Result<Observed, E>>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Observed, E>> + Send + 'static,
         E: std::fmt::Display,
     {
         let mut last = self.last.lock().await;
-        if let Some((at, result)) = last.as_ref()
-            && at.elapsed() < self.max_age
-        {
-            return result.clone();
+        match last.as_ref() {
+            Some((at, result)) if at.elapsed() < self.fresh => return result.clone(),
+            Some((at, Ok(observed))) if at.elapsed() < self.stale => {
+                if !self.refreshing.swap(true, Ordering::AcqRel) {
+                    let (slot, refreshing, next) = (self.last.clone(), self.refreshing.clone(), read());
+                    tokio::spawn(async move {
+                        let result = finish(next.await);
+                        *slot.lock().await = Some((Instant::now(), result));
+                        refreshing.store(false, Ordering::Release);
+                    });
+                }
+                return Ok(observed.clone());
+            }
+            _ => {}
         }
-        let result = read.await.map(Arc::new).map_err(|e| e.to_string());
+        let result = finish(read().await);
         *last = Some((Instant::now(), result.clone()));
         result
     }
 }
 
+fn finish<E: std::fmt::Display>(read: Result<Observed, E>) -> Result<Arc<Observed>, String> {
+    read.map(Arc::new).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::pin::Pin;
+    use std::sync::atomic::AtomicUsize;
+
+    use tokio::sync::Semaphore;
 
     use super::*;
 
-    fn observed() -> Observed {
-        Observed {
-            cluster: ClusterView { registry: Vec::new(), rows: Vec::new(), now: chrono::Utc::now() },
-            versions: HashMap::new(),
-            cluster_version: Release::first(),
+    /// Reads that count themselves and say which they were; each waits for
+    /// a permit of `gate` (so a test decides when a read may end).
+    struct Reads {
+        count: Arc<AtomicUsize>,
+        gate: Arc<Semaphore>,
+    }
+
+    type ReadFuture = Pin<Box<dyn Future<Output = Result<Observed, String>> + Send>>;
+
+    impl Reads {
+        fn new(permits: usize) -> Reads {
+            Reads { count: Arc::default(), gate: Arc::new(Semaphore::new(permits)) }
+        }
+
+        fn done(&self) -> usize {
+            self.count.load(Ordering::SeqCst)
+        }
+
+        /// The next read; it fails when `fail`.
+        fn read(&self, fail: bool) -> impl FnOnce() -> ReadFuture + use<> {
+            let (count, gate) = (self.count.clone(), self.gate.clone());
+            move || {
+                Box::pin(async move {
+                    gate.acquire().await.expect("the gate stays open").forget();
+                    let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+                    let versions = HashMap::from([(Uuid::nil(), NodeVersion { version: String::new(), protocol: n as u32 })]);
+                    let cluster = ClusterView { registry: Vec::new(), rows: Vec::new(), now: chrono::Utc::now() };
+                    let observed = Observed { cluster, versions, cluster_version: Release::first(), read_at: Instant::now() };
+                    if fail { Err("database down".to_string()) } else { Ok(observed) }
+                })
+            }
         }
     }
 
-    async fn counted(reads: Arc<AtomicUsize>, fail: bool) -> Result<Observed, String> {
-        reads.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if fail { Err("database down".into()) } else { Ok(observed()) }
+    /// Which read an answer came from.
+    fn which(answer: Result<Arc<Observed>, String>) -> u32 {
+        answer.expect("a read").versions[&Uuid::nil()].protocol
     }
 
     #[tokio::test]
-    async fn concurrent_callers_share_one_read_until_it_ages() {
-        let (cache, reads) = (Arc::new(Cache::new(Duration::from_millis(300))), Arc::new(AtomicUsize::new(0)));
+    async fn concurrent_callers_share_one_read_while_it_is_fresh() {
+        let (cache, reads) = (Arc::new(Cache::new(Duration::from_millis(300), Duration::ZERO)), Arc::new(Reads::new(100)));
         let mut callers = tokio::task::JoinSet::new();
         for _ in 0..20 {
             let (cache, reads) = (cache.clone(), reads.clone());
-            callers.spawn(async move { cache.get(counted(reads, false)).await.is_ok() });
+            callers.spawn(async move { cache.get(reads.read(false)).await.is_ok() });
         }
         assert!(callers.join_all().await.into_iter().all(|ok| ok));
-        assert_eq!(reads.load(Ordering::SeqCst), 1, "twenty callers at once, one read");
-        cache.get(counted(reads.clone(), false)).await.unwrap();
-        assert_eq!(reads.load(Ordering::SeqCst), 1, "within the age: no read");
+        assert_eq!(reads.done(), 1, "twenty callers at once, one read");
+        assert_eq!(which(cache.get(reads.read(false)).await), 1, "while fresh: no read");
         tokio::time::sleep(Duration::from_millis(350)).await;
-        cache.get(counted(reads.clone(), false)).await.unwrap();
-        assert_eq!(reads.load(Ordering::SeqCst), 2, "past the age: read again");
+        assert_eq!(which(cache.get(reads.read(false)).await), 2, "past fresh, no stale window: read now");
     }
 
     #[tokio::test]
-    async fn a_failed_read_is_shared_too_and_retried_after_the_age() {
-        let (cache, reads) = (Cache::new(Duration::from_millis(200)), Arc::new(AtomicUsize::new(0)));
-        assert_eq!(cache.get(counted(reads.clone(), true)).await.unwrap_err(), "database down");
-        assert_eq!(cache.get(counted(reads.clone(), false)).await.unwrap_err(), "database down");
-        assert_eq!(reads.load(Ordering::SeqCst), 1);
+    async fn a_stale_read_is_answered_at_once_while_the_next_runs() {
+        let (cache, reads) = (Cache::new(Duration::from_millis(100), Duration::from_secs(60)), Reads::new(1));
+        assert_eq!(which(cache.get(reads.read(false)).await), 1);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // The gate holds the next read: an answer now cannot have waited for it.
+        let at_once = tokio::time::timeout(Duration::from_secs(10), cache.get(reads.read(false))).await;
+        assert_eq!(which(at_once.expect("the stale read answered without waiting")), 1);
+        assert_eq!(which(cache.get(reads.read(false)).await), 1, "one background read at a time");
+        reads.gate.add_permits(1);
+        let next = async {
+            while which(cache.get(reads.read(false)).await) != 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), next).await.expect("the background read's result is answered");
+        assert_eq!(reads.done(), 2, "no read but the background one");
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_is_shared_while_fresh_and_never_answered_stale() {
+        let (cache, reads) = (Cache::new(Duration::from_millis(200), Duration::from_secs(60)), Reads::new(100));
+        assert_eq!(cache.get(reads.read(true)).await.unwrap_err(), "database down");
+        assert_eq!(cache.get(reads.read(false)).await.unwrap_err(), "database down");
+        assert_eq!(reads.done(), 1);
         tokio::time::sleep(Duration::from_millis(250)).await;
-        assert!(cache.get(counted(reads.clone(), false)).await.is_ok());
-        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        assert_eq!(which(cache.get(reads.read(false)).await), 2, "read again now, not in the background");
     }
 }
