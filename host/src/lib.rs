@@ -5,7 +5,7 @@
 //!
 //! Imports run one way, each module reaching only those below it: `chaos`
 //! → `testkit` → `server` → `api` → `rollout` → `node` → `upgrade` →
-//! `lease` / `coord` / `policy` / `topology` → `security` → `settings` →
+//! `lease` / `coord` / `policy` / `topology` → `telemetry` → `security` → `settings` →
 //! `proto` / `failpoint` / `plant`. `host/tests/it/module_graph.rs` fails on
 //! an import against it and lists the one that remains (`settings` reaching
 //! `security`).
@@ -22,6 +22,7 @@
 //! - [`proto`]: the generated gRPC messages, clients and servers;
 //! - [`api`]: gRPC and HTTP;
 //! - [`security`]: listener exposure, the planes' tokens, redaction;
+//! - [`telemetry`]: logs, and OpenTelemetry spans sent to a collector;
 //! - [`server`]: running a node until it is told to stop;
 //! - [`chaos`]: the fault-injection run and its checker;
 //! - [`failpoint`], [`plant`]: pauses at risky moments and planted bugs for
@@ -42,6 +43,7 @@ pub mod rollout;
 pub mod security;
 pub mod server;
 pub mod settings;
+pub mod telemetry;
 pub mod testkit;
 pub mod topology;
 pub mod upgrade;

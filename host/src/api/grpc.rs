@@ -45,6 +45,7 @@ pub fn router(control: Arc<Control>) -> tonic::service::Routes {
         .add_service(admin)
         .add_service(coordination)
         .into_axum_router()
+        .layer(axum::middleware::from_fn(crate::telemetry::traced_call))
         .layer(axum::middleware::from_fn_with_state(protocol, super::versions::check_protocol))
         .layer(axum::middleware::from_fn_with_state(doors, authenticate))
         .layer(axum::middleware::from_fn(clarify_library_errors));

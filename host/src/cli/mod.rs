@@ -103,9 +103,9 @@ pub enum AdminCommand {
     },
 }
 
-pub fn run(command: Command) -> anyhow::Result<ExitCode> {
+pub fn run(command: Command, log: LogFormat) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Node(args) => node::run(args),
+        Command::Node(args) => node::run(args, log),
         Command::Journal(cmd) => journal::run(cmd),
         Command::Cluster(cmd) => cluster::run(cmd),
         Command::Admin(AdminCommand::Drain { name, via }) => {
@@ -125,14 +125,17 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    // Every line passes the redaction: no URL password or token reaches a log.
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(chitin::security::redact::RedactingStderr);
-    match format {
-        LogFormat::Human => builder.init(),
-        LogFormat::Json => builder.json().init(),
+impl LogFormat {
+    fn json(self) -> bool {
+        matches!(self, LogFormat::Json)
+    }
+}
+
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`). A node sets
+/// up its own once its settings are read ([`node::run`]).
+pub fn init_logging(format: LogFormat, command: &Command) {
+    if !matches!(command, Command::Node(_)) {
+        chitin::telemetry::init_logging(format.json());
     }
 }
 

@@ -14,11 +14,21 @@ pub struct NodeArgs {
     pub settings: Option<PathBuf>,
 }
 
-pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
+/// Logging starts here, once the settings are read: they say whether the
+/// node also sends traces.
+pub fn run(args: NodeArgs, log: super::LogFormat) -> anyhow::Result<ExitCode> {
     let settings = Settings::load_from_process(args.settings.as_deref())?;
     chitin::failpoint::check_env().map_err(anyhow::Error::msg)?;
     chitin::plant::check_env().map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(chitin::server::run(settings))?;
+    runtime.block_on(async {
+        let instance = settings.cluster.instance_id.clone().or_else(chitin::node::hostname).unwrap_or_else(|| "chitin".into());
+        let traces = chitin::telemetry::init_node(log.json(), &settings.tracing, &instance)?;
+        let served = chitin::server::run(settings).await;
+        if let Some(t) = traces {
+            t.shutdown();
+        }
+        served.map_err(anyhow::Error::from)
+    })?;
     Ok(ExitCode::SUCCESS)
 }

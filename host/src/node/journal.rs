@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 
 use crate::lease::{JournalEntry, LeaseError, NewEntry};
 use crate::proto::{self, outcome};
+use crate::telemetry::trace_span;
+use tracing::Instrument as _;
 
 use super::Node;
 use super::peers::never_sent;
@@ -160,7 +162,8 @@ impl Node {
         forwarded: bool,
     ) -> Result<Acknowledged, AppendError> {
         let started = Instant::now();
-        let result = self.append_untimed(stream, request_id, payload, forwarded).await;
+        let span = trace_span!("append", stream, forwarded);
+        let result = self.append_untimed(stream, request_id, payload, forwarded).instrument(span).await;
         self.metrics.append_seconds.observe(result.as_ref().map_or_else(AppendError::outcome, |_| "applied"), started);
         result
     }
@@ -378,7 +381,8 @@ impl Node {
         payload: &[u8],
     ) -> Result<Result<Acknowledged, Bounced>, AppendError> {
         let started = Instant::now();
-        let result = self.forward_untimed(address, expires_at, stream, request_id, payload).await;
+        let span = trace_span!("forward", to = address, otel.kind = "client");
+        let result = self.forward_untimed(address, expires_at, stream, request_id, payload).instrument(span).await;
         let outcome = match &result {
             Ok(Ok(_)) => "applied",
             Ok(Err(_)) => "not_applied",
@@ -412,6 +416,7 @@ impl Node {
             forwarded: true,
         });
         request.set_timeout(self.forward_timeout(expires_at));
+        crate::telemetry::inject(request.metadata_mut());
         match client.append(request).await {
             Ok(r) => {
                 let r = r.into_inner();

@@ -27,6 +27,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tracing::Instrument as _;
+
+use crate::telemetry::trace_span;
+
 use tokio::sync::{OwnedRwLockReadGuard, RwLock, broadcast, watch};
 use uuid::Uuid;
 
@@ -352,7 +356,7 @@ impl Leases {
     /// once its parent is retired. `None` when it cannot be granted now.
     pub async fn acquire(&self, shard: &str, parent: Option<&str>) -> Result<Option<Lease>, LeaseError> {
         let sent = Instant::now();
-        let result = self.store.try_acquire(shard, self.me, parent).await;
+        let result = self.store.try_acquire(shard, self.me, parent).instrument(trace_span!("takeover", shard)).await;
         let outcome = match &result {
             Ok(Some(_)) => "granted",
             Ok(None) => "refused",
@@ -418,7 +422,7 @@ impl Leases {
     /// ([`LeaseError::HandoffBudget`]) before it stops any write.
     pub async fn hand_over(&self, shard: &str, to: Uuid) -> Result<Lease, LeaseError> {
         let started = Instant::now();
-        let result = self.hand_over_untimed(shard, to).await;
+        let result = self.hand_over_untimed(shard, to).instrument(trace_span!("handoff", shard, to = %to)).await;
         let outcome = match &result {
             Ok(_) => "ok",
             Err(LeaseError::HandoffBudget { .. }) => "deferred",

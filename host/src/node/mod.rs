@@ -565,7 +565,9 @@ impl Node {
     ) -> Result<T, PolicyCallError> {
         let policies = self.policies();
         self.metrics.policy_calls.inc();
-        let result = tokio::task::spawn_blocking(move || f(&policies)).await.expect("policy task");
+        // The call's span is a child of the caller's (the round's, say).
+        let span = tracing::Span::current();
+        let result = tokio::task::spawn_blocking(move || span.in_scope(|| f(&policies))).await.expect("policy task");
         if result.is_err() {
             self.metrics.policy_errors.inc();
         }
@@ -725,7 +727,7 @@ pub fn local_address(listen: &str) -> String {
     }
 }
 
-fn hostname() -> Option<String> {
+pub fn hostname() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())

@@ -6,6 +6,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument as _;
+
+use crate::telemetry::trace_span;
+
 use chitin_policy_sdk as sdk;
 use tokio::sync::watch;
 
@@ -216,7 +220,7 @@ impl Node {
         };
         loop {
             let started = std::time::Instant::now();
-            let result = self.round().await;
+            let result = self.round().instrument(trace_span!("lease_round")).await;
             self.metrics.round_seconds.observe(if result.is_ok() { "ok" } else { "failed" }, started);
             if let Err(e) = result {
                 tracing::warn!(error = %e, "lease round failed; retrying next round");

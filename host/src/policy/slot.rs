@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use chitin_policy_sdk as sdk;
 use wasmtime::component::InstancePre;
+
+use crate::telemetry::trace_span;
 use wasmtime::{Store, Trap};
 
 use super::engine::{Limits, engine};
@@ -85,6 +87,7 @@ impl SlotRunner {
     /// Timed into `chitin_policy_call_duration_seconds` by slot and outcome.
     fn call<T>(&self, f: impl FnOnce(&mut Store<State>, &Exports) -> Answer<T>) -> Result<T, PolicyCallError> {
         let started = std::time::Instant::now();
+        let _span = trace_span!("policy_call", slot = self.slot.interface(), plugin = self.plugin.name()).entered();
         let result = self.call_untimed(f);
         let outcome = match &result {
             Ok(_) => "ok",

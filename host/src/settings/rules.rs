@@ -32,6 +32,23 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
         bad("node.data_dir", q(""), "must not be empty".into());
     }
 
+    let t = &settings.tracing;
+    if let Some(url) = &t.otlp_endpoint
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        bad(
+            "tracing.otlp_endpoint",
+            q(url),
+            "must be the collector's OTLP/gRPC URL, http://host:4317 or https://host:4317".into(),
+        );
+    }
+    if t.service_name.trim().is_empty() {
+        bad("tracing.service_name", q(&t.service_name), "must not be empty".into());
+    }
+    if !(0.0..=1.0).contains(&t.sample_ratio) {
+        bad("tracing.sample_ratio", t.sample_ratio.to_string(), "must be from 0 (no new trace) to 1 (every one)".into());
+    }
+
     let c = &settings.cluster;
     if c.namespace.is_empty() || !c.namespace.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.')) {
         bad("cluster.namespace", q(&c.namespace), "must be non-empty and use only letters, digits, `_`, `-` and `.`".into());

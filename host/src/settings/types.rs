@@ -92,6 +92,8 @@ pub struct Settings {
     pub tls: TlsSettings,
     /// `[limits]`
     pub limits: LimitSettings,
+    /// `[tracing]`
+    pub tracing: TracingSettings,
     /// `[policies]`: the policy host's own type, so the node hands it over as is.
     pub policies: PolicySettings,
 }
@@ -363,6 +365,27 @@ pub struct MetricsSettings {
 impl Default for MetricsSettings {
     fn default() -> Self {
         MetricsSettings { listen: "127.0.0.1:9090".to_owned(), auth_token: None, auth_token_file: None }
+    }
+}
+
+/// `[tracing]`: OpenTelemetry traces of appends, forwards, lease rounds,
+/// handoffs, takeovers and policy calls, sent to an OTLP collector over
+/// gRPC. Off unless `otlp_endpoint` is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingSettings {
+    /// The collector's OTLP/gRPC address (`http://collector:4317`).
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of every span.
+    pub service_name: String,
+    /// The share of new traces recorded, 0 to 1; a call that arrives with a
+    /// sampled `traceparent` is always recorded.
+    pub sample_ratio: f64,
+}
+
+impl Default for TracingSettings {
+    fn default() -> Self {
+        TracingSettings { otlp_endpoint: None, service_name: "chitin".to_owned(), sample_ratio: 1.0 }
     }
 }
 

@@ -43,6 +43,7 @@ mod security;
 mod settings_load;
 mod tls;
 mod topology_cli;
+mod traces;
 mod typescript_client;
 mod upgrade_mixed;
 mod upgrade_versions;

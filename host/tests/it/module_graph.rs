@@ -21,6 +21,8 @@ const LAYERS: &[&[&str]] = &[
     &["node"],
     &["upgrade"],
     &["lease", "coord", "policy", "topology"],
+    // Logs and traces: the node's and the policy host's spans.
+    &["telemetry"],
     &["security"],
     &["settings"],
     // Leaves every layer may use.
