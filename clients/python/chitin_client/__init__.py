@@ -26,6 +26,11 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Union
 
 import grpc
 
+try:  # The caller's trace context goes with every call when OpenTelemetry is there.
+    from opentelemetry import propagate as _propagate
+except ImportError:  # pragma: no cover - exercised where opentelemetry-api is absent
+    _propagate = None
+
 from chitin_client.proto import chitin_pb2 as pb
 from chitin_client.assignments import AssignmentMap, Assignments, OutOfStep
 from chitin_client.proto import chitin_pb2_grpc as rpc
@@ -273,9 +278,25 @@ class _Append:
         return NotApplied(self.request_id, self.reason, self.named)
 
 
+def trace_context() -> tuple:
+    """The OpenTelemetry context current here as gRPC metadata (W3C
+    ``traceparent``, through the global propagator), so that the nodes'
+    spans join the caller's trace; nothing without ``opentelemetry-api``."""
+    if _propagate is None:
+        return ()
+    carrier: Dict[str, str] = {}
+    _propagate.inject(carrier)
+    return tuple(carrier.items())
+
+
 class _Options:
     """What the sync and the asyncio client share: the node list, the
     options and the rotation over the nodes (no I/O)."""
+
+    @property
+    def _metadata(self) -> tuple:
+        """Every call's metadata: the token, and the caller's trace context."""
+        return self._auth + trace_context()
 
     def __init__(
         self,
@@ -294,7 +315,7 @@ class _Options:
         self.backoff = backoff
         self.route_appends = route
         self.application = application
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._auth = (("authorization", f"Bearer {token}"),) if token else ()
         self._credentials = credentials
         self._channels: Dict[str, object] = {}
         self._routes: Dict[str, str] = {}

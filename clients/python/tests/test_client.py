@@ -123,3 +123,23 @@ def test_reported_load_is_counted_or_refused_naming_the_sample(node):
         loads = admin.Load(pb.LoadRequest(shard=shard), timeout=10).shards
         # 60 ops (and nothing from the refused report) at a 60 s half-life.
         assert len(loads) == 1 and 0.65 < loads[0].ops_per_sec < 1.0, loads
+
+
+def test_calls_carry_the_callers_trace_context():
+    from opentelemetry import context, trace
+
+    client = Client("127.0.0.1:1", token="t")
+    assert dict(client._metadata) == {"authorization": "Bearer t"}, "no trace current: the token alone"
+    caller = trace.SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+    )
+    attached = context.attach(trace.set_span_in_context(trace.NonRecordingSpan(caller)))
+    try:
+        sent = dict(client._metadata)
+    finally:
+        context.detach(attached)
+    assert sent["traceparent"] == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert sent["authorization"] == "Bearer t"

@@ -107,7 +107,8 @@ pub type Dial = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<BoxChan
 /// A channel whose calls carry `authorization: Bearer <token>` when a token is set.
 pub type Conn = InterceptedService<BoxChannel, Auth>;
 
-/// Adds the bearer token (the node's `[api] client_token`) to every call.
+/// Adds the bearer token (the node's `[api] client_token`) to every call,
+/// and with the `otel` feature the caller's trace context.
 #[derive(Clone, Default)]
 pub struct Auth(Option<MetadataValue<Ascii>>);
 
@@ -116,6 +117,8 @@ impl tonic::service::Interceptor for Auth {
         if let Some(v) = &self.0 {
             request.metadata_mut().insert("authorization", v.clone());
         }
+        #[cfg(feature = "otel")]
+        crate::trace_context::inject(request.metadata_mut());
         Ok(request)
     }
 }

@@ -15,7 +15,9 @@
 //!   whose first statement is the lease fence in chitin's database, a fence
 //!   table in the application's own PostgreSQL or MySQL/MariaDB
 //!   ([`fence::table`]: claimed by each new holder, checked by each write),
-//!   and the same in the application's own Redis (`fence::redis`).
+//!   and the same in the application's own Redis (`fence::redis`);
+//! - with the `otel` feature, every call carries the caller's OpenTelemetry
+//!   context (`traceparent`), so the nodes' spans join the caller's trace.
 //!
 //! The contract it follows is in `docs/clients.md`: outcomes are read from
 //! the `chitin-outcome` trailers ([`proto::outcome`]), never from wording.
@@ -30,6 +32,8 @@ pub mod key;
 pub mod nodes;
 pub mod outcome;
 pub mod proto;
+#[cfg(feature = "otel")]
+mod trace_context;
 pub mod watch;
 
 pub use assignments::{AssignmentMap, Assignments, MapError};

@@ -20,6 +20,7 @@ const PIP_PACKAGES: &[&str] = &[
     "PyMySQL>=1.1",
     "redis>=5",
     "build>=1",
+    "opentelemetry-api>=1.20",
     "setuptools>=70.1",
 ];
 

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use chitin::api::proto;
+use opentelemetry::context::FutureExt as _;
+use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
@@ -162,6 +164,28 @@ async fn a_forwarded_append_is_one_trace_across_two_nodes_continuing_the_callers
     let remote_append = one("node-02", "append")?;
     assert_eq!(remote_append.parent, remote_call.id, "{t:#?}");
     assert_eq!(remote_append.attributes.get("forwarded").map(String::as_str), Some("true"), "{remote_append:?}");
+
+    // The Rust client (feature `otel`) sends the context current in the
+    // calling task: the node's call continues it.
+    opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
+    let (app_trace, app_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let caller = opentelemetry::trace::SpanContext::new(
+        opentelemetry::trace::TraceId::from_hex(app_trace)?,
+        opentelemetry::trace::SpanId::from_hex(app_span)?,
+        opentelemetry::trace::TraceFlags::SAMPLED,
+        true,
+        Default::default(),
+    );
+    let cx = opentelemetry::Context::new().with_remote_span_context(caller);
+    let client = chitin_client::Client::builder(chitin_client::Nodes::new([c.nodes[0].api.as_str()])?).build()?;
+    let outcome = client.append("traced-by-the-client", b"x").with_context(cx).await?;
+    assert!(matches!(outcome, chitin_client::AppendOutcome::Applied(_)), "{outcome:?}");
+    let spans = receiver
+        .wait_for("the client's call in the application's trace", |all| {
+            all.iter().any(|s| s.trace == app_trace && s.name.ends_with("Journal/Append") && s.parent == app_span)
+        })
+        .await?;
+    assert!(spans.iter().any(|s| s.trace == app_trace && s.name == "append"), "the append joined the trace too");
 
     // The nodes' own work is traced too: rounds, takeovers, policy calls in
     // a round's trace (the call runs on a blocking thread, its span still
