@@ -210,7 +210,7 @@ pub async fn view(node: &Node) -> PageView {
     let observed = node.observed().await;
     let (nodes, shards) = match &observed {
         Ok(o) => cluster_part(&topology.map, o),
-        Err(_) => (Vec::new(), unread_shards(&topology.map)),
+        Err(_) => (Vec::new(), shards(&topology.map, None)),
     };
     let binary = crate::upgrade::Release::binary();
     PageView {
@@ -264,9 +264,14 @@ pub fn cluster_part(map: &ShardMap, observed: &Observed) -> (Vec<PageNode>, Vec<
         })
         .collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    let (by_shard, leaving) = (cv.live_rows(), cv.leaving());
-    let shards = map
-        .shards()
+    (nodes, shards(map, Some(cv)))
+}
+
+/// The config's shards with their live lease rows in `cluster` (none when
+/// it could not be read), matched through one map.
+fn shards(map: &ShardMap, cluster: Option<&crate::node::ClusterView>) -> Vec<PageShard> {
+    let (by_shard, leaving) = cluster.map(|cv| (cv.live_rows(), cv.leaving())).unwrap_or_default();
+    map.shards()
         .iter()
         .map(|s| {
             let row = by_shard.get(s.id.as_str()).copied();
@@ -278,28 +283,9 @@ pub fn cluster_part(map: &ShardMap, observed: &Observed) -> (Vec<PageNode>, Vec<
                 state: s.state,
                 holder: row.and_then(|r| r.holder_name.clone()),
                 epoch: row.map_or(0, |r| r.epoch),
-                expires_in_ms: row.and_then(|r| r.expires_at).map(|at| (at - cv.now).num_milliseconds()),
+                expires_in_ms: row.and_then(|r| r.expires_at).zip(cluster).map(|(at, cv)| (at - cv.now).num_milliseconds()),
                 draining: row.and_then(|r| r.holder).is_some_and(|h| leaving.contains(&h)),
             }
-        })
-        .collect();
-    (nodes, shards)
-}
-
-/// The shards of the config with nothing known of their leases.
-fn unread_shards(map: &ShardMap) -> Vec<PageShard> {
-    map.shards()
-        .iter()
-        .map(|s| PageShard {
-            id: s.id.clone(),
-            application: s.application.clone(),
-            lower: s.lower,
-            upper: s.upper,
-            state: s.state,
-            holder: None,
-            epoch: 0,
-            expires_in_ms: None,
-            draining: false,
         })
         .collect()
 }
