@@ -21,10 +21,11 @@
 
 use std::time::{Duration, Instant};
 
+use tracing::Instrument as _;
+
 use crate::lease::{JournalEntry, LeaseError, NewEntry};
 use crate::proto::{self, outcome};
 use crate::telemetry::trace_span;
-use tracing::Instrument as _;
 
 use super::Node;
 use super::peers::never_sent;

@@ -27,14 +27,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tracing::Instrument as _;
-
-use crate::telemetry::trace_span;
-
 use tokio::sync::{OwnedRwLockReadGuard, RwLock, broadcast, watch};
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::lease::{Lease, LeaseError, LeaseToken, SplitSeed, Store};
+use crate::telemetry::trace_span;
 
 use super::acks::{Acks, Ready, Release};
 use super::metrics::Metrics;

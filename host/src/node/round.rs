@@ -6,18 +6,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::Instrument as _;
-
-use crate::telemetry::trace_span;
-
 use chitin_policy_sdk as sdk;
 use tokio::sync::watch;
+use tracing::Instrument as _;
 
 use super::plan::{self, Action, LeaseView, RoundInput};
 use super::rankings::{RankingKey, Rankings};
 use super::{Lifecycle, Node, NodeError};
 use crate::lease::{self, LeaseError, NodeRecord, NodeState};
 use crate::policy::Slot;
+use crate::telemetry::trace_span;
 use crate::topology::policy_view;
 
 impl Node {
