@@ -562,8 +562,9 @@ pub fn with_database_ca(url: &str, ca: &std::path::Path) -> String {
     out
 }
 
-/// A path as a URL query value: unreserved characters and `/` as they are.
-fn percent_encode(text: &str) -> String {
+/// Text as a URL query value: unreserved characters and `/` as they are
+/// (a `/` is allowed in a query), everything else percent-encoded.
+pub(crate) fn percent_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {

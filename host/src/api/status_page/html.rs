@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use super::strip::{self, Segment};
 use super::{PAGE_SIZE, PageNode, PageQuery, PageShard, PageView, tally};
+use crate::settings::types::percent_encode;
 use crate::topology::ShardState;
 
 /// How often the page fetches itself again.
@@ -113,7 +114,7 @@ fn nodes(m: &mut String, v: &PageView) {
             esc(&n.state),
             esc(&n.state),
             if n.live { "" } else { " (not live)" },
-            encode(&n.name),
+            percent_encode(&n.name),
             n.shards_held,
             esc(n.version.as_deref().unwrap_or("unknown")),
             n.protocol.map_or_else(String::new, |p| format!(" <span class=\"dim\">protocol {p}</span>")),
@@ -177,7 +178,7 @@ fn cluster_panels(m: &mut String, v: &PageView) {
             m,
             "<p data-shard=\"{}\"><a href=\"?q={}\">{}</a> {:.1}/s · {:.0} B/s</p>",
             esc(&l.shard),
-            encode(&l.shard),
+            percent_encode(&l.shard),
             esc(&l.shard),
             l.ops_per_sec,
             l.bytes_per_sec
@@ -331,24 +332,10 @@ fn filter_form(m: &mut String, v: &PageView, query: &PageQuery) {
 fn href(query: &PageQuery, page: usize) -> String {
     let mut parts: Vec<String> = [("app", &query.app), ("holder", &query.holder), ("state", &query.state), ("q", &query.q)]
         .into_iter()
-        .filter_map(|(k, v)| v.as_deref().filter(|v| !v.is_empty()).map(|v| format!("{k}={}", encode(v))))
+        .filter_map(|(k, v)| v.as_deref().filter(|v| !v.is_empty()).map(|v| format!("{k}={}", percent_encode(v))))
         .collect();
     parts.push(format!("page={page}"));
     format!("?{}", parts.join("&"))
-}
-
-/// Percent-encodes a query value (everything but unreserved characters).
-fn encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
-            b => {
-                let _ = write!(out, "%{b:02X}");
-            }
-        }
-    }
-    out
 }
 
 /// Escapes text for HTML content and attribute values.
