@@ -196,9 +196,12 @@ mod tests {
         answer.expect("a read").versions[&Uuid::nil()].protocol
     }
 
+    /// Long enough that no stall of a noisy machine ends it within a test.
+    const LONG: Duration = Duration::from_secs(600);
+
     #[tokio::test]
     async fn concurrent_callers_share_one_read_while_it_is_fresh() {
-        let (cache, reads) = (Arc::new(Cache::new(Duration::from_millis(300), Duration::ZERO)), Arc::new(Reads::new(100)));
+        let (cache, reads) = (Arc::new(Cache::new(LONG, Duration::ZERO)), Arc::new(Reads::new(100)));
         let mut callers = tokio::task::JoinSet::new();
         for _ in 0..20 {
             let (cache, reads) = (cache.clone(), reads.clone());
@@ -207,15 +210,16 @@ mod tests {
         assert!(callers.join_all().await.into_iter().all(|ok| ok));
         assert_eq!(reads.done(), 1, "twenty callers at once, one read");
         assert_eq!(which(cache.get(reads.read(false)).await), 1, "while fresh: no read");
-        tokio::time::sleep(Duration::from_millis(350)).await;
-        assert_eq!(which(cache.get(reads.read(false)).await), 2, "past fresh, no stale window: read now");
+        // Fresh for no time and no stale window: every call reads.
+        let never_fresh = Cache::new(Duration::ZERO, Duration::ZERO);
+        assert_eq!(which(never_fresh.get(reads.read(false)).await), 2);
+        assert_eq!(which(never_fresh.get(reads.read(false)).await), 3, "past fresh, no stale window: read now");
     }
 
     #[tokio::test]
     async fn a_stale_read_is_answered_at_once_while_the_next_runs() {
-        let (cache, reads) = (Cache::new(Duration::from_millis(100), Duration::from_secs(60)), Reads::new(1));
+        let (cache, reads) = (Cache::new(Duration::ZERO, LONG), Reads::new(1));
         assert_eq!(which(cache.get(reads.read(false)).await), 1);
-        tokio::time::sleep(Duration::from_millis(150)).await;
         // The gate holds the next read: an answer now cannot have waited for it.
         let at_once = tokio::time::timeout(Duration::from_secs(10), cache.get(reads.read(false))).await;
         assert_eq!(which(at_once.expect("the stale read answered without waiting")), 1);
@@ -232,11 +236,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_read_is_shared_while_fresh_and_never_answered_stale() {
-        let (cache, reads) = (Cache::new(Duration::from_millis(200), Duration::from_secs(60)), Reads::new(100));
+        let (cache, reads) = (Cache::new(LONG, LONG), Reads::new(100));
         assert_eq!(cache.get(reads.read(true)).await.unwrap_err(), "database down");
         assert_eq!(cache.get(reads.read(false)).await.unwrap_err(), "database down");
         assert_eq!(reads.done(), 1);
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        assert_eq!(which(cache.get(reads.read(false)).await), 2, "read again now, not in the background");
+        // Past fresh but within the stale window: a failure is read again now.
+        let stale_window = Cache::new(Duration::ZERO, LONG);
+        assert!(stale_window.get(reads.read(true)).await.is_err());
+        assert_eq!(which(stale_window.get(reads.read(false)).await), 3, "read again now, not in the background");
     }
 }
