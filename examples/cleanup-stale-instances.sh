@@ -11,10 +11,12 @@
 #
 # Usage: examples/cleanup-stale-instances.sh [NAMESPACE]   (default: chitin)
 #   REDIS_HOST (127.0.0.1), REDIS_PORT (6379), REDISCLI_AUTH as for redis-cli.
+#   REDIS_CLUSTER=1 on a Redis Cluster (redis-cli -c follows the slot to
+#   its master; pass the hash-tagged namespace, e.g. "{chitin}").
 set -euo pipefail
 
 NAMESPACE="${1:-chitin}"
-cli() { redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" --raw "$@"; }
+cli() { redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" ${REDIS_CLUSTER:+-c} --raw "$@"; }
 
 for id in $(cli SMEMBERS "${NAMESPACE}:instances:index"); do
   if [ "$(cli EXISTS "${NAMESPACE}:instances:${id}")" = "0" ]; then

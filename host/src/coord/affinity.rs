@@ -10,9 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
 
-use super::conn::RedisConn;
+use super::conn::{Conn, RedisConn};
 use super::keys::{InvalidInstanceId, Keys, validate_instance_id};
 use super::time::ttl_secs;
 
@@ -230,14 +229,14 @@ impl Lua {
         c
     }
 
-    async fn load(&self, c: &mut ConnectionManager) -> redis::RedisResult<()> {
+    async fn load(&self, c: &mut Conn) -> redis::RedisResult<()> {
         let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(self.src).query_async(c).await?;
         Ok(())
     }
 
     /// Runs `cmd` (built by [`Lua::call`]); on `NOSCRIPT` (a fresh or
     /// flushed server) loads the script and sends it once more.
-    async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, c: &mut ConnectionManager) -> redis::RedisResult<T> {
+    async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, c: &mut Conn) -> redis::RedisResult<T> {
         match cmd.query_async(c).await {
             Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
                 self.load(c).await?;
@@ -248,7 +247,7 @@ impl Lua {
     }
 
     /// [`Lua::run`] for a pipeline of calls to this one script.
-    async fn run_pipe<T: redis::FromRedisValue>(&self, p: &redis::Pipeline, c: &mut ConnectionManager) -> redis::RedisResult<T> {
+    async fn run_pipe<T: redis::FromRedisValue>(&self, p: &redis::Pipeline, c: &mut Conn) -> redis::RedisResult<T> {
         match p.query_async(c).await {
             Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
                 self.load(c).await?;
@@ -563,19 +562,9 @@ pub async fn list(conn: &RedisConn, keys: &Keys, instance: &str) -> Result<Vec<S
 pub async fn orphaned_claims(conn: &RedisConn, keys: &Keys) -> Result<Vec<(String, String)>, redis::RedisError> {
     let mut c = conn.get().await?;
     let prefix = keys.affinity_prefix();
-    let pattern = Keys::scan_pattern(&prefix);
     let set_prefix = format!("{prefix}by-instance:");
-    let mut cursor: u64 = 0;
-    let mut claim_keys = Vec::new();
-    loop {
-        let (next, batch): (u64, Vec<String>) =
-            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).query_async(&mut c).await?;
-        claim_keys.extend(batch.into_iter().filter(|k| !k.starts_with(&set_prefix)));
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
+    let mut claim_keys = c.scan_prefix(&prefix).await?;
+    claim_keys.retain(|k| !k.starts_with(&set_prefix));
     claim_keys.sort();
     claim_keys.dedup();
     let mut claims = Vec::new();

@@ -414,18 +414,9 @@ pub async fn list(conn: &RedisConn, keys: &Keys, filter: &ListFilter) -> Result<
         (None, true) => c.smembers(keys.deployments_active()).await?,
         (None, false) => {
             let prefix = keys.deployment_prefix();
-            let pattern = Keys::scan_pattern(&prefix);
-            let mut cursor: u64 = 0;
-            let mut ids = Vec::new();
-            loop {
-                let (next, batch): (u64, Vec<String>) =
-                    redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).query_async(&mut c).await?;
-                ids.extend(batch.iter().map(|k| &k[prefix.len()..]).filter(|s| Uuid::parse_str(s).is_ok()).map(str::to_string));
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
+            let found = c.scan_prefix(&prefix).await?;
+            let mut ids: Vec<String> =
+                found.iter().map(|k| &k[prefix.len()..]).filter(|s| Uuid::parse_str(s).is_ok()).map(str::to_string).collect();
             ids.sort();
             ids.dedup();
             ids

@@ -15,7 +15,9 @@
 //! | `{ns}:deployments:by-instance:{id}` | set | none |
 //!
 //! Every multi-key update is one Lua script, so several nodes acting at once
-//! never see (or cause) half an update.
+//! never see (or cause) half an update. On a Redis Cluster that needs every
+//! key of a namespace in one hash slot: the namespace carries a hash tag
+//! (`{chitin}`), and the keys read `{chitin}:affinity:…`.
 //!
 //! Entry point: [`Coordinator::connect`] builds every piece for one node;
 //! the pieces ([`Registry`], [`Affinity`], [`Deployments`], [`Monitor`]) can
@@ -38,8 +40,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use crate::settings::redis_url::{RedisTarget, hash_tag};
 pub use affinity::{Affinity, AffinityError, Claim, DEFAULT_MAX_CLAIMS, MAX_TARGET_BYTES, ReleaseAllReport};
-pub use conn::{ConnError, RedisConn, RedisSettings};
+pub use conn::{Conn, ConnError, RedisConn, RedisSettings};
 pub use deployments::{
     Deployment, DeploymentError, DeploymentState, DeploymentUpdate, Deployments, ListFilter, Listing, NewDeployment, Progress,
     TransitionError, Unreadable,
@@ -98,6 +101,11 @@ pub enum CoordError {
     InstanceId(#[from] InvalidInstanceId),
     #[error("liveness timeout ({liveness:?}) must be at least one second and longer than the heartbeat interval ({heartbeat:?})")]
     Timing { liveness: Duration, heartbeat: Duration },
+    #[error(
+        "namespace {namespace:?} has no hash tag, so on Redis Cluster its keys would spread over hash slots, but one \
+         claim writes the target's key and the instance's set together: write it with one, e.g. \"{{{namespace}}}\""
+    )]
+    NoHashTag { namespace: String },
 }
 
 /// The coordination pieces of one node, sharing one connection and one set
@@ -126,6 +134,9 @@ impl Coordinator {
             return Err(CoordError::Timing { liveness: config.liveness_timeout, heartbeat: config.heartbeat_interval });
         }
         let conn = RedisConn::new(config.redis.clone())?;
+        if conn.is_cluster() && hash_tag(&config.namespace).is_none() {
+            return Err(CoordError::NoHashTag { namespace: config.namespace.clone() });
+        }
         let keys = Keys::new(&config.namespace);
         let metrics = Arc::new(CoordMetrics::default());
         let registry = Registry::new(conn.clone(), keys.clone(), info.clone(), config.liveness_timeout);

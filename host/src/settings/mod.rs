@@ -25,6 +25,7 @@
 //! before a lease can expire and one failed renewal never loses it.
 
 pub mod load;
+pub mod redis_url;
 pub mod rules;
 pub mod types;
 

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use super::load::Origins;
+use super::redis_url::{CLUSTER_SCHEME, RedisTarget, hash_tag};
 use super::{Problem, Settings};
 use crate::security::{auth, exposure};
 
@@ -50,8 +51,26 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     }
 
     let c = &settings.cluster;
-    if c.namespace.is_empty() || !c.namespace.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.')) {
-        bad("cluster.namespace", q(&c.namespace), "must be non-empty and use only letters, digits, `_`, `-` and `.`".into());
+    let braces = c.namespace.matches(['{', '}']).count();
+    if c.namespace.is_empty()
+        || !c.namespace.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | '-' | '.' | '{' | '}'))
+        || (braces > 0 && (braces != 2 || hash_tag(&c.namespace).is_none()))
+    {
+        bad(
+            "cluster.namespace",
+            q(&c.namespace),
+            "must be non-empty and use only letters, digits, `_`, `-`, `.` and one hash tag in braces ({chitin})".into(),
+        );
+    } else if braces == 0 && c.redis_url.as_deref().is_some_and(|u| u.starts_with(CLUSTER_SCHEME)) {
+        bad(
+            "cluster.namespace",
+            q(&c.namespace),
+            format!(
+                "needs a hash tag on Redis Cluster: one claim writes the target's key and the instance's set \
+                 together, so every key of the namespace must share a hash slot; write it as \"{{{}}}\"",
+                c.namespace
+            ),
+        );
     }
     let hb = c.heartbeat_interval_secs;
     let hb_rule = seconds(hb, 0.1, "must be at least 0.1 seconds");
@@ -83,8 +102,10 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
         bad("cluster.advertise", q(a), "must be host:port, e.g. 10.0.0.11:7946".into());
     }
     match &c.redis_url {
-        Some(u) if !["redis://", "rediss://", "unix://", "redis+unix://"].iter().any(|p| u.starts_with(p)) => {
-            bad("cluster.redis_url", q(&redact(u)), "must start with redis://, rediss:// or unix://".into())
+        Some(u) => {
+            if let Err(reason) = RedisTarget::parse(u) {
+                bad("cluster.redis_url", q(&redact(u)), reason);
+            }
         }
         None if c.enabled => bad("cluster.redis_url", "(unset)".into(), "is required when cluster.enabled = true".into()),
         _ => {}

@@ -28,7 +28,7 @@ pub use db::{FreshDb, create_database, drop_database, with_database};
 pub use http::{http_get, http_status, https_get, https_status};
 pub use node::NodeProc;
 pub use ports::{free_port, free_ports};
-pub use servers::{PrivateMariadb, PrivatePostgres, PrivateRedis};
+pub use servers::{PrivateMariadb, PrivatePostgres, PrivateRedis, PrivateRedisCluster, PrivateSentinel, redis_cli};
 
 /// What went wrong while building or driving a test cluster.
 #[derive(Debug, thiserror::Error)]

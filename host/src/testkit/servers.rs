@@ -16,6 +16,9 @@ pub struct PrivateRedis {
     pub port: u16,
     binds: Vec<String>,
     log: PathBuf,
+    /// Arguments after the defaults (a cluster node's, a replica's), or a
+    /// Sentinel's configuration file.
+    role: Role,
     /// The certificate and key files of a TLS-only server.
     tls: Option<(PathBuf, PathBuf)>,
     child: Option<Child>,
@@ -35,7 +38,7 @@ impl PrivateRedis {
     pub fn stopped(dir: &Path, extra_bind: Option<&str>) -> Result<PrivateRedis, KitError> {
         let mut binds = vec!["127.0.0.1".to_string()];
         binds.extend(extra_bind.map(str::to_string));
-        Ok(PrivateRedis { port: free_port()?, binds, log: dir.join("redis.log"), tls: None, child: None })
+        Ok(PrivateRedis { port: free_port()?, binds, log: dir.join("redis.log"), role: Role::Plain, tls: None, child: None })
     }
 
     /// Starts on a free port on loopback, speaking TLS only with the
@@ -60,6 +63,10 @@ impl PrivateRedis {
         let mut cmd = Command::new("redis-server");
         // Out of the terminal's process group, like the nodes (see NodeProc::start).
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        if let Role::Sentinel(conf) = &self.role {
+            // A Sentinel's configuration file comes first (it rewrites it).
+            cmd.arg(conf).arg("--sentinel");
+        }
         let port = self.port.to_string();
         match &self.tls {
             Some((cert, key)) => cmd
@@ -69,10 +76,20 @@ impl PrivateRedis {
                 .arg(key),
             None => cmd.args(["--port", &port]),
         };
+        // Its own working directory: a replica writes the master's
+        // snapshot there, and a server loads one it finds there at start.
+        let data = self.log.with_extension("data");
+        std::fs::create_dir_all(&data).map_err(KitError::io(format!("create {}", data.display())))?;
         let child = cmd
+            .arg("--dir")
+            .arg(&data)
             .arg("--bind")
             .args(&self.binds)
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .args(match &self.role {
+                Role::Node(args) => args.as_slice(),
+                _ => &[],
+            })
             .stdout(log)
             .stderr(err_log)
             .spawn()
@@ -103,6 +120,221 @@ impl PrivateRedis {
 impl Drop for PrivateRedis {
     fn drop(&mut self) {
         self.down();
+    }
+}
+
+/// What a [`PrivateRedis`] runs as.
+enum Role {
+    Plain,
+    /// A data node with these extra arguments.
+    Node(Vec<String>),
+    /// A Sentinel with this configuration file.
+    Sentinel(PathBuf),
+}
+
+impl PrivateRedis {
+    /// A data node named `name` (its log `dir/{name}.log`) with `args`
+    /// after the defaults.
+    fn node(dir: &Path, name: &str, args: Vec<String>) -> Result<PrivateRedis, KitError> {
+        let mut redis = PrivateRedis::stopped(dir, None)?;
+        redis.log = dir.join(format!("{name}.log"));
+        redis.role = Role::Node(args);
+        redis.up()?;
+        Ok(redis)
+    }
+
+    /// `redis-cli -p {port} {args}`, its output trimmed; fails on an error
+    /// reply.
+    pub fn cli(&self, args: &[&str]) -> Result<String, KitError> {
+        redis_cli(&[&["-p", &self.port.to_string()], args].concat())
+    }
+}
+
+/// Runs `redis-cli`; its output, or the tool's failure.
+pub fn redis_cli(args: &[&str]) -> Result<String, KitError> {
+    let out = Command::new("redis-cli").args(args).output().map_err(|source| KitError::Spawn {
+        program: "redis-cli".into(),
+        hint: " (is it installed and on PATH?)",
+        source,
+    })?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || text.starts_with("ERR") || text.starts_with("(error)") {
+        return Err(KitError::Tool {
+            command: format!("redis-cli {}", args.join(" ")),
+            output: format!("{text}{}", String::from_utf8_lossy(&out.stderr)),
+        });
+    }
+    Ok(text)
+}
+
+/// Polls `ready` every 100 ms for up to `within`; [`KitError::NotReady`]
+/// naming `what` and the last answer otherwise.
+fn wait_until(what: &str, within: Duration, mut ready: impl FnMut() -> Result<bool, String>) -> Result<(), KitError> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let last = match ready() {
+            Ok(true) => return Ok(()),
+            Ok(false) => String::new(),
+            Err(e) => e,
+        };
+        if std::time::Instant::now() >= deadline {
+            return Err(KitError::NotReady { name: what.to_string(), within, log_tail: last });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A private Redis Cluster: `masters` masters (the slots split evenly),
+/// each with `replicas` replicas, made by `redis-cli --cluster create`.
+pub struct PrivateRedisCluster {
+    /// Every node, masters first as `--cluster create` paired them.
+    pub nodes: Vec<PrivateRedis>,
+}
+
+impl PrivateRedisCluster {
+    pub fn start(dir: &Path, masters: usize, replicas: usize) -> Result<PrivateRedisCluster, KitError> {
+        let mut nodes = Vec::new();
+        for i in 0..masters * (1 + replicas) {
+            let conf = dir.join(format!("cluster-node-{i}.conf"));
+            let args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "1000", "--cluster-config-file"];
+            let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            args.push(conf.display().to_string());
+            nodes.push(PrivateRedis::node(dir, &format!("cluster-node-{i}"), args)?);
+        }
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let replicas = replicas.to_string();
+        let mut create = vec!["--cluster", "create"];
+        create.extend(addrs.iter().map(String::as_str));
+        create.extend(["--cluster-replicas", &replicas, "--cluster-yes"]);
+        redis_cli(&create)?;
+        let cluster = PrivateRedisCluster { nodes };
+        for n in &cluster.nodes {
+            wait_until(&format!("Redis Cluster node :{}", n.port), Duration::from_secs(30), || {
+                let info = n.cli(&["CLUSTER", "INFO"]).map_err(|e| e.to_string())?;
+                Ok(info.contains("cluster_state:ok"))
+            })?;
+        }
+        Ok(cluster)
+    }
+
+    /// `redis+cluster://127.0.0.1:p,…` naming every node as a seed.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// The master that holds `key`'s hash slot.
+    pub fn master_of(&self, key: &str) -> Result<&PrivateRedis, KitError> {
+        let slot: u16 = self.nodes[0]
+            .cli(&["CLUSTER", "KEYSLOT", key])?
+            .parse()
+            .map_err(|_| KitError::Tool { command: "CLUSTER KEYSLOT".into(), output: "not a number".into() })?;
+        for n in &self.nodes {
+            if n.cli(&["ROLE"])?.starts_with("master") && owns(&n.cli(&["CLUSTER", "NODES"])?, n.port, slot) {
+                return Ok(n);
+            }
+        }
+        Err(KitError::Tool { command: format!("find the master of slot {slot}"), output: "no node owns it".into() })
+    }
+}
+
+/// Whether the `myself` line of `CLUSTER NODES` (node on `port`) lists `slot`.
+fn owns(nodes: &str, port: u16, slot: u16) -> bool {
+    let mine = nodes.lines().find(|l| l.contains("myself") && l.contains(&format!(":{port}@")));
+    mine.is_some_and(|line| {
+        line.split_whitespace().skip(8).any(|range| {
+            let (a, b) = range.split_once('-').unwrap_or((range, range));
+            matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if (a..=b).contains(&slot))
+        })
+    })
+}
+
+/// A master, its replica and one Sentinel watching them as `mymaster`
+/// (down after 1 s of silence, so a failover takes a few seconds).
+pub struct PrivateSentinel {
+    pub master: PrivateRedis,
+    pub replica: PrivateRedis,
+    pub sentinel: PrivateRedis,
+}
+
+impl PrivateSentinel {
+    /// The name the Sentinel monitors the master under.
+    pub const MASTER: &str = "mymaster";
+
+    pub fn start(dir: &Path) -> Result<PrivateSentinel, KitError> {
+        let master = PrivateRedis::node(dir, "sentinel-master", Vec::new())?;
+        let replicaof = vec!["--replicaof".to_string(), "127.0.0.1".to_string(), master.port.to_string()];
+        let replica = PrivateRedis::node(dir, "sentinel-replica", replicaof)?;
+        wait_until("the replica's link to its master", Duration::from_secs(20), || {
+            Ok(replica.cli(&["INFO", "replication"]).map_err(|e| e.to_string())?.contains("master_link_status:up"))
+        })?;
+        let conf = dir.join("sentinel.conf");
+        let text = format!(
+            "sentinel monitor {m} 127.0.0.1 {port} 1\n\
+             sentinel down-after-milliseconds {m} 1000\n\
+             sentinel failover-timeout {m} 3000\n",
+            m = Self::MASTER,
+            port = master.port
+        );
+        std::fs::write(&conf, text).map_err(KitError::io(format!("write {}", conf.display())))?;
+        let mut sentinel = PrivateRedis::stopped(dir, None)?;
+        sentinel.log = dir.join("sentinel.log");
+        sentinel.role = Role::Sentinel(conf);
+        sentinel.up()?;
+        let s = PrivateSentinel { master, replica, sentinel };
+        s.wait_for_replica()?;
+        Ok(s)
+    }
+
+    /// `redis+sentinel://127.0.0.1:{sentinel}/mymaster`, with `before`
+    /// (`host:port` of Sentinels to list first) in front.
+    pub fn url(&self, before: &[&str]) -> String {
+        let mut hosts: Vec<String> = before.iter().map(|h| h.to_string()).collect();
+        hosts.push(format!("127.0.0.1:{}", self.sentinel.port));
+        format!("redis+sentinel://{}/{}", hosts.join(","), Self::MASTER)
+    }
+
+    /// The port the Sentinel names as the master's now.
+    pub fn master_port(&self) -> Result<u16, KitError> {
+        let addr = self.sentinel.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::MASTER])?;
+        addr.lines()
+            .nth(1)
+            .and_then(|p| p.trim().parse().ok())
+            .ok_or(KitError::Tool { command: "SENTINEL GET-MASTER-ADDR-BY-NAME".into(), output: addr })
+    }
+
+    /// Until the Sentinel knows a connected replica of the current master
+    /// that it could promote (after a failover, the old master rejoins as
+    /// one).
+    pub fn wait_for_replica(&self) -> Result<(), KitError> {
+        wait_until("a replica the Sentinel could promote", Duration::from_secs(30), || {
+            let master = self.master_port().map_err(|e| e.to_string())?;
+            let replica = [&self.master, &self.replica].into_iter().find(|r| r.port != master).expect("two servers");
+            let info = replica.cli(&["INFO", "replication"]).map_err(|e| e.to_string())?;
+            let linked = info.contains(&format!("master_port:{master}")) && info.contains("master_link_status:up");
+            let replicas = self.sentinel.cli(&["SENTINEL", "REPLICAS", Self::MASTER]).map_err(|e| e.to_string())?;
+            Ok(linked && replicas.contains(&replica.port.to_string()) && !replicas.contains("disconnected"))
+        })
+    }
+
+    /// SIGKILL the server on `port` (the master or the replica).
+    pub fn kill(&mut self, port: u16) {
+        for r in [&mut self.master, &mut self.replica] {
+            if r.port == port {
+                r.down();
+            }
+        }
+    }
+
+    /// Waits until the Sentinel names a master other than `old_port` and
+    /// that master answers as one.
+    pub fn wait_failed_over(&self, old_port: u16, within: Duration) -> Result<u16, KitError> {
+        let mut new = old_port;
+        wait_until("a Sentinel failover", within, || {
+            new = self.master_port().map_err(|e| e.to_string())?;
+            Ok(new != old_port && redis_cli(&["-p", &new.to_string(), "ROLE"]).is_ok_and(|r| r.starts_with("master")))
+        })?;
+        Ok(new)
     }
 }
 

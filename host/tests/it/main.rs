@@ -37,6 +37,7 @@ mod policy_fixtures;
 mod policy_sandbox;
 mod policy_versions;
 mod python_client;
+mod redis_ha;
 mod rollout_cluster;
 mod rust_client;
 mod security;
