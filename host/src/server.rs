@@ -300,7 +300,7 @@ pub async fn run(settings: Settings) -> Result<(), NodeError> {
                     Err(e) => tracing::error!(error = %e, "token reload failed; the previous tokens stay in use"),
                 }
                 match running.control.reload_certificate() {
-                    Ok(true) => tracing::info!("certificate and key read again; new connections get them"),
+                    Ok(true) => tracing::info!("certificate and key read again, with the CA bundles; new connections get them"),
                     Ok(false) => {}
                     Err(e) => tracing::error!(error = %e, "certificate reload failed; the previous certificate stays in use"),
                 }

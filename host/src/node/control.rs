@@ -118,12 +118,18 @@ impl Control {
         Ok(counts)
     }
 
-    /// Reads the node's certificate and key again and serves them from the
-    /// next handshake on; false without TLS. A pair that cannot be used
-    /// keeps the current one (the error says why).
+    /// Reads the node's certificate and key and the CA bundles again: the
+    /// listeners serve them from the next handshake on, and the node's
+    /// next connection to each peer presents and trusts them; false without
+    /// TLS. A file that cannot be used keeps everything current (the error
+    /// says why).
     pub fn reload_certificate(&self) -> Result<bool, crate::security::tls::TlsError> {
         let Some(tls) = &self.tls else { return Ok(false) };
+        let peers = crate::security::tls::ClientTls::for_peers(&self.settings.tls)?;
         tls.reload()?;
+        if let Some(node) = self.node() {
+            node.peers.set_tls(peers);
+        }
         Ok(true)
     }
 

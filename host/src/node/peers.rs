@@ -68,14 +68,15 @@ enum Slot {
 pub struct Peers {
     slots: Mutex<HashMap<String, Slot>>,
     auth: BearerAuth,
-    tls: Option<ClientTls>,
+    /// What new connections trust and present; replaced by [`Peers::set_tls`].
+    tls: Mutex<Option<ClientTls>>,
     /// The first and the longest wait between failed connects.
     backoff: (Duration, Duration),
 }
 
 impl Default for Peers {
     fn default() -> Peers {
-        Peers { slots: Mutex::default(), auth: BearerAuth::default(), tls: None, backoff: RECONNECT_BACKOFF }
+        Peers { slots: Mutex::default(), auth: BearerAuth::default(), tls: Mutex::new(None), backoff: RECONNECT_BACKOFF }
     }
 }
 
@@ -93,7 +94,7 @@ impl Peers {
     pub fn new(settings: &crate::settings::Settings) -> Result<Peers, TlsError> {
         Ok(Peers {
             auth: BearerAuth::new(settings.cluster.peer_token.as_ref().and_then(crate::settings::Tokens::current)),
-            tls: ClientTls::for_peers(&settings.tls)?,
+            tls: Mutex::new(ClientTls::for_peers(&settings.tls)?),
             ..Peers::default()
         })
     }
@@ -102,6 +103,14 @@ impl Peers {
     /// already too (a rotated peer token).
     pub fn set_token(&self, token: Option<&str>) {
         self.auth.set(token);
+    }
+
+    /// Connects with `tls` from now on (the node's certificate or the
+    /// cluster CA read again): the pooled channels are let go, so the next
+    /// call to each peer connects with it; calls in flight finish on theirs.
+    pub fn set_tls(&self, tls: Option<ClientTls>) {
+        *self.tls.lock().unwrap_or_else(|p| p.into_inner()) = tls;
+        self.slots().retain(|_, slot| matches!(slot, Slot::Failing(..)));
     }
 
     fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
@@ -126,7 +135,8 @@ impl Peers {
             }
             None => {}
         }
-        let connected = match tls::endpoint(address, self.tls.as_ref()) {
+        let endpoint = tls::endpoint(address, self.tls.lock().unwrap_or_else(|p| p.into_inner()).as_ref());
+        let connected = match endpoint {
             Ok(endpoint) => {
                 endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect().await.map_err(|e| e.to_string())
             }

@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rustls::server::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -29,6 +28,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
+use super::tls::LiveConfig;
 use crate::settings::LimitSettings;
 
 /// Bytes a connection owes before its handshake deadline ends: the HTTP/2
@@ -314,13 +314,13 @@ impl Incoming<Conn> {
 }
 
 impl Incoming<TlsStream<Conn>> {
-    /// TLS connections of `listener` within `bounds`, handshaken with
-    /// `config` (the handshake bounded by the handshake deadline).
-    pub fn tls(listener: TcpListener, bounds: Bounds, config: Arc<ServerConfig>) -> Incoming<TlsStream<Conn>> {
-        let acceptor = TlsAcceptor::from(config);
+    /// TLS connections of `listener` within `bounds`, each handshaken with
+    /// the config `config` gives when it arrives (a reload changes it for
+    /// the next; the handshake bounded by the handshake deadline).
+    pub fn tls(listener: TcpListener, bounds: Bounds, config: LiveConfig) -> Incoming<TlsStream<Conn>> {
         let limit = bounds.handshake;
         Incoming::start(listener, bounds, move |conn: Conn| {
-            let acceptor = acceptor.clone();
+            let acceptor = TlsAcceptor::from(config());
             async move {
                 let peer = conn.tcp.peer_addr().ok();
                 match tokio::time::timeout(limit, acceptor.accept(conn)).await {

@@ -13,11 +13,10 @@
 //! - [`tls_cause`]: the TLS error inside a store's connection error, so that
 //!   a wrong CA is reported as such instead of as an outage.
 //!
-//! The node's own certificate and key are read again on SIGHUP
-//! ([`NodeTls::reload`]): each handshake takes the current pair, and
-//! connections already established keep theirs. CA bundles and the
-//! certificate the node presents when it calls its peers are read at start
-//! (docs/security.md).
+//! Every file is read again on SIGHUP ([`NodeTls::reload`], and the
+//! peers' [`ClientTls`] through `Peers::set_tls`): each handshake takes
+//! the current certificate and CA bundles, and connections already
+//! established keep theirs (docs/security.md).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -103,32 +102,31 @@ fn roots(files: &[(&'static str, &Path)]) -> Result<RootCertStore, TlsError> {
 }
 
 /// `[tls]` loaded: what the listeners serve and whom the node calls a peer.
+/// Every file is read again by [`NodeTls::reload`], all or nothing.
 #[derive(Clone)]
 pub struct NodeTls {
+    /// The files, read again on reload.
+    settings: TlsSettings,
+    /// The listeners' configs, swapped whole by a reload: each handshake
+    /// takes the ones current when it starts.
+    configs: Arc<arc_swap::ArcSwap<ServerConfigs>>,
+    peer_ca: Option<PeerCa>,
+}
+
+/// The gRPC (`h2`) and HTTP (`http/1.1`) listeners' configs of one reading
+/// of the files.
+struct ServerConfigs {
     grpc: Arc<ServerConfig>,
     http: Arc<ServerConfig>,
-    peer_ca: Option<PeerCa>,
-    /// The certificate both listeners present, and its files.
-    certificate: Arc<LiveCertificate>,
 }
 
-/// The node's certificate and key, swapped whole by [`NodeTls::reload`]:
-/// each handshake takes the pair current when it starts.
-struct LiveCertificate {
-    current: arc_swap::ArcSwap<CertifiedKey>,
-    cert_file: PathBuf,
-    key_file: PathBuf,
-}
+/// A server certificate that never changes within one [`ServerConfigs`].
+#[derive(Debug)]
+struct Fixed(Arc<CertifiedKey>);
 
-impl std::fmt::Debug for LiveCertificate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LiveCertificate").field("cert_file", &self.cert_file).finish_non_exhaustive()
-    }
-}
-
-impl ResolvesServerCert for LiveCertificate {
+impl ResolvesServerCert for Fixed {
     fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.load_full())
+        Some(self.0.clone())
     }
 }
 
@@ -145,72 +143,48 @@ impl std::fmt::Debug for NodeTls {
     }
 }
 
+/// One listener's config as it is now (see [`NodeTls::grpc`]).
+pub type LiveConfig = Arc<dyn Fn() -> Arc<ServerConfig> + Send + Sync>;
+
 impl NodeTls {
     /// Reads the files of `[tls]`; `None` while TLS is off (no `cert_file`).
     /// The settings rules have checked which keys go together.
     pub fn load(s: &TlsSettings) -> Result<Option<NodeTls>, TlsError> {
-        let (Some(cert_file), Some(key_file)) = (&s.cert_file, &s.key_file) else {
+        let Some((configs, peer_verifier)) = read_files(s)? else {
             return Ok(None);
         };
-        let certificate = Arc::new(LiveCertificate {
-            current: arc_swap::ArcSwap::from_pointee(certified(cert_file, key_file)?),
-            cert_file: cert_file.clone(),
-            key_file: key_file.clone(),
-        });
-        let peer_ca = s.peer_ca_file.as_deref().map(PeerCa::load).transpose()?;
-        let mut callers: Vec<(&'static str, &Path)> = Vec::new();
-        if let Some(f) = &s.client_ca_file {
-            callers.push(("tls.client_ca_file", f));
-        }
-        if let Some(f) = &s.peer_ca_file {
-            callers.push(("tls.peer_ca_file", f));
-        }
-        let required = s.client_ca_file.is_some();
-        let verifier = |optional_for_peers: bool| -> Result<Option<Arc<dyn ClientCertVerifier>>, TlsError> {
-            if !(required || optional_for_peers && peer_ca.is_some()) {
-                return Ok(None);
-            }
-            let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&callers)?), provider());
-            let builder = if required { builder } else { builder.allow_unauthenticated() };
-            let (key, path) = callers[0];
-            builder.build().map(Some).map_err(|e| TlsError::Unusable { key, path: path.to_owned(), reason: e.to_string() })
-        };
-        // Peers call the gRPC listener only, so only it asks for a
-        // certificate when client certificates are not required.
-        let config = |verifier: Option<Arc<dyn ClientCertVerifier>>, alpn: &[u8]| -> Result<Arc<ServerConfig>, TlsError> {
-            let builder = ServerConfig::builder_with_provider(provider())
-                .with_safe_default_protocol_versions()
-                .map_err(|e| TlsError::Pair(e.to_string()))?;
-            let builder = match verifier {
-                Some(v) => builder.with_client_cert_verifier(v),
-                None => builder.with_no_client_auth(),
-            };
-            let mut config = builder.with_cert_resolver(certificate.clone());
-            config.alpn_protocols = vec![alpn.to_vec()];
-            Ok(Arc::new(config))
-        };
-        let (grpc, http) = (config(verifier(true)?, b"h2")?, config(verifier(false)?, b"http/1.1")?);
-        Ok(Some(NodeTls { grpc, http, peer_ca, certificate }))
+        Ok(Some(NodeTls {
+            settings: s.clone(),
+            configs: Arc::new(arc_swap::ArcSwap::from_pointee(configs)),
+            peer_ca: peer_verifier.map(PeerCa::new),
+        }))
     }
 
-    /// Reads `tls.cert_file` and `tls.key_file` again and serves the new
-    /// pair from the next handshake on; a pair that cannot be used (a file
-    /// unreadable, not PEM, or a key of another certificate) is refused and
-    /// the current one stays. Connections established keep theirs.
+    /// Reads every file of `[tls]` again (the certificate and key, the
+    /// client and cluster CA bundles) and serves them from the next
+    /// handshake on; whom the node calls a peer follows the new cluster
+    /// CA at once. A file that cannot be used (unreadable, not PEM, a key
+    /// of another certificate) is refused and everything current stays.
+    /// Connections established keep theirs.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let c = &self.certificate;
-        c.current.store(Arc::new(certified(&c.cert_file, &c.key_file)?));
+        let (configs, peer_verifier) = read_files(&self.settings)?.expect("TLS stays on: the files' names do not change");
+        if let (Some(ca), Some(verifier)) = (&self.peer_ca, peer_verifier) {
+            ca.replace(verifier);
+        }
+        self.configs.store(Arc::new(configs));
         Ok(())
     }
 
-    /// The gRPC listener's config (ALPN `h2`).
-    pub fn grpc(&self) -> Arc<ServerConfig> {
-        self.grpc.clone()
+    /// The gRPC listener's config (ALPN `h2`), current at each call.
+    pub fn grpc(&self) -> LiveConfig {
+        let configs = self.configs.clone();
+        Arc::new(move || configs.load().grpc.clone())
     }
 
-    /// The HTTP listener's config (ALPN `http/1.1`).
-    pub fn http(&self) -> Arc<ServerConfig> {
-        self.http.clone()
+    /// The HTTP listener's config (ALPN `http/1.1`), current at each call.
+    pub fn http(&self) -> LiveConfig {
+        let configs = self.configs.clone();
+        Arc::new(move || configs.load().http.clone())
     }
 
     /// The cluster CA, when `tls.peer_ca_file` is set.
@@ -219,15 +193,75 @@ impl NodeTls {
     }
 }
 
+/// The listeners' configs and the cluster CA's verifier from the files of
+/// `s`; `None` while TLS is off.
+#[allow(clippy::type_complexity)]
+fn read_files(s: &TlsSettings) -> Result<Option<(ServerConfigs, Option<Arc<dyn ClientCertVerifier>>)>, TlsError> {
+    let (Some(cert_file), Some(key_file)) = (&s.cert_file, &s.key_file) else {
+        return Ok(None);
+    };
+    let certificate = Arc::new(Fixed(Arc::new(certified(cert_file, key_file)?)));
+    let peer_verifier = s.peer_ca_file.as_deref().map(peer_verifier).transpose()?;
+    let mut callers: Vec<(&'static str, &Path)> = Vec::new();
+    if let Some(f) = &s.client_ca_file {
+        callers.push(("tls.client_ca_file", f));
+    }
+    if let Some(f) = &s.peer_ca_file {
+        callers.push(("tls.peer_ca_file", f));
+    }
+    let required = s.client_ca_file.is_some();
+    let verifier = |optional_for_peers: bool| -> Result<Option<Arc<dyn ClientCertVerifier>>, TlsError> {
+        if !(required || optional_for_peers && peer_verifier.is_some()) {
+            return Ok(None);
+        }
+        let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&callers)?), provider());
+        let builder = if required { builder } else { builder.allow_unauthenticated() };
+        let (key, path) = callers[0];
+        builder.build().map(Some).map_err(|e| TlsError::Unusable { key, path: path.to_owned(), reason: e.to_string() })
+    };
+    // Peers call the gRPC listener only, so only it asks for a
+    // certificate when client certificates are not required.
+    let config = |verifier: Option<Arc<dyn ClientCertVerifier>>, alpn: &[u8]| -> Result<Arc<ServerConfig>, TlsError> {
+        let builder = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Pair(e.to_string()))?;
+        let builder = match verifier {
+            Some(v) => builder.with_client_cert_verifier(v),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(certificate.clone());
+        config.alpn_protocols = vec![alpn.to_vec()];
+        Ok(Arc::new(config))
+    };
+    let configs = ServerConfigs { grpc: config(verifier(true)?, b"h2")?, http: config(verifier(false)?, b"http/1.1")? };
+    Ok(Some((configs, peer_verifier)))
+}
+
+/// The verifier of certificates signed by the CAs of `tls.peer_ca_file`.
+fn peer_verifier(path: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let roots = roots(&[("tls.peer_ca_file", path)])?;
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider()).build().map_err(|e| TlsError::Unusable {
+        key: "tls.peer_ca_file",
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
 /// The cluster CA: a caller whose certificate chains to it is a node of the
 /// cluster. Verified once per certificate (a peer's calls come on few,
 /// long-lived connections, each carrying the same certificate).
 #[derive(Clone)]
 pub struct PeerCa {
+    /// The verifier and the leaf certificates it already verified (the
+    /// handshake checks validity dates on every connection; this only
+    /// remembers which CA signed), swapped together when the CA is read
+    /// again: every clone sees the new CA.
+    current: Arc<Mutex<Verified>>,
+}
+
+struct Verified {
     verifier: Arc<dyn ClientCertVerifier>,
-    /// Leaf certificates already verified (the handshake checks validity
-    /// dates on every connection; this only remembers which CA signed).
-    verified: Arc<Mutex<HashSet<Vec<u8>>>>,
+    leaves: HashSet<Vec<u8>>,
 }
 
 impl std::fmt::Debug for PeerCa {
@@ -243,11 +277,16 @@ const MAX_REMEMBERED: usize = 1024;
 impl PeerCa {
     /// Reads `tls.peer_ca_file`.
     pub fn load(path: &Path) -> Result<PeerCa, TlsError> {
-        let roots = roots(&[("tls.peer_ca_file", path)])?;
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-            .build()
-            .map_err(|e| TlsError::Unusable { key: "tls.peer_ca_file", path: path.to_owned(), reason: e.to_string() })?;
-        Ok(PeerCa { verifier, verified: Arc::default() })
+        Ok(PeerCa::new(peer_verifier(path)?))
+    }
+
+    fn new(verifier: Arc<dyn ClientCertVerifier>) -> PeerCa {
+        PeerCa { current: Arc::new(Mutex::new(Verified { verifier, leaves: HashSet::new() })) }
+    }
+
+    /// The CA read again: certificates are judged by `verifier` from now on.
+    fn replace(&self, verifier: Arc<dyn ClientCertVerifier>) {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Verified { verifier, leaves: HashSet::new() };
     }
 
     /// Whether `chain` (leaf first, as the handshake received it) chains
@@ -256,16 +295,16 @@ impl PeerCa {
         let Some((leaf, intermediates)) = chain.split_first() else {
             return false;
         };
-        let mut known = self.verified.lock().unwrap_or_else(|p| p.into_inner());
-        if known.contains(leaf.as_ref()) {
+        let mut known = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if known.leaves.contains(leaf.as_ref()) {
             return true;
         }
-        let ok = self.verifier.verify_client_cert(leaf, intermediates, UnixTime::now()).is_ok();
+        let ok = known.verifier.verify_client_cert(leaf, intermediates, UnixTime::now()).is_ok();
         if ok {
-            if known.len() >= MAX_REMEMBERED {
-                known.clear();
+            if known.leaves.len() >= MAX_REMEMBERED {
+                known.leaves.clear();
             }
-            known.insert(leaf.to_vec());
+            known.leaves.insert(leaf.to_vec());
         }
         ok
     }

@@ -19,7 +19,9 @@
 //! - a node's certificate rotates on SIGHUP under load: new connections get
 //!   the new one, the connection open before keeps serving, no append
 //!   fails, and a key of another certificate is refused with the current
-//!   pair kept.
+//!   pair kept;
+//! - the cluster CA rotates on SIGHUP under load (bundle, certificates,
+//!   bundle again) without a failed append, forwards included.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -83,6 +85,18 @@ impl Ca {
     }
 }
 
+impl Ca {
+    /// This CA, trusted together with `other` (its `pem` and `file` hold
+    /// both certificates; it still issues as itself): a client's view of
+    /// a CA rotation.
+    fn also_trusting(&self, dir: &Path, other: &Ca) -> Ca {
+        let pem = format!("{}{}", self.pem, other.pem);
+        let file = dir.join("both-cas.pem");
+        std::fs::write(&file, &pem).unwrap();
+        Ca { params: self.params.clone(), key: KeyPair::from_pem(&self.key.serialize_pem()).unwrap(), pem, file }
+    }
+}
+
 const LOCAL: &[&str] = &["127.0.0.1", "localhost"];
 
 /// tonic's client TLS: trusting `ca`, presenting `identity`.
@@ -109,7 +123,9 @@ fn https_tls(ca: &Ca, identity: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap()).unwrap();
+    for cert in CertificateDer::pem_slice_iter(ca.pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
     let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .unwrap()
@@ -262,6 +278,115 @@ async fn a_certificate_rotates_on_sighup_under_load_without_a_failed_append() {
     assert!(node.log_text().contains("tls.key_file"), "{}", node.log_tail(10));
     assert_eq!(served_certificate(&node.api, &ca).await, der(&second.cert_pem));
     assert!(node.terminate(Duration::from_secs(30)).unwrap().success(), "{}", node.log_tail(20));
+}
+
+/// docs/security.md's rotation of the cluster CA, under load, on two nodes
+/// calling each other over mutual TLS: the new CA added to
+/// `tls.peer_ca_file`, each node's certificate replaced by one of the new
+/// CA, the old CA removed, each step followed by SIGHUP. No append fails,
+/// forwards included. Afterwards the old CA's certificates are no peers'
+/// (the bundle was read again), and node-01 connects afresh to a restarted
+/// node-02 with what it read (its own client side was read again too).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cluster_ca_rotates_on_sighup_under_load_without_a_failed_append() {
+    let certs = tempfile::tempdir().unwrap();
+    let (old, new) = (Ca::new(certs.path(), "old-ca"), Ca::new(certs.path(), "new-ca"));
+    let leaf = old.issue(certs.path(), "node", LOCAL);
+    let bundle = certs.path().join("cluster-ca.pem");
+    std::fs::write(&bundle, &old.pem).unwrap();
+    // Clients and probes trust both CAs throughout.
+    let both = new.also_trusting(certs.path(), &old);
+    let mut cluster = tls_cluster(&both, None, |s| {
+        set_tls(s, &leaf);
+        s.tls.peer_ca_file = Some(bundle.clone());
+    })
+    .await;
+    let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut held = Vec::new();
+    for n in &cluster.nodes {
+        held.push(JournalClient::new(channel(&n.api, Some(grpc_tls(&both, None))).await.unwrap()));
+    }
+    let load_names = names.clone();
+    let load = tokio::spawn(async move {
+        let (mut acked, mut forwarded, mut failures) = (0usize, 0usize, Vec::new());
+        let mut i = 0;
+        while !*stopped.borrow() {
+            match held[i % 2].append(append(&format!("ca-{}", i % 8), &format!("r-{i}"), false)).await {
+                Ok(a) => {
+                    acked += 1;
+                    forwarded += usize::from(a.into_inner().holder != load_names[i % 2]);
+                }
+                Err(e) => failures.push(format!("append {i}: {e}")),
+            }
+            i += 1;
+        }
+        (acked, forwarded, failures)
+    });
+
+    const RELOADED: &str = "certificate and key read again";
+    let new_leaf = new.issue(certs.path(), "node-new", LOCAL);
+    let steps: [&dyn Fn(); 3] = [
+        &|| std::fs::write(&bundle, format!("{}{}", old.pem, new.pem)).unwrap(),
+        &|| {
+            std::fs::write(&leaf.cert, &new_leaf.cert_pem).unwrap();
+            std::fs::write(&leaf.key, &new_leaf.key_pem).unwrap();
+        },
+        &|| std::fs::write(&bundle, &new.pem).unwrap(),
+    ];
+    for (k, step) in steps.iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        step();
+        for n in &cluster.nodes {
+            n.hangup().unwrap();
+        }
+        for n in &cluster.nodes {
+            n.wait_logged(RELOADED, k + 1, Duration::from_secs(30)).await.unwrap();
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.send(true).unwrap();
+    let (acked, forwarded, failures) = load.await.unwrap();
+    assert!(failures.is_empty(), "{} appends failed across the rotation: {failures:?}\n{}", failures.len(), cluster.logs());
+    assert!(acked > 20 && forwarded > 0, "too little load to judge: {acked} appends, {forwarded} forwarded");
+
+    // The old CA's certificate is refused at node-01's handshake now.
+    let stale = match channel(&cluster.nodes[0].api, Some(grpc_tls(&both, Some(&leaf)))).await {
+        Ok(c) => JournalClient::new(c).append(append("ca-x", "r-x", true)).await.map(|_| ()).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    assert!(stale.is_err(), "a certificate of the removed CA was still taken");
+
+    // node-01 must connect to node-02 again: it presents its new
+    // certificate and trusts only the new CA, as it read them last.
+    let restarted = &mut cluster.nodes[1];
+    assert!(restarted.terminate(Duration::from_secs(60)).unwrap().success(), "{}", restarted.log_tail(20));
+    restarted.start().unwrap();
+    restarted.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let mut via_first = JournalClient::new(channel(&cluster.nodes[0].api, Some(grpc_tls(&new, None))).await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    let mut i = 0;
+    loop {
+        i += 1;
+        match via_first.append(append(&format!("ca-{}", i % 8), &format!("after-{i}"), false)).await {
+            Ok(a) if a.get_ref().holder == names[1] => break,
+            Ok(_) => {}
+            Err(e) => last = e.to_string(),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node-01 forwarded nothing to the restarted node-02; last error: {last}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for node in &mut cluster.nodes {
+        let status = node.terminate(Duration::from_secs(60)).unwrap();
+        assert!(status.success(), "{}: {status}\n{}", node.name, node.log_tail(20));
+    }
+    cluster.teardown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
