@@ -18,10 +18,14 @@
 //! "in flight" rows keep several such calls outstanding at once on the one
 //! connection, against `redis-benchmark -c <same>`.
 
+mod figures;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chitin::coord::{Affinity, Claim, Keys, RedisConn, RedisSettings};
+
+use figures::thousands;
 
 fn host_port(url: &str) -> (String, u16) {
     let rest = url.trim_start_matches("redis://");
@@ -204,18 +208,6 @@ impl Drop for CleanOnDrop {
     }
 }
 
-fn fmt(x: f64) -> String {
-    let s = format!("{:.0}", x);
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
-
 fn us(rate: f64) -> String {
     format!("{:.1} µs", 1e6 / rate)
 }
@@ -271,12 +263,12 @@ async fn main() {
         }
         println!(
             "| {pipeline} | {in_flight} | {} | {} | {} | {:.2}× | {:.2}× | {} | {:.2}× |",
-            fmt(rb),
-            fmt(rbs),
-            fmt(fresh),
+            thousands(rb),
+            thousands(rbs),
+            thousands(fresh),
             fresh / rb,
             fresh / rbs,
-            fmt(owned),
+            thousands(owned),
             owned / rb
         );
     }
@@ -317,17 +309,22 @@ async fn main() {
         "| server time of the claim script, already ours (commandstats) | — | {owned_us:.2} µs | {:.2}× |",
         owned_us / set_us
     );
-    println!("| `redis-benchmark SET NX` | {} ops/s | {} | 1.00× |", fmt(rb), us(rb));
-    println!("| bare `SET NX` on a plain tokio socket (no multiplexer) | {} ops/s | {} | {:.2}× |", fmt(raw), us(raw), raw / rb);
-    println!("| bare `SET NX` through chitin's connection | {} ops/s | {} | {:.2}× |", fmt(cset), us(cset), cset / rb);
-    println!("| claim script via `redis-benchmark` (EVALSHA) | {} claims/s | {} | {:.2}× |", fmt(rbs), us(rbs), rbs / rb);
+    println!("| `redis-benchmark SET NX` | {} ops/s | {} | 1.00× |", thousands(rb), us(rb));
+    println!(
+        "| bare `SET NX` on a plain tokio socket (no multiplexer) | {} ops/s | {} | {:.2}× |",
+        thousands(raw),
+        us(raw),
+        raw / rb
+    );
+    println!("| bare `SET NX` through chitin's connection | {} ops/s | {} | {:.2}× |", thousands(cset), us(cset), cset / rb);
+    println!("| claim script via `redis-benchmark` (EVALSHA) | {} claims/s | {} | {:.2}× |", thousands(rbs), us(rbs), rbs / rb);
     println!(
         "| bound: `SET NX` round trip + the script's extra server time | {} claims/s | {} | {:.2}× |",
-        fmt(bound),
+        thousands(bound),
         us(bound),
         bound / rb
     );
-    println!("| chitin claim, fresh target | {} claims/s | {} | {:.2}× |", fmt(fresh), us(fresh), fresh / rb);
-    println!("| chitin claim, already ours | {} claims/s | {} | {:.2}× |", fmt(owned), us(owned), owned / rb);
+    println!("| chitin claim, fresh target | {} claims/s | {} | {:.2}× |", thousands(fresh), us(fresh), fresh / rb);
+    println!("| chitin claim, already ours | {} claims/s | {} | {:.2}× |", thousands(owned), us(owned), owned / rb);
     clean(&conn, &ns).await;
 }

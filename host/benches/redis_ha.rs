@@ -11,11 +11,15 @@
 //!
 //! Environment: CHITIN_BENCH_N (claims per measurement, 20000).
 
+mod figures;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chitin::coord::{Affinity, Keys, RedisConn, RedisSettings};
 use chitin::testkit::{PrivateRedis, PrivateRedisCluster, PrivateSentinel};
+
+use figures::thousands;
 
 /// `redis-benchmark -p {port} SET {ns}:rb:__rand_int__ v NX` → ops/s.
 fn set_nx(port: u16, ns: &str, n: usize, pipeline: usize) -> f64 {
@@ -51,18 +55,6 @@ fn affinity(url: &str, ns: &str, timeout: Duration) -> Affinity {
     settings.response_timeout = timeout;
     let conn = RedisConn::new(settings).expect("url");
     Affinity::new(conn, Keys::new(ns), "bench-node", Duration::from_secs(600)).unwrap()
-}
-
-fn fmt(x: f64) -> String {
-    let s = format!("{:.0}", x);
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -103,7 +95,7 @@ async fn main() {
                 got = got.max(claims(&a, &format!("r{rep}"), n, pipeline).await);
                 a.release_all().await.expect("release");
             }
-            println!("| {name} | {pipeline} | {} | {} | {:.2}× |", fmt(base), fmt(got), got / base);
+            println!("| {name} | {pipeline} | {} | {} | {:.2}× |", thousands(base), thousands(got), got / base);
         }
     }
 
