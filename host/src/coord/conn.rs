@@ -18,7 +18,8 @@
 //!
 //! A connect that fails fails for every caller that waited on it: the
 //! callers that arrive while it runs share its outcome, and for one connect
-//! timeout after it failed every caller is answered at once, instead of
+//! timeout after it failed (a tenth of one behind Sentinel, where a failed
+//! connect means a failover under way) every caller is answered at once, instead of
 //! each trying again in turn (with Redis unreachable, the hundredth of a
 //! hundred concurrent dispatches would otherwise wait a hundred timeouts).
 //!
