@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
@@ -131,7 +131,8 @@ impl Tracing {
 /// (W3C trace context), so the callee's spans join this trace.
 pub fn inject(metadata: &mut tonic::metadata::MetadataMap) {
     if enabled() {
-        TraceContextPropagator::new().inject_context(&tracing::Span::current().context(), &mut Outgoing(metadata));
+        TraceContextPropagator::new()
+            .inject_context(&tracing::Span::current().context(), &mut chitin_client::MetadataInjector(metadata));
     }
 }
 
@@ -146,18 +147,6 @@ pub async fn traced_call(req: axum::extract::Request, next: axum::middleware::Ne
     let span = trace_span!("grpc", otel.name = %req.uri().path(), otel.kind = "server", rpc.system = "grpc");
     let _ = span.set_parent(parent);
     next.run(req).instrument(span).await
-}
-
-/// A call's metadata as the propagator writes it.
-struct Outgoing<'a>(&'a mut tonic::metadata::MetadataMap);
-
-impl Injector for Outgoing<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        let key = tonic::metadata::MetadataKey::from_bytes(key.as_bytes());
-        if let (Ok(k), Ok(v)) = (key, tonic::metadata::MetadataValue::try_from(value)) {
-            self.0.insert(k, v);
-        }
-    }
 }
 
 /// A request's headers as the propagator reads them.

@@ -34,6 +34,8 @@ pub mod outcome;
 pub mod proto;
 #[cfg(feature = "otel")]
 mod trace_context;
+#[cfg(feature = "otel")]
+pub use trace_context::Outgoing as MetadataInjector;
 pub mod watch;
 
 pub use assignments::{AssignmentMap, Assignments, MapError};

@@ -13,8 +13,9 @@ pub(crate) fn inject(metadata: &mut MetadataMap) {
     opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut Outgoing(metadata)));
 }
 
-/// A call's metadata as the propagator writes it.
-struct Outgoing<'a>(&'a mut MetadataMap);
+/// A call's metadata as an OpenTelemetry propagator writes it (keys and
+/// values that are no valid metadata are left out).
+pub struct Outgoing<'a>(pub &'a mut MetadataMap);
 
 impl Injector for Outgoing<'_> {
     fn set(&mut self, key: &str, value: String) {
