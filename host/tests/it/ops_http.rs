@@ -211,6 +211,10 @@ async fn cluster_health_and_metrics_after_appends_forwards_and_handoffs() -> Res
         assert!(m.value(name).is_some(), "{name} missing");
     }
     assert_eq!(m.value("chitin_shards_unowned"), Some(0.0));
+    // The shard counts come from the shared cached read, never older than
+    // its stale-while-revalidate limit (node::observed, a minute).
+    let age = m.value("chitin_cluster_read_age_seconds").expect("chitin_cluster_read_age_seconds missing");
+    assert!((0.0..60.0).contains(&age), "the read the scrape used is {age} s old");
     assert_eq!(m.value("chitin_node_ready"), Some(1.0));
     assert_eq!(m.value("chitin_lease_round_budget_seconds"), Some(RENEW.as_secs_f64()));
     assert_eq!(m.matching("chitin_policy_info", &[]).count(), 4, "one per slot");
