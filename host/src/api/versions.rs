@@ -99,6 +99,7 @@ async fn read(node: &Node) -> Result<(Vec<upgrade::Member>, Release), Status> {
 pub async fn upgrade_status(node: &Node) -> Result<proto::UpgradeStatusResponse, Status> {
     let (live, cluster) = read(node).await?;
     let binary = Release::binary();
+    let target = upgrade::finalize_target(cluster, binary);
     let blockers = match upgrade::plan_finalize(cluster, binary, binary, &live) {
         Ok(_) => Vec::new(),
         Err(why) => why,
@@ -125,8 +126,8 @@ pub async fn upgrade_status(node: &Node) -> Result<proto::UpgradeStatusResponse,
                 active: g.active(cluster),
             })
             .collect(),
-        finalize_to: if cluster < binary { binary.to_string() } else { String::new() },
-        blockers: if cluster < binary { blockers } else { Vec::new() },
+        blockers: if target.is_some() { blockers } else { Vec::new() },
+        finalize_to: target.map(|r| r.to_string()).unwrap_or_default(),
     })
 }
 

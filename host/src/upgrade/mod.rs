@@ -95,6 +95,12 @@ pub fn members(registry: &[NodeRecord], versions: &std::collections::HashMap<Uui
         .collect()
 }
 
+/// The release a cluster at `cluster` can be finalized to by a node of
+/// release `binary`: the binary's, when it is newer.
+pub fn finalize_target(cluster: Release, binary: Release) -> Option<Release> {
+    (cluster < binary).then_some(binary)
+}
+
 /// What a finalize does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finalize {
@@ -145,6 +151,15 @@ pub fn peer_floor(cluster: Release) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_finalizes_only_to_a_newer_release_of_its_own() {
+        let r = Release::new;
+        let cases = [(r(0, 1), r(0, 2), Some(r(0, 2))), (r(0, 2), r(0, 2), None), (r(0, 3), r(0, 2), None)];
+        for (cluster, binary, want) in cases {
+            assert_eq!(finalize_target(cluster, binary), want, "{cluster} by {binary}");
+        }
+    }
 
     fn member(name: &str, version: &str) -> Member {
         Member { name: name.into(), id: Uuid::nil(), version: version.into(), protocol: 2 }

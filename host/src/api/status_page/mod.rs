@@ -187,6 +187,18 @@ impl PageQuery {
     }
 }
 
+/// The [`BUSIEST`] of `loads`, busiest first (ties in shard order, as the
+/// snapshot comes).
+fn busiest(loads: Vec<crate::node::load::ShardLoad>) -> Vec<PageLoad> {
+    let mut busiest: Vec<PageLoad> = loads
+        .into_iter()
+        .map(|l| PageLoad { shard: l.shard, ops_per_sec: l.ops_per_sec, bytes_per_sec: l.bytes_per_sec })
+        .collect();
+    busiest.sort_by(|a, b| b.ops_per_sec.total_cmp(&a.ops_per_sec));
+    busiest.truncate(BUSIEST);
+    busiest
+}
+
 /// What the page shows of `node` now. A database that cannot be read
 /// leaves the nodes and holders empty and says why.
 pub async fn view(node: &Node) -> PageView {
@@ -199,14 +211,6 @@ pub async fn view(node: &Node) -> PageView {
             (slot.interface().to_string(), p.name().to_string(), p.sha256().to_string())
         })
         .collect();
-    let mut busiest: Vec<PageLoad> = node
-        .load
-        .snapshot(None)
-        .into_iter()
-        .map(|l| PageLoad { shard: l.shard, ops_per_sec: l.ops_per_sec, bytes_per_sec: l.bytes_per_sec })
-        .collect();
-    busiest.sort_by(|a, b| b.ops_per_sec.total_cmp(&a.ops_per_sec));
-    busiest.truncate(BUSIEST);
     let observed = node.observed().await;
     let (nodes, shards) = match &observed {
         Ok(o) => cluster_part(&topology.map, o),
@@ -225,9 +229,9 @@ pub async fn view(node: &Node) -> PageView {
         mismatches: node.policy_mismatch().iter().map(ToString::to_string).collect(),
         upgrade: observed.as_ref().ok().map(|o| PageUpgrade {
             cluster_version: o.cluster_version.to_string(),
-            finalize_to: (o.cluster_version < binary).then(|| binary.to_string()),
+            finalize_to: crate::upgrade::finalize_target(o.cluster_version, binary).map(|r| r.to_string()),
         }),
-        busiest,
+        busiest: busiest(node.load.snapshot(None)),
         error: observed.as_ref().err().map(|e| format!("cannot read the cluster from the database: {e}")),
         generated_at: match &observed {
             Ok(o) => o.cluster.now,
@@ -309,6 +313,30 @@ fn tally<'a>(values: impl Iterator<Item = &'a str>) -> Vec<(&'a str, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_busiest_are_the_most_appended_to_at_most_ten() {
+        let load = |shard: &str, ops: f64| crate::node::load::ShardLoad {
+            shard: shard.into(),
+            ops_per_sec: ops,
+            bytes_per_sec: ops * 10.0,
+            ranges: Vec::new(),
+        };
+        let cases: &[(Vec<crate::node::load::ShardLoad>, &[&str])] = &[
+            (Vec::new(), &[]),
+            (vec![load("a", 1.0), load("b", 3.0), load("c", 2.0)], &["b", "c", "a"]),
+            // Ties keep the snapshot's shard order.
+            (vec![load("a", 1.0), load("b", 1.0)], &["a", "b"]),
+            (
+                (0..12).map(|i| load(&format!("s{i:02}"), f64::from(i))).collect(),
+                &["s11", "s10", "s09", "s08", "s07", "s06", "s05", "s04", "s03", "s02"],
+            ),
+        ];
+        for (loads, want) in cases {
+            let got: Vec<String> = busiest(loads.clone()).into_iter().map(|l| l.shard).collect();
+            assert_eq!(got, *want);
+        }
+    }
 
     pub(super) fn shard(id: &str, lower: u32, upper: u32, holder: Option<&str>, draining: bool) -> PageShard {
         PageShard {
