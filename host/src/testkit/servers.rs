@@ -196,9 +196,13 @@ impl PrivateRedisCluster {
         let mut nodes = Vec::new();
         for i in 0..masters * (1 + replicas) {
             let conf = dir.join(format!("cluster-node-{i}.conf"));
-            let args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "1000", "--cluster-config-file"];
+            // The bus port is its own free port: the default (the port +
+            // 10,000) lands in the kernel's ephemeral range, where an
+            // outgoing connection may hold it (see super::ports).
+            let bus = free_port()?.to_string();
+            let args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "1000", "--cluster-port", &bus];
             let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-            args.push(conf.display().to_string());
+            args.extend(["--cluster-config-file".to_string(), conf.display().to_string()]);
             nodes.push(PrivateRedis::node(dir, &format!("cluster-node-{i}"), args)?);
         }
         let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
