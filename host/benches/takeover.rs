@@ -20,6 +20,8 @@
 //! `cargo bench -p chitin --bench takeover` (needs the local PostgreSQL,
 //! MariaDB and Redis, and their command-line clients).
 
+mod figures;
+
 // The integration tests' kit; a bench uses only part of it.
 #[allow(dead_code)]
 #[path = "../tests/it/support/mod.rs"]
@@ -29,6 +31,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use figures::pct;
 use sqlx::Connection;
 use support::cluster::*;
 
@@ -81,11 +84,6 @@ async fn fault_once(c: &mut Cluster, fault: Fault) -> Vec<Duration> {
     }
     c.nodes[v].wait_ready(Duration::from_secs(60)).await.unwrap();
     took
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
 }
 
 fn summary(mut v: Vec<Duration>) -> (Duration, Duration, Duration, usize) {

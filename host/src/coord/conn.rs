@@ -87,7 +87,12 @@ pub enum ConnError {
 enum Source {
     Single(redis::Client),
     /// Asked on every (re)connect; behind a lock because asking mutates it.
-    Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
+    Sentinel {
+        /// Asks the Sentinels and connects to the master they name.
+        client: tokio::sync::Mutex<redis::sentinel::SentinelClient>,
+        /// What is asked of whom (`master `m` from h:p, h:p`), for errors.
+        asked: String,
+    },
     Cluster(redis::cluster::ClusterClient),
 }
 
@@ -128,6 +133,8 @@ impl RedisConn {
                 None => redis::Client::open(url.as_str()).map_err(bad_url)?,
             }),
             RedisTarget::Sentinel { sentinels, master, node } => {
+                let addresses: Vec<&str> = sentinels.iter().map(|s| s.trim_start_matches("redis://")).collect();
+                let asked = format!("master `{master}` from the Sentinels at {}", addresses.join(", "));
                 let node = redis::IntoConnectionInfo::into_connection_info(node.as_str()).map_err(bad_url)?;
                 let info =
                     redis::sentinel::SentinelNodeConnectionInfo { tls_mode: None, redis_connection_info: Some(node.redis) };
@@ -138,7 +145,7 @@ impl RedisConn {
                     redis::sentinel::SentinelServerType::Master,
                 )
                 .map_err(bad_url)?;
-                Source::Sentinel(tokio::sync::Mutex::new(client))
+                Source::Sentinel { client: tokio::sync::Mutex::new(client), asked }
             }
             RedisTarget::Cluster(seeds) => Source::Cluster(
                 redis::cluster::ClusterClient::builder(seeds)
@@ -205,7 +212,7 @@ impl RedisConn {
             Ok(link) => {
                 *last_failure = None;
                 let number = self.connects.fetch_add(1, Ordering::Relaxed);
-                let conn = Conn { link, forget: matches!(*self.source, Source::Sentinel(_)).then(|| self.forgetter(number)) };
+                let conn = Conn { link, forget: matches!(*self.source, Source::Sentinel { .. }).then(|| self.forgetter(number)) };
                 *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some((number, conn.clone()));
                 Ok(conn)
             }
@@ -224,7 +231,7 @@ impl RedisConn {
     /// master soon after the Sentinels name it.
     fn hold_after_failure(&self) -> Duration {
         match *self.source {
-            Source::Sentinel(_) => self.settings.connection_timeout / 10,
+            Source::Sentinel { .. } => self.settings.connection_timeout / 10,
             _ => self.settings.connection_timeout,
         }
     }
@@ -246,15 +253,18 @@ impl RedisConn {
         };
         match &*self.source {
             Source::Single(client) => Ok(Link::Manager(manager(client.clone()).await?)),
-            Source::Sentinel(sentinel) => {
+            Source::Sentinel { client, asked } => {
                 // Asking walks the Sentinels in turn, each without a timeout
                 // of its own: one bound for the whole question.
-                let ask = async { sentinel.lock().await.async_get_client().await };
+                let ask = async { client.lock().await.async_get_client().await };
                 let client = tokio::time::timeout(s.connection_timeout * 2, ask).await.map_err(|_| {
                     redis::RedisError::from((
                         redis::ErrorKind::IoError,
                         "no Sentinel named the master in time",
-                        format!("{:?}", s.connection_timeout * 2),
+                        format!(
+                            "asked for the {asked} for {:?}; check that they run and monitor that name (cluster.redis_url)",
+                            s.connection_timeout * 2
+                        ),
                     ))
                 })??;
                 Ok(Link::Manager(manager(client).await?))
@@ -300,10 +310,18 @@ pub struct Conn {
     forget: Option<Forget>,
 }
 
+/// Whether `e` says the master this connection reached may no longer be the
+/// master: the connection was refused, dropped or timed out, or a master
+/// turned replica answered `READONLY`. A refusal by the script or the data
+/// (a wrong type, a script error) says nothing of where the master is.
+fn master_may_have_moved(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.kind() == redis::ErrorKind::ReadOnly
+}
+
 impl Conn {
     fn noted<T>(&self, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
         if let (Err(e), Some(forget)) = (&r, &self.forget)
-            && (e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.kind() == redis::ErrorKind::ReadOnly)
+            && master_may_have_moved(e)
         {
             (forget.0)();
         }
@@ -402,6 +420,28 @@ fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_errors_of_the_link_or_a_demoted_master_forget_the_connection() {
+        use std::io::{Error, ErrorKind as Io};
+        let io = |kind| redis::RedisError::from(Error::new(kind, "test"));
+        let answer = |kind| redis::RedisError::from((kind, "test"));
+        let cases = [
+            (io(Io::ConnectionRefused), true),
+            (io(Io::ConnectionReset), true),
+            (io(Io::BrokenPipe), true),
+            (io(Io::TimedOut), true),
+            (answer(redis::ErrorKind::ReadOnly), true),
+            // The data or the script refused: the master is where it was.
+            (answer(redis::ErrorKind::TypeError), false),
+            (answer(redis::ErrorKind::ResponseError), false),
+            (answer(redis::ErrorKind::NoScriptError), false),
+            (answer(redis::ErrorKind::AuthenticationFailed), false),
+        ];
+        for (e, moved) in cases {
+            assert_eq!(master_may_have_moved(&e), moved, "{e:?}");
+        }
+    }
 
     #[test]
     fn redacts_password() {

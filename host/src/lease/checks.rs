@@ -10,7 +10,12 @@
 //! - SQLite is for standalone mode only ([`check_url`] refuses it in cluster
 //!   mode before anything connects or creates a file).
 //! - PostgreSQL ≥ 14; not in recovery (`pg_is_in_recovery()`); `fsync` on and
-//!   `synchronous_commit` not `off` (as this node's session sees them).
+//!   `synchronous_commit` not `off` (as this node's session sees them);
+//!   `lock_timeout` and `idle_in_transaction_session_timeout` not off (the
+//!   node asks for them in its connection's `options`; a pooler that drops
+//!   that parameter leaves a stuck holder's row locks unbounded); no sign of
+//!   a pooler in transaction mode that loses prepared statements between
+//!   server connections.
 //! - MySQL ≥ 8.0 with `gtid_mode = ON`, or MariaDB ≥ 10.6 (its own GTID:
 //!   `gtid_domain_id` exists); not `read_only` / `super_read_only` and no
 //!   replication configured (`SHOW REPLICA STATUS`, when readable);
@@ -23,6 +28,7 @@ use std::fmt;
 use sqlx::Row;
 
 use super::{Dialect, LeaseError, Store};
+use crate::plant::{self, Plant};
 
 /// What kind of server the facts describe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +64,13 @@ pub struct ServerFacts {
     pub fsync: Option<String>,
     /// PostgreSQL: `synchronous_commit` (this session's value).
     pub synchronous_commit: Option<String>,
+    /// PostgreSQL: `lock_timeout` (this session's value; `None` when not
+    /// asked, as under the idle-bound plant).
+    pub lock_timeout: Option<String>,
+    /// PostgreSQL: `idle_in_transaction_session_timeout` (this session's value).
+    pub idle_in_transaction_session_timeout: Option<String>,
+    /// PostgreSQL: the first error met while reading these facts.
+    pub unreadable: Option<String>,
     /// MySQL/MariaDB: `read_only`.
     pub read_only: Option<String>,
     /// MySQL: `super_read_only` (MariaDB has none).
@@ -86,6 +99,9 @@ impl ServerFacts {
             in_recovery: None,
             fsync: None,
             synchronous_commit: None,
+            lock_timeout: None,
+            idle_in_transaction_session_timeout: None,
+            unreadable: None,
             read_only: None,
             super_read_only: None,
             replica_configured: None,
@@ -113,6 +129,8 @@ pub enum Check {
     Durability,
     Gtid,
     ReplicationMode,
+    LockBounds,
+    Pooler,
 }
 
 impl Check {
@@ -124,6 +142,8 @@ impl Check {
             Check::Durability => "durability",
             Check::Gtid => "gtid",
             Check::ReplicationMode => "replication-mode",
+            Check::LockBounds => "lock-bounds",
+            Check::Pooler => "pooler",
         }
     }
 }
@@ -220,6 +240,35 @@ pub fn evaluate(facts: &ServerFacts, cluster: bool) -> Vec<Refusal> {
 }
 
 fn evaluate_pg(f: &ServerFacts, out: &mut Vec<Refusal>) {
+    if let Some(e) = f.unreadable.as_deref().filter(|e| e.contains("prepared statement") && e.contains("does not exist")) {
+        out.push(refusal(
+            Check::Pooler,
+            format!(
+                "a statement prepared on one server connection was missing on the next ({e}): a pooler in \
+                 transaction mode sits between this node and PostgreSQL and does not keep prepared statements"
+            ),
+            "run the pooler in session mode for chitin's connections, or use PgBouncer 1.21 or newer with \
+             max_prepared_statements > 0 (and cluster.session_liveness = false)",
+        ));
+    }
+    for (name, value) in
+        [("lock_timeout", &f.lock_timeout), ("idle_in_transaction_session_timeout", &f.idle_in_transaction_session_timeout)]
+    {
+        if value.as_deref().is_some_and(|v| v.trim() == "0") {
+            out.push(refusal(
+                Check::LockBounds,
+                format!(
+                    "{name} is off in this node's sessions, though the node asks for half a lease TTL in its \
+                     connection options: something between them dropped the options (a pooler's \
+                     ignore_startup_parameters?), and a holder stuck mid-transaction would keep its rows locked"
+                ),
+                format!(
+                    "set it for chitin's role or database at half the lease TTL: ALTER ROLE … SET {name} = '1000ms' \
+                     (the default TTL of 2 s)"
+                ),
+            ));
+        }
+    }
     let shown = f.version.as_deref().unwrap_or("unknown");
     match f.version_num.as_deref().and_then(|v| v.trim().parse::<u32>().ok()) {
         None => out.push(refusal(
@@ -375,13 +424,20 @@ pub async fn gather(store: &Store) -> Result<ServerFacts, LeaseError> {
         Store::Postgres(s) => {
             let pool = &s.pool;
             let mut f = ServerFacts::unknown(ServerKind::Postgres);
-            let setting = |name: &'static str| async move {
-                sqlx::query_scalar::<_, String>("SELECT current_setting($1)").bind(name).fetch_one(pool).await.ok()
-            };
-            f.version = setting("server_version").await;
-            f.version_num = setting("server_version_num").await;
-            f.fsync = setting("fsync").await;
-            f.synchronous_commit = setting("synchronous_commit").await;
+            // Under the idle-bound plant the node does not ask for the bounds.
+            let bounds = if plant::active(Plant::IdleBound) { 0 } else { 2 };
+            let names = ["server_version", "server_version_num", "fsync", "synchronous_commit"]
+                .into_iter()
+                .chain(["lock_timeout", "idle_in_transaction_session_timeout"].into_iter().take(bounds));
+            let mut values = Vec::new();
+            for name in names {
+                let value = sqlx::query_scalar::<_, String>("SELECT current_setting($1)").bind(name).fetch_one(pool).await;
+                values.push(value.map_err(|e| f.unreadable.get_or_insert(e.to_string()).clone()).ok());
+            }
+            let mut values = values.into_iter();
+            let mut next = || values.next().flatten();
+            (f.version, f.version_num, f.fsync, f.synchronous_commit) = (next(), next(), next(), next());
+            (f.lock_timeout, f.idle_in_transaction_session_timeout) = (next(), next());
             f.in_recovery = sqlx::query_scalar::<_, bool>("SELECT pg_is_in_recovery()").fetch_one(pool).await.ok();
             Ok(f)
         }

@@ -8,7 +8,9 @@
 //! - [`ports`]: free loopback ports and waiting for a listener;
 //! - [`http`]: the minimal HTTP/1.0 GET the node's own endpoints need;
 //! - [`node`]: one node process (spawn, wait ready, signals, its log);
-//! - [`servers`]: a private `redis-server` and a private PostgreSQL;
+//! - [`servers`]: private Redis, PostgreSQL (with a synchronous standby)
+//!   and MariaDB servers;
+//! - [`switch`]: one address moved from one server to another;
 //! - [`db`]: fresh databases in a configured server;
 //! - [`settings`]: node settings as the suite and the chaos lab write them.
 //!
@@ -20,6 +22,7 @@ pub mod node;
 pub mod ports;
 pub mod servers;
 pub mod settings;
+pub mod switch;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -28,7 +31,10 @@ pub use db::{FreshDb, create_database, drop_database, with_database};
 pub use http::{http_get, http_status, https_get, https_status};
 pub use node::NodeProc;
 pub use ports::{free_port, free_ports};
-pub use servers::{PrivateMariadb, PrivatePostgres, PrivateRedis, PrivateRedisCluster, PrivateSentinel, redis_cli};
+pub use servers::{
+    PrivateMariadb, PrivatePgBouncer, PrivatePostgres, PrivateRedis, PrivateRedisCluster, PrivateSentinel, redis_cli,
+};
+pub use switch::Switch;
 
 /// What went wrong while building or driving a test cluster.
 #[derive(Debug, thiserror::Error)]

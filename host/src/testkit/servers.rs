@@ -344,7 +344,8 @@ impl PrivateSentinel {
 
 /// Runs a PostgreSQL tool, as user `postgres` when we are root (initdb and
 /// postgres refuse to run as root).
-fn pg_tool(bin: &Path, tool: &str, args: &[&str]) -> Result<(), KitError> {
+/// Runs a PostgreSQL tool (as `postgres` when this is root); its stdout.
+fn pg_tool(bin: &Path, tool: &str, args: &[&str]) -> Result<String, KitError> {
     let exe = bin.join(tool);
     let mut cmd = if is_root() {
         let mut c = Command::new("runuser");
@@ -363,7 +364,7 @@ fn pg_tool(bin: &Path, tool: &str, args: &[&str]) -> Result<(), KitError> {
             output: format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
         });
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn is_root() -> bool {
@@ -394,6 +395,10 @@ fn utf8(path: &Path) -> Result<&str, KitError> {
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path is not UTF-8"),
     })
 }
+
+/// The `application_name` of [`PrivatePostgres::start_standby`]'s
+/// standby, which the primary names as its synchronous one.
+const STANDBY: &str = "standby";
 
 /// A private PostgreSQL cluster that a run restarts (and the start checks'
 /// tests put in bad states); its files live under the given directory.
@@ -430,13 +435,7 @@ impl PrivatePostgres {
         tls: Option<(&Path, &Path)>,
     ) -> Result<PrivatePostgres, KitError> {
         let bin = pg_bin()?;
-        let base = PrivatePostgres::base(dir);
-        std::fs::create_dir_all(&base).map_err(KitError::io(format!("create {}", base.display())))?;
-        // initdb runs as `postgres`; let it write here.
-        for d in [dir, base.as_path()] {
-            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777))
-                .map_err(KitError::io(format!("open up {}", d.display())))?;
-        }
+        let base = PrivatePostgres::make_base(dir)?;
         let data = base.join("data");
         pg_tool(&bin, "initdb", &["-D", utf8(&data)?, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"]).map_err(
             |e| KitError::Tool {
@@ -482,6 +481,72 @@ impl PrivatePostgres {
         let mut pg = PrivatePostgres { bin, data, port, running: false };
         pg.up()?;
         Ok(pg)
+    }
+
+    /// [`PrivatePostgres::base`], made and opened to `postgres`, which
+    /// initdb and pg_basebackup run as.
+    fn make_base(dir: &Path) -> Result<PathBuf, KitError> {
+        let base = PrivatePostgres::base(dir);
+        std::fs::create_dir_all(&base).map_err(KitError::io(format!("create {}", base.display())))?;
+        for d in [dir, base.as_path()] {
+            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                .map_err(KitError::io(format!("open up {}", d.display())))?;
+        }
+        Ok(base)
+    }
+
+    /// A primary that acknowledges a commit only once its synchronous
+    /// standby ([`PrivatePostgres::start_standby`]) has it.
+    pub fn start_primary(dir: &Path) -> Result<PrivatePostgres, KitError> {
+        PrivatePostgres::start(
+            dir,
+            None,
+            &format!(
+                "wal_level = replica\nmax_wal_senders = 4\nsynchronous_commit = on\nsynchronous_standby_names = '{STANDBY}'\n"
+            ),
+        )
+    }
+
+    /// A synchronous streaming standby of `primary` under `dir`, as a
+    /// failover manager keeps one: a base backup, streaming as
+    /// `application_name = standby`, on a free port; returned once the
+    /// primary reports it `sync`. It waits for no standby of its own once
+    /// promoted (its `synchronous_standby_names` is empty), as a failover
+    /// manager reconfigures a promoted node until a new standby joins.
+    pub fn start_standby(dir: &Path, primary: &PrivatePostgres) -> Result<PrivatePostgres, KitError> {
+        let bin = pg_bin()?;
+        let base = PrivatePostgres::make_base(dir)?;
+        let data = base.join("data");
+        let from = primary.port.to_string();
+        pg_tool(&bin, "pg_basebackup", &["-h", "127.0.0.1", "-p", &from, "-U", "postgres", "-D", utf8(&data)?, "-X", "stream"])?;
+        let port = free_port()?;
+        append(
+            &data.join("postgresql.conf"),
+            &format!(
+                "\nport = {port}\nunix_socket_directories = '{}'\nsynchronous_standby_names = ''\n\
+                 primary_conninfo = 'host=127.0.0.1 port={from} user=postgres application_name={STANDBY}'\n",
+                base.display()
+            ),
+        )?;
+        let signal = data.join("standby.signal");
+        std::fs::write(&signal, "").map_err(KitError::io(format!("write {}", signal.display())))?;
+        let mut standby = PrivatePostgres { bin, data, port, running: false };
+        standby.up()?;
+        let query = format!("SELECT sync_state FROM pg_stat_replication WHERE application_name = '{STANDBY}'");
+        wait_until("the standby, confirmed synchronous by the primary", Duration::from_secs(60), || {
+            primary.psql(&query).map(|state| state.trim() == "sync").map_err(|e| e.to_string())
+        })?;
+        Ok(standby)
+    }
+
+    /// Promotes this standby (`pg_ctl promote`), waiting until it takes writes.
+    pub fn promote(&self) -> Result<(), KitError> {
+        pg_tool(&self.bin, "pg_ctl", &["-D", utf8(&self.data)?, "-w", "-t", "60", "promote"]).map(drop)
+    }
+
+    /// The unaligned, tuples-only output of `sql` run by `psql` as `postgres`.
+    pub fn psql(&self, sql: &str) -> Result<String, KitError> {
+        pg_tool(&self.bin, "psql", &["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-tAc", sql])
     }
 
     /// `postgres://postgres@host:port/postgres`.
@@ -676,4 +741,82 @@ fn append(path: &Path, text: &str) -> Result<(), KitError> {
     let mut t = std::fs::read_to_string(path).map_err(KitError::io(format!("read {}", path.display())))?;
     t.push_str(text);
     std::fs::write(path, t).map_err(KitError::io(format!("write {}", path.display())))
+}
+
+/// A private PgBouncer in front of a PostgreSQL server on loopback: every
+/// database name is passed through to the server. It takes the connection
+/// options chitin sends (the `options` startup parameter) and drops them, as
+/// PgBouncer must be told to (it refuses a parameter it does not know).
+pub struct PrivatePgBouncer {
+    /// The loopback port clients connect to.
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl PrivatePgBouncer {
+    /// Starts `pgbouncer` under `dir` for the server on `server_port` in
+    /// `pool_mode` (`session`, `transaction`), as `postgres` when this is
+    /// root (PgBouncer refuses to run as root); its log is
+    /// `dir/pgbouncer/pgbouncer.log`.
+    pub fn start(dir: &Path, server_port: u16, pool_mode: &str) -> Result<PrivatePgBouncer, KitError> {
+        let base = dir.join("pgbouncer");
+        std::fs::create_dir_all(&base).map_err(KitError::io(format!("create {}", base.display())))?;
+        for d in [dir, base.as_path()] {
+            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                .map_err(KitError::io(format!("open up {}", d.display())))?;
+        }
+        let port = free_port()?;
+        let log = base.join("pgbouncer.log");
+        let ini = base.join("pgbouncer.ini");
+        let users = base.join("users.txt");
+        std::fs::write(&users, "\"postgres\" \"\"\n").map_err(KitError::io(format!("write {}", users.display())))?;
+        std::fs::write(
+            &ini,
+            format!(
+                "[databases]\n* = host=127.0.0.1 port={server_port}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
+                 listen_port = {port}\nunix_socket_dir =\nauth_type = trust\nauth_file = {}\npool_mode = {pool_mode}\n\
+                 max_client_conn = 500\ndefault_pool_size = 80\nlogfile = {}\n\
+                 ignore_startup_parameters = extra_float_digits,options\nadmin_users = postgres\n",
+                utf8(&users)?,
+                utf8(&log)?
+            ),
+        )
+        .map_err(KitError::io(format!("write {}", ini.display())))?;
+        let mut cmd = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--", "pgbouncer"]);
+            c
+        } else {
+            Command::new("pgbouncer")
+        };
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let child = cmd.arg(&ini).spawn().map_err(|source| KitError::Spawn {
+            program: "pgbouncer".into(),
+            hint: " (scripts/ops-tools pgbouncer installs it)",
+            source,
+        })?;
+        let bouncer = PrivatePgBouncer { port, child: Some(child) };
+        wait_for_port(&format!("127.0.0.1:{port}"), Duration::from_secs(30), &format!("; its log is {}", log.display()))?;
+        Ok(bouncer)
+    }
+}
+
+impl PrivatePgBouncer {
+    /// `RECONNECT` on the admin console: each server connection is closed
+    /// once released, so new ones take settings changed on the server
+    /// (`ALTER DATABASE … SET`) since they were opened.
+    pub fn reconnect(&self) -> Result<(), KitError> {
+        let port = self.port.to_string();
+        pg_tool(&pg_bin()?, "psql", &["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-c", "RECONNECT", "pgbouncer"]).map(drop)
+    }
+}
+
+impl Drop for PrivatePgBouncer {
+    fn drop(&mut self) {
+        // Its whole process group: `runuser` does not pass a SIGKILL on.
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", c.id())]).status();
+        }
+        kill(&mut self.child);
+    }
 }

@@ -20,6 +20,8 @@ fn pg_good() -> ServerFacts {
         in_recovery: Some(false),
         fsync: Some("on".into()),
         synchronous_commit: Some("on".into()),
+        lock_timeout: Some("1s".into()),
+        idle_in_transaction_session_timeout: Some("1s".into()),
         ..ServerFacts::unknown(ServerKind::Postgres)
     }
 }
@@ -86,6 +88,36 @@ fn decision_table() {
             },
             true,
             vec![Version, Replica, Durability, Durability],
+        ),
+        ("pg lock_timeout off", ServerFacts { lock_timeout: Some("0".into()), ..pg_good() }, true, vec![LockBounds]),
+        (
+            "pg idle bound off",
+            ServerFacts { idle_in_transaction_session_timeout: Some("0".into()), ..pg_good() },
+            true,
+            vec![LockBounds],
+        ),
+        // Not asked (the idle-bound plant): nothing to judge.
+        (
+            "pg bounds not read",
+            ServerFacts { lock_timeout: None, idle_in_transaction_session_timeout: None, ..pg_good() },
+            true,
+            vec![],
+        ),
+        (
+            "pg behind a transaction pooler",
+            ServerFacts {
+                unreadable: Some("error returned from database: prepared statement \"sqlx_s_3\" does not exist".into()),
+                synchronous_commit: None,
+                ..pg_good()
+            },
+            true,
+            vec![Pooler, Durability],
+        ),
+        (
+            "pg another unreadable fact",
+            ServerFacts { unreadable: Some("permission denied for function current_setting".into()), ..pg_good() },
+            true,
+            vec![],
         ),
         ("pg standalone same rules", ServerFacts { fsync: Some("off".into()), ..pg_good() }, false, vec![Durability]),
         ("mysql good", mysql_good(), true, vec![]),

@@ -17,6 +17,7 @@ mod container_image;
 mod coord_fail_open;
 mod coord_redis;
 mod coord_scripts;
+mod db_failover;
 mod deploy_files;
 mod journal_requests;
 mod lease_checks;

@@ -217,6 +217,7 @@ async fn cluster_health_and_metrics_after_appends_forwards_and_handoffs() -> Res
     assert!((0.0..60.0).contains(&age), "the read the scrape used is {age} s old");
     assert_eq!(m.value("chitin_node_ready"), Some(1.0));
     assert_eq!(m.value("chitin_lease_round_budget_seconds"), Some(RENEW.as_secs_f64()));
+    assert_eq!(m.value("chitin_lease_round_deadline_seconds"), Some((TTL - 2 * RENEW).as_secs_f64()));
     assert_eq!(m.matching("chitin_policy_info", &[]).count(), 4, "one per slot");
     let taken: f64 = {
         let m2 = scrape(&c.nodes[1].metrics).await;
@@ -287,10 +288,7 @@ async fn an_unprovisioned_cluster_node_is_unhealthy_with_an_unknown_cluster_bloc
 /// Runs headless Chromium with its own profile; `None`, with the reason
 /// printed, when it cannot be had.
 fn chromium(args: &[String]) -> Option<String> {
-    let tools = crate::support::repo_root().join("scripts/ops-tools");
-    let have = std::process::Command::new(tools).arg("chromium").output().expect("run scripts/ops-tools");
-    if !have.status.success() {
-        eprintln!("SKIPPED: no headless Chromium: {}", String::from_utf8_lossy(&have.stderr).trim());
+    if !crate::support::tool("chromium") {
         return None;
     }
     let profile = tempfile::tempdir().unwrap();

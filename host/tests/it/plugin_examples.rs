@@ -126,17 +126,6 @@ fn the_embedded_defaults_built_with_the_sdk_macro_export_all_four_slots() {
     }
 }
 
-/// Whether the toolchain `tool` is here, installed by `scripts/ops-tools`
-/// when missing; when it cannot be had, prints SKIPPED with the reason.
-fn toolchain(tool: &str) -> bool {
-    let out =
-        Command::new(crate::support::repo_root().join("scripts/ops-tools")).arg(tool).output().expect("run scripts/ops-tools");
-    if !out.status.success() {
-        eprintln!("SKIPPED: {tool} is not available: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    out.status.success()
-}
-
 /// Builds the example in `plugins/<dir>` with its `build.sh` into
 /// `target/plugin-examples/<stem>.wasm` and runs its fixtures; prints how
 /// long each step took (the component embeds a language runtime).
@@ -156,7 +145,7 @@ fn build_and_pass_fixtures(dir: &str, stem: &str) {
 /// links them with nothing to open, so the component loads and passes.
 #[test]
 fn the_python_example_passes_the_same_fixtures() {
-    if toolchain("componentize-py") {
+    if crate::support::tool("componentize-py") {
         build_and_pass_fixtures("py-load-split", "py_load_split");
     }
 }
@@ -164,7 +153,7 @@ fn the_python_example_passes_the_same_fixtures() {
 /// The JavaScript example (plugins/js-instance-id), built with ComponentizeJS.
 #[test]
 fn the_javascript_example_passes_the_same_fixtures() {
-    if toolchain("componentize-js") {
+    if crate::support::tool("componentize-js") {
         build_and_pass_fixtures("js-instance-id", "js_instance_id");
     }
 }

@@ -198,6 +198,9 @@ async fn nodes_on_a_redis_cluster_register_and_claim_in_the_namespace_slot() {
     assert_eq!(claimed.outcome, "claimed");
     assert_eq!(cli(asked, &["GET", "{nodes}:affinity:user-1"]), format!("{}:", claimed.instance_id));
     let declined = second.dispatch(proto::DispatchRequest { target_id: "user-1".into(), command: b"go".to_vec() }).await;
-    assert!(declined.is_err(), "user-1 is the first node's: {declined:?}");
+    let declined = declined.expect_err("user-1 is the first node's");
+    assert_eq!(declined.code(), tonic::Code::FailedPrecondition, "{declined:?}");
+    let owner = format!("TargetOwnedByOther{{owner={}}}", claimed.instance_id);
+    assert!(declined.message().starts_with(&owner), "{declined:?} should name {owner}");
     c.teardown().await.unwrap();
 }

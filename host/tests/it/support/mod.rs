@@ -22,3 +22,15 @@ pub fn repo_root() -> PathBuf {
 pub fn build_dir() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_chitin")).parent().and_then(Path::parent).expect("<target>/<profile>/chitin").to_path_buf()
 }
+
+/// Whether the outside tool `name` runs here, installed by
+/// `scripts/ops-tools` when missing; when it cannot be had, prints SKIPPED
+/// with the reason, and the caller skips its check.
+pub fn tool(name: &str) -> bool {
+    let out =
+        std::process::Command::new(repo_root().join("scripts/ops-tools")).arg(name).output().expect("run scripts/ops-tools");
+    if !out.status.success() {
+        eprintln!("SKIPPED: {name} is not available: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    out.status.success()
+}
