@@ -90,14 +90,6 @@ async fn unauthenticated(channel: Channel, stop: Arc<AtomicBool>, calls: Arc<Ato
     }
 }
 
-/// The value of the sample `name` (labels as printed) in a Prometheus text.
-fn sample(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 async fn run() {
     let dir = tempfile::tempdir().unwrap();
     let mut node = standalone_node(dir.path(), "abused", |s| {
@@ -170,9 +162,9 @@ async fn run() {
     let (fds_peak, rss_peak) = (peak.0.load(Ordering::Relaxed) as usize, peak.1.load(Ordering::Relaxed));
 
     let (_, text) = chitin::testkit::http_get(&node.metrics, "/metrics", None).await.unwrap();
-    let refused: f64 =
-        ["api", "metrics"].iter().map(|l| sample(&text, &format!("chitin_connections_refused_total{{listener=\"{l}\"}}"))).sum();
-    let unauthenticated = sample(&text, "chitin_unauthenticated_calls_total");
+    let metrics = support::ops::Exposition::parse(&text).unwrap();
+    let refused = metrics.sum("chitin_connections_refused_total", &[]);
+    let unauthenticated = metrics.sum("chitin_unauthenticated_calls_total", &[]);
     println!("abuse of a standalone node at the default [limits] (512 gRPC, 64 HTTP connections)");
     println!(
         "  flood: 1,300 silent connections, 100 slow-header requests, {} unauthenticated calls ({}/s; {} counted by the node), \
