@@ -112,8 +112,8 @@ metrics! {
             "Appends forwarded to the shard's holder, by outcome (applied, not_applied, unknown, invalid)",
             APPEND_OUTCOMES;
         round_seconds => "chitin_lease_round_duration_seconds",
-            "Lease rounds (heartbeat, renewals, read, rank, act), by outcome (ok, failed, over_deadline: cut at chitin_lease_round_deadline_seconds)",
-            ["ok", "failed", "over_deadline"];
+            "Lease rounds (heartbeat, renewals, read, rank, act), by outcome (ok, failed)",
+            ["ok", "failed"];
         handoff_seconds => "chitin_handoff_duration_seconds",
             "Handoffs from marking the shard draining to the new holder's lease, by outcome (ok, failed)",
             ["ok", "failed"];
@@ -250,11 +250,6 @@ async fn register_node(registry: &mut Registry, node: &Node) {
         "chitin_lease_round_budget_seconds",
         "How long a lease round may take: the renew interval, after which renewals are late",
         ConstGauge::new(node.settings.renew_interval().as_secs_f64()),
-    );
-    registry.register(
-        "chitin_lease_round_deadline_seconds",
-        "When a lease round still running is cancelled, in seconds: the TTL less two renew intervals, so that the next heartbeat comes in time",
-        ConstGauge::new(node.settings.round_deadline().as_secs_f64()),
     );
     let policies = Family::<[(&'static str, String); 3], Gauge>::default();
     let loaded = node.policies();

@@ -216,30 +216,12 @@ impl Node {
                 }
             })
         };
-        let deadline = self.settings.round_deadline();
         loop {
             let started = std::time::Instant::now();
-            // Cancelled at the deadline wherever it waits (a lock, a slow
-            // database, one lock wait after another): an open transaction is
-            // rolled back with its connection, a grant committed but not yet
-            // seen here is taken up by the next round's read, and every other
-            // action is planned again. Late renewals would cost more: every
-            // lease the node holds.
-            let result = tokio::time::timeout(deadline, self.round().instrument(trace_span!("lease_round"))).await;
-            let outcome = match &result {
-                Ok(Ok(())) => "ok",
-                Ok(Err(_)) => "failed",
-                Err(_) => "over_deadline",
-            };
-            self.metrics.round_seconds.observe(outcome, started);
-            match result {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "lease round failed; retrying next round"),
-                Err(_) => tracing::warn!(
-                    deadline_ms = deadline.as_millis() as u64,
-                    "lease round cut at its deadline (TTL less two renew intervals) so that the next heartbeat \
-                     renews the leases in time; what it had not done is planned again next round"
-                ),
+            let result = self.round().instrument(trace_span!("lease_round")).await;
+            self.metrics.round_seconds.observe(if result.is_ok() { "ok" } else { "failed" }, started);
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "lease round failed; retrying next round");
             }
             if *self.fatal.borrow() {
                 break;

@@ -507,17 +507,6 @@ impl Settings {
         Duration::from_secs_f64(self.leases.renew_interval())
     }
 
-    /// How long one lease round may run before it is cancelled where it
-    /// waits: the TTL less two renew intervals. The next round starts one
-    /// interval after this one ends and renews every lease with its
-    /// heartbeat first, so a round cut here leaves that heartbeat a whole
-    /// interval before the node's leases run out, however many statements
-    /// of the round waited (each is bounded by half a TTL only on its own).
-    /// Positive whenever the settings rules pass (`renew < ttl / 2`).
-    pub fn round_deadline(&self) -> Duration {
-        self.lease_ttl().saturating_sub(2 * self.renew_interval())
-    }
-
     /// `database.url`, or in its absence the standalone SQLite file
     /// `<data_dir>/chitin.db` (the data dir must exist before connecting).
     ///
@@ -647,22 +636,6 @@ mod tests {
             let given = LeaseSettings { ttl_secs, renew_interval_secs, ..LeaseSettings::default() };
             let got = given.at_cluster_timing(recorded).map(|l| (l.ttl(), l.renew_interval()));
             assert_eq!(got, want, "{given:?} with {recorded:?}");
-        }
-    }
-
-    #[test]
-    fn a_round_ends_a_whole_renew_interval_before_the_next_heartbeat_is_late() {
-        // (ttl_secs, renew_interval_secs) → the round's deadline in ms
-        let cases: &[(Option<f64>, Option<f64>, u128)] =
-            &[(None, None, 1_000), (Some(15.0), Some(5.0), 5_000), (Some(4.0), Some(1.0), 2_000), (Some(1.0), Some(0.4), 200)];
-        for &(ttl_secs, renew_interval_secs, want) in cases {
-            let s = Settings {
-                leases: LeaseSettings { ttl_secs, renew_interval_secs, ..LeaseSettings::default() },
-                ..Settings::default()
-            };
-            assert_eq!(s.round_deadline().as_millis(), want, "{ttl_secs:?}/{renew_interval_secs:?}");
-            // The next round's heartbeat comes an interval after the cut, an interval before the TTL.
-            assert_eq!(s.round_deadline() + 2 * s.renew_interval(), s.lease_ttl());
         }
     }
 }

@@ -257,13 +257,7 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests() {
     assert!(ok && out.contains("SUCCESS"), "{out}");
     let (ok, out) = run(Command::new("promtool").args(["test", "rules"]).arg(deploy("monitoring/alerts_test.yml")));
     assert!(ok && out.contains("SUCCESS"), "{out}");
-    for alert in [
-        "ChitinUnownedShards",
-        "ChitinLeaseRoundOverBudget",
-        "ChitinLeaseRoundsCut",
-        "ChitinPolicyMismatch",
-        "ChitinFailOpenDispatches",
-    ] {
+    for alert in ["ChitinUnownedShards", "ChitinLeaseRoundOverBudget", "ChitinPolicyMismatch", "ChitinFailOpenDispatches"] {
         let rules = std::fs::read_to_string(deploy("monitoring/alerts.yml")).unwrap();
         assert!(rules.contains(&format!("alert: {alert}")), "{alert} missing");
     }
