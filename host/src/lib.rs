@@ -25,6 +25,7 @@
 //! - [`telemetry`]: logs, and OpenTelemetry spans sent to a collector;
 //! - [`server`]: running a node until it is told to stop;
 //! - [`chaos`]: the fault-injection run and its checker;
+//! - [`names`]: the one rule for a node's name;
 //! - [`failpoint`], [`plant`]: pauses at risky moments and planted bugs for
 //!   the fault suite, compiled in only with their cargo features;
 //! - [`testkit`]: node processes, private servers and fresh databases for
@@ -35,6 +36,7 @@ pub mod chaos;
 pub mod coord;
 pub mod failpoint;
 pub mod lease;
+pub mod names;
 pub mod node;
 pub mod plant;
 pub mod policy;

@@ -14,20 +14,13 @@ pub struct InvalidInstanceId {
     pub reason: &'static str,
 }
 
-/// Instance ids are never empty and never contain `:` (the claim value is
-/// `{instance_id}:`, and ownership is a prefix test on it) or whitespace
-/// (operators' shell loops split on it).
+/// Instance ids follow the node name rule ([`crate::names::problem`]): the
+/// claim value is `{instance_id}:` and ownership is a prefix test on it.
 pub fn validate_instance_id(id: &str) -> Result<(), InvalidInstanceId> {
-    let reason = if id.is_empty() {
-        "it is empty"
-    } else if id.contains(':') {
-        "it contains ':'"
-    } else if id.chars().any(char::is_whitespace) {
-        "it contains whitespace"
-    } else {
-        return Ok(());
-    };
-    Err(InvalidInstanceId { id: id.to_string(), reason })
+    match crate::names::problem(id) {
+        None => Ok(()),
+        Some(reason) => Err(InvalidInstanceId { id: id.to_string(), reason }),
+    }
 }
 
 impl Keys {

@@ -199,6 +199,9 @@ pub struct Node {
     pub load: load::Load,
     /// Concurrent appends to one shard, committed together.
     group_commit: Arc<group_commit::GroupCommit>,
+    /// Shards whose last action in a round waited out its lock bound: tried
+    /// last in the next rounds ([`plan::defer_waited`]).
+    lock_waited: Mutex<std::collections::HashSet<String>>,
     /// The last preferred holders and what they were ranked on.
     rankings: rankings::Memo<rankings::RankingKey, rankings::Rankings>,
     /// Where shards held elsewhere were last found: forwards without a read.
@@ -228,7 +231,7 @@ impl Node {
                 tokio::task::spawn_blocking(move || p.instance_id(ctx)).await.expect("policy task")?
             }
         };
-        if let Some(why) = crate::policy::invalid_name_reason(&name) {
+        if let Some(why) = crate::names::problem(&name) {
             return Err(NodeError::InvalidName { name, why });
         }
 
@@ -329,6 +332,7 @@ impl Node {
             session: Mutex::new(session),
             session_up: std::sync::atomic::AtomicBool::new(true),
             policy_mismatch: Mutex::new(Vec::new()),
+            lock_waited: Mutex::default(),
             fallback: Arc::default(),
             load: load::Load::default(),
             group_commit: Arc::default(),
@@ -458,7 +462,7 @@ impl Node {
         }
         let ctx = sdk::InstanceContext { env: crate::policy::instance_env(&self.settings.policies), hostname: hostname() };
         let name = fresh.instance_id(ctx)?;
-        if let Some(why) = crate::policy::invalid_name_reason(&name) {
+        if let Some(why) = crate::names::problem(&name) {
             return Err(NodeError::InvalidName { name, why });
         }
         if name != self.name {

@@ -89,6 +89,16 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// The shard whose lease row the action locks first.
+    pub fn shard(&self) -> &str {
+        match self {
+            Action::Acquire { shard } | Action::Handover { shard, .. } => shard,
+            Action::Seed { parent, .. } => parent,
+        }
+    }
+}
+
 /// The state the policies see for config node `id`: this node's own
 /// lifecycle when it is `me`, else its live registration's state (`down`
 /// when it has none).
@@ -232,9 +242,19 @@ pub fn plan_round(input: &RoundInput<'_>) -> Vec<Action> {
 /// handoffs must not hold back the next heartbeat, which renews every lease
 /// on liveness: a late round hands nothing more over, except its first, so
 /// that every round makes progress. Seeds and acquisitions serve shards
-/// nobody serves and are never cut short; [`plan_round`] puts them first.
+/// nobody serves and are not cut for lateness; [`plan_round`] puts them
+/// first. (A lock wait ends any round: see [`Node::round`](super::Node::round).)
 pub fn in_time(action: &Action, handed_over: usize, late: bool) -> bool {
     !matches!(action, Action::Handover { .. }) || handed_over == 0 || !late
+}
+
+/// `actions` with those on a shard of `waited` (their last try ran into a
+/// lock bound) moved to the end, each part in its order: a round ends at
+/// its first lock wait, so one row locked by a stuck session would
+/// otherwise hold back every action planned after it, round after round.
+pub fn defer_waited(actions: Vec<Action>, waited: &HashSet<String>) -> Vec<Action> {
+    let (later, first): (Vec<Action>, Vec<Action>) = actions.into_iter().partition(|a| waited.contains(a.shard()));
+    first.into_iter().chain(later).collect()
 }
 
 /// One handoff of a drain.
@@ -544,6 +564,22 @@ mod tests {
         // b holds s1, which a prefers; s2's preferred node c is dead.
         let w = world(&[("s1", &["a", "b"]), ("s2", &["c", "b"])], &["a", "b"]).held_by("s1", "b", true);
         assert_eq!(w.plan("b", false, 4), vec![acquire("s2"), handover("s1", "a")]);
+    }
+
+    #[test]
+    fn actions_on_rows_that_waited_out_a_lock_go_last() {
+        let seed = Action::Seed { parent: "p".into(), children: vec!["c".into()] };
+        let planned = vec![acquire("s1"), acquire("s2"), seed.clone(), handover("s3", "a"), acquire("s4")];
+        let waited = |shards: &[&str]| shards.iter().map(|s| s.to_string()).collect::<HashSet<String>>();
+        for (shards, expected) in [
+            (&[][..], planned.clone()),
+            (&["s1"][..], vec![acquire("s2"), seed.clone(), handover("s3", "a"), acquire("s4"), acquire("s1")]),
+            (&["s2", "p"][..], vec![acquire("s1"), handover("s3", "a"), acquire("s4"), acquire("s2"), seed.clone()]),
+            (&["s9"][..], planned.clone()),
+            (&["s1", "s2", "p", "s3", "s4"][..], planned.clone()),
+        ] {
+            assert_eq!(defer_waited(planned.clone(), &waited(shards)), expected, "waited {shards:?}");
+        }
     }
 
     #[test]

@@ -18,6 +18,21 @@ use crate::policy::Slot;
 use crate::telemetry::trace_span;
 use crate::topology::policy_view;
 
+/// How applying one of a round's actions ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    /// Done, or failed in a way the next round tries again at once.
+    Done,
+    /// A statement waited out its lock bound ([`LeaseError::LockWait`]).
+    LockWait,
+}
+
+impl Step {
+    fn of(error: &LeaseError) -> Step {
+        if matches!(error, LeaseError::LockWait { .. }) { Step::LockWait } else { Step::Done }
+    }
+}
+
 impl Node {
     /// One lease round: heartbeat (renewing every lease on liveness), renew
     /// the leases with their own expiry, read the cluster, rank, act.
@@ -75,24 +90,14 @@ impl Node {
         };
         // This node's own rows and those it could act on: never the whole table.
         let rows = self.store.round_leases(self.uuid, &plan::leases_to_read(&input)).await?;
-        if takes {
-            self.take_up(&rows).await;
-        }
+        // A lock wait ends the round's actions: see `act`.
+        let stuck = takes && self.take_up(&rows).await == Step::LockWait;
         let leases: HashMap<String, LeaseView> =
             rows.into_iter().map(|r| (r.shard, LeaseView { live_holder: r.holder.filter(|_| r.live) })).collect();
         let held = self.leases.held_ids();
         let input = RoundInput { leases: &leases, held: &held, ..input };
-        let mut handed_over = 0;
-        for action in plan::plan_round(&input) {
-            if !plan::in_time(&action, handed_over, std::time::Instant::now() >= next_renewal) {
-                tracing::debug!(?action, "round out of time; the other handovers wait for the next round");
-                break;
-            }
-            let handover = matches!(action, Action::Handover { .. });
-            handed_over += usize::from(handover);
-            if takes || handover {
-                self.apply(action).await;
-            }
+        if !stuck {
+            self.act(plan::plan_round(&input), takes, next_renewal).await;
         }
         if lifecycle == Lifecycle::Joining {
             self.store.set_node_state(self.uuid, NodeState::Active).await?;
@@ -137,12 +142,49 @@ impl Node {
         Ok(rankings)
     }
 
-    async fn apply(&self, action: Action) {
+    /// Applies a round's plan: only handovers when the node `takes` no
+    /// leases, handovers cut once the round is past `next_renewal`
+    /// ([`plan::in_time`]), and nothing more after a lock wait: the row is
+    /// locked by a session that is stuck, not racing (the wait ran its whole
+    /// bound), and every further wait would hold back the next heartbeat,
+    /// which renews every lease on liveness. The rest is the next round's,
+    /// with the rows that waited last ([`plan::defer_waited`]).
+    async fn act(&self, actions: Vec<Action>, takes: bool, next_renewal: std::time::Instant) {
+        let waited = self.lock_waited.lock().expect("lock-waited shards poisoned").clone();
+        let mut handed_over = 0;
+        for action in plan::defer_waited(actions, &waited) {
+            if !plan::in_time(&action, handed_over, std::time::Instant::now() >= next_renewal) {
+                tracing::debug!(?action, "round out of time; the other handovers wait for the next round");
+                return;
+            }
+            let handover = matches!(action, Action::Handover { .. });
+            handed_over += usize::from(handover);
+            if !(takes || handover) {
+                continue;
+            }
+            let shard = action.shard().to_owned();
+            let step = self.apply(action).await;
+            let mut waited = self.lock_waited.lock().expect("lock-waited shards poisoned");
+            if step == Step::LockWait {
+                tracing::warn!(%shard, "a lease row stayed locked for the whole lock bound (a session holding it is stuck); the round's other actions wait for the next round");
+                waited.insert(shard);
+                return;
+            }
+            waited.remove(&shard);
+        }
+    }
+
+    /// Applies one action; an error is logged and the action planned again
+    /// by a later round.
+    async fn apply(&self, action: Action) -> Step {
         match action {
             Action::Acquire { shard } => match self.leases.acquire(&shard, self.parent_of(&shard).as_deref()).await {
                 Ok(Some(lease)) => self.announce(&shard, lease.epoch, self.uuid, &self.name),
                 Ok(None) => {}
-                Err(e) => tracing::warn!(%shard, error = %e, "cannot acquire lease"),
+                Err(e) => {
+                    tracing::warn!(%shard, error = %e, "cannot acquire lease");
+                    return Step::of(&e);
+                }
             },
             Action::Handover { shard, to, to_uuid } => match self.leases.hand_over(&shard, to_uuid).await {
                 Ok(lease) => {
@@ -151,7 +193,10 @@ impl Node {
                 }
                 // Planned again next round, when the budget has room.
                 Err(e @ LeaseError::HandoffBudget { .. }) => tracing::debug!(%shard, %to, error = %e, "handoff deferred"),
-                Err(e) => tracing::warn!(%shard, %to, error = %e, "handoff failed; keeping the shard"),
+                Err(e) => {
+                    tracing::warn!(%shard, %to, error = %e, "handoff failed; keeping the shard");
+                    return Step::of(&e);
+                }
             },
             Action::Seed { parent, children } => match self.leases.seed_split(&parent, &children).await {
                 Ok(leases) => {
@@ -160,9 +205,13 @@ impl Node {
                         self.announce(&lease.shard, lease.epoch, self.uuid, &self.name);
                     }
                 }
-                Err(e) => tracing::warn!(%parent, error = %e, "cannot seed the split"),
+                Err(e) => {
+                    tracing::warn!(%parent, error = %e, "cannot seed the split");
+                    return Step::of(&e);
+                }
             },
         }
+        Step::Done
     }
 
     /// The parent of a leased shard, in the served config.
@@ -189,13 +238,20 @@ impl Node {
     /// on, not from the first append that happens to arrive, and handed on
     /// by a drain of this node. Renewal is the check: it succeeds only for
     /// the current epoch, unexpired.
-    pub(super) async fn take_up(&self, rows: &[lease::LeaseRow]) {
+    /// Stops at a lock wait, as [`Node::act`] does.
+    pub(super) async fn take_up(&self, rows: &[lease::LeaseRow]) -> Step {
         for row in plan::handed_to_me(rows, self.uuid, &self.leases.held_ids()) {
             match self.leases.adopt(self.own_lease(&row.shard, row.epoch)).await {
                 Ok(()) => tracing::info!(shard = %row.shard, epoch = row.epoch, "took up a lease handed to this node"),
-                Err(e) => tracing::debug!(shard = %row.shard, error = %e, "cannot take up lease"),
+                Err(e) => {
+                    tracing::debug!(shard = %row.shard, error = %e, "cannot take up lease");
+                    if Step::of(&e) == Step::LockWait {
+                        return Step::LockWait;
+                    }
+                }
             }
         }
+        Step::Done
     }
 
     /// Runs rounds every renew interval, and at once when kicked, until
@@ -228,7 +284,9 @@ impl Node {
             }
             tokio::select! {
                 _ = shutdown.changed() => break,
-                _ = tokio::time::sleep(interval) => {}
+                // From the round's start: a slow round is followed by the
+                // next heartbeat at once, not a whole interval later.
+                _ = tokio::time::sleep_until((started + interval).into()) => {}
                 _ = self.kick.notified() => {}
             }
         }

@@ -277,14 +277,3 @@ impl Policies {
         self.drain.plan_drain(req)
     }
 }
-
-/// Why `name` may not be a node name, if it may not.
-pub fn invalid_name_reason(name: &str) -> Option<&'static str> {
-    if name.is_empty() {
-        Some("is empty")
-    } else if name.contains(':') {
-        Some("contains `:` (store keys use `:` as separator)")
-    } else {
-        None
-    }
-}

@@ -20,7 +20,7 @@ use wasmtime::{Store, Trap};
 use super::engine::{Limits, engine};
 use super::sandbox::{Blocked, State, check_imports, linker};
 use super::wit::{Answer, Exports, Indices};
-use super::{Plugin, PolicyCallError, PolicyLoadError, Slot, invalid_name_reason};
+use super::{Plugin, PolicyCallError, PolicyLoadError, Slot};
 
 struct Warm {
     store: Store<State>,
@@ -148,7 +148,7 @@ impl SlotRunner {
     /// `instance-id.resolve`, with the host's name check.
     pub fn resolve(&self, ctx: sdk::InstanceContext) -> Result<String, PolicyCallError> {
         let name = self.call(|store, exports| exports.resolve(store, ctx))?;
-        match invalid_name_reason(&name) {
+        match crate::names::problem(&name) {
             None => Ok(name),
             Some(why) => Err(PolicyCallError::InvalidName { plugin: self.plugin.name().to_string(), name, why }),
         }

@@ -30,6 +30,8 @@ rule_codes! {
     /// At least 3 nodes.
     TooFewNodes = "too-few-nodes",
     NodeIdEmpty = "node-id-empty",
+    /// A node id is a node's name: the rule of [`crate::names::problem`].
+    NodeIdInvalid = "node-id-invalid",
     NodeIdDuplicate = "node-id-duplicate",
     NodeAddressEmpty = "node-address-empty",
     NodeAddressDuplicate = "node-address-duplicate",

@@ -163,6 +163,16 @@ impl Checker {
         for (i, n) in cfg.nodes.iter().enumerate() {
             if n.id.is_empty() {
                 self.push(NodeIdEmpty, format!("node #{} has an empty id; give it a unique id", i + 1));
+            } else if let Some(why) = crate::names::problem(&n.id) {
+                self.push(
+                    NodeIdInvalid,
+                    format!(
+                        "node id {:?} {why}; a node id is the node's name: 1 to {} bytes without `:`, whitespace or \
+                         control characters",
+                        n.id,
+                        crate::names::MAX_NODE_NAME
+                    ),
+                );
             } else if node_ids.insert(&n.id, i).is_some() {
                 self.push(NodeIdDuplicate, format!("node id `{}` is used by more than one node; node ids must be unique", n.id));
             }
@@ -768,6 +778,8 @@ mod tests {
             &[TooFewNodes],
         ),
         ("empty node id", |c| c.nodes[3].id.clear(), &[NodeIdEmpty]),
+        ("node id with a space", |c| c.nodes[3].id.push(' '), &[NodeIdInvalid]),
+        ("node id with a colon", |c| c.nodes[3].id.push(':'), &[NodeIdInvalid]),
         ("duplicate node id", |c| c.nodes[3].id = "n1".into(), &[NodeIdDuplicate]),
         ("empty node address", |c| c.nodes[3].grpc_address.clear(), &[NodeAddressEmpty]),
         ("duplicate node address", |c| c.nodes[3].grpc_address = c.nodes[0].grpc_address.clone(), &[NodeAddressDuplicate]),

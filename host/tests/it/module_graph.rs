@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["security"],
     &["settings"],
     // Leaves every layer may use.
-    &["proto", "failpoint", "plant"],
+    &["proto", "failpoint", "plant", "names"],
 ];
 
 /// Upward imports that remain, each with why; each is a defect to remove,

@@ -468,3 +468,75 @@ async fn a_database_crash_restart_marks_no_live_node_down() {
     c.teardown().await.unwrap();
     drop(pg);
 }
+
+/// TTL 4 s, renew 1 s: a lock wait's bound is half a TTL, 2 s, so a round
+/// that waits out one lock after another is plain to see, and a node that
+/// renews in time has a margin of a second and more on a loaded machine.
+fn ttl_4s(_: &str, s: &mut chitin::settings::Settings) {
+    s.leases.ttl_secs = Some(4.0);
+    s.leases.renew_interval_secs = Some(1.0);
+}
+
+/// A dead holder's lease rows locked by a session cut off mid-transaction
+/// (held here by an open `SELECT … FOR UPDATE`): the survivor's round tries
+/// to take a row and waits out its lock bound, half a TTL. Were the round to
+/// go on to the next row, eight such waits would keep the next heartbeat
+/// back 16 s and the survivor's own leases would lapse; the first lock wait
+/// ends the round, so the survivor's heartbeat in the database never gets a
+/// TTL old. Once the locks go, the dead holder's shards are taken.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_wait_ends_the_round_before_the_survivors_leases_lapse() {
+    use sqlx::Connection;
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 2, 16, 2, ttl_4s).await.unwrap();
+    let status = c.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let dead = c.busiest(&status);
+    let (dead_name, survivor) = (c.nodes[dead].name.clone(), c.nodes[1 - dead].name.clone());
+    let url = c.db.as_ref().unwrap().url.clone();
+
+    let mut stuck = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut stuck).await.unwrap();
+    let locked: Vec<String> = sqlx::query_scalar("SELECT shard_id FROM chitin_shard_leases WHERE holder_name = $1 FOR UPDATE")
+        .bind(&dead_name)
+        .fetch_all(&mut stuck)
+        .await
+        .unwrap();
+    assert!(locked.len() >= 2, "{dead_name} holds {locked:?}");
+    c.nodes[dead].kill9().unwrap();
+
+    // Watch the survivor's heartbeat through several stuck rounds.
+    let mut watch = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut oldest = 0.0f64;
+    let until = Instant::now() + Duration::from_secs(12);
+    while Instant::now() < until {
+        let age: f64 = sqlx::query_scalar(
+            "SELECT EXTRACT(EPOCH FROM clock_timestamp() - last_seen)::float8 FROM chitin_nodes \
+             WHERE name = $1 AND state <> 'down'",
+        )
+        .bind(&survivor)
+        .fetch_one(&mut watch)
+        .await
+        .unwrap();
+        oldest = oldest.max(age);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stuck_rounds = c.nodes[1 - dead].log_text().matches("stayed locked for the whole lock bound").count();
+    sqlx::query("ROLLBACK").execute(&mut stuck).await.unwrap();
+
+    let ttl = 4.0;
+    assert!(
+        oldest < ttl,
+        "the survivor's heartbeat got {oldest:.2} s old behind {} locked rows (TTL {ttl} s): its leases lapsed\n{}",
+        locked.len(),
+        c.logs()
+    );
+    assert!(stuck_rounds >= 2, "no round met a locked row ({stuck_rounds}); the test proved nothing\n{}", c.logs());
+    // The locks gone, the dead holder's shards are taken.
+    c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    println!(
+        "{} rows locked: the survivor's heartbeat at most {oldest:.2} s old, {stuck_rounds} rounds ended at a lock wait",
+        locked.len()
+    );
+    drop((stuck, watch));
+    c.teardown().await.unwrap();
+}
