@@ -71,6 +71,11 @@ pub struct ServerFacts {
     pub idle_in_transaction_session_timeout: Option<String>,
     /// PostgreSQL: the first error met while reading these facts.
     pub unreadable: Option<String>,
+    /// PostgreSQL: the role of this node's sessions (`current_user`).
+    pub role: Option<String>,
+    /// PostgreSQL: the lock and idle bounds this node asks for in its
+    /// connection options (half a lease TTL, as `1000ms`).
+    pub asked_bound: Option<String>,
     /// MySQL/MariaDB: `read_only`.
     pub read_only: Option<String>,
     /// MySQL: `super_read_only` (MariaDB has none).
@@ -102,6 +107,8 @@ impl ServerFacts {
             lock_timeout: None,
             idle_in_transaction_session_timeout: None,
             unreadable: None,
+            role: None,
+            asked_bound: None,
             read_only: None,
             super_read_only: None,
             replica_configured: None,
@@ -263,8 +270,10 @@ fn evaluate_pg(f: &ServerFacts, out: &mut Vec<Refusal>) {
                      ignore_startup_parameters?), and a holder stuck mid-transaction would keep its rows locked"
                 ),
                 format!(
-                    "set it for chitin's role or database at half the lease TTL: ALTER ROLE … SET {name} = '1000ms' \
-                     (the default TTL of 2 s)"
+                    "set it at the server for the node's role, at the bound the node asks for (half its lease \
+                     TTL): ALTER ROLE {} SET {name} = '{}'; then let the pooler open its server connections again",
+                    f.role.as_deref().map_or_else(|| "<chitin's role>".to_owned(), quote_ident),
+                    f.asked_bound.as_deref().unwrap_or("<half the lease TTL>")
                 ),
             ));
         }
@@ -424,20 +433,19 @@ pub async fn gather(store: &Store) -> Result<ServerFacts, LeaseError> {
         Store::Postgres(s) => {
             let pool = &s.pool;
             let mut f = ServerFacts::unknown(ServerKind::Postgres);
+            let u = &mut f.unreadable;
+            f.version = pg_read(pool, "SELECT current_setting('server_version')", u).await;
+            f.version_num = pg_read(pool, "SELECT current_setting('server_version_num')", u).await;
+            f.fsync = pg_read(pool, "SELECT current_setting('fsync')", u).await;
+            f.synchronous_commit = pg_read(pool, "SELECT current_setting('synchronous_commit')", u).await;
             // Under the idle-bound plant the node does not ask for the bounds.
-            let bounds = if plant::active(Plant::IdleBound) { 0 } else { 2 };
-            let names = ["server_version", "server_version_num", "fsync", "synchronous_commit"]
-                .into_iter()
-                .chain(["lock_timeout", "idle_in_transaction_session_timeout"].into_iter().take(bounds));
-            let mut values = Vec::new();
-            for name in names {
-                let value = sqlx::query_scalar::<_, String>("SELECT current_setting($1)").bind(name).fetch_one(pool).await;
-                values.push(value.map_err(|e| f.unreadable.get_or_insert(e.to_string()).clone()).ok());
+            if !plant::active(Plant::IdleBound) {
+                f.lock_timeout = pg_read(pool, "SELECT current_setting('lock_timeout')", u).await;
+                f.idle_in_transaction_session_timeout =
+                    pg_read(pool, "SELECT current_setting('idle_in_transaction_session_timeout')", u).await;
+                f.asked_bound = Some(super::pg::session_bound(&s.options));
             }
-            let mut values = values.into_iter();
-            let mut next = || values.next().flatten();
-            (f.version, f.version_num, f.fsync, f.synchronous_commit) = (next(), next(), next(), next());
-            (f.lock_timeout, f.idle_in_transaction_session_timeout) = (next(), next());
+            f.role = pg_read(pool, "SELECT current_user::text", u).await;
             f.in_recovery = sqlx::query_scalar::<_, bool>("SELECT pg_is_in_recovery()").fetch_one(pool).await.ok();
             Ok(f)
         }
@@ -483,6 +491,18 @@ pub async fn gather(store: &Store) -> Result<ServerFacts, LeaseError> {
             Ok(f)
         }
     }
+}
+
+/// One text value read on PostgreSQL; the first error is kept in
+/// `unreadable` (a transaction-mode pooler shows itself there).
+async fn pg_read(pool: &sqlx::PgPool, sql: &'static str, unreadable: &mut Option<String>) -> Option<String> {
+    let read = sqlx::query_scalar::<_, String>(sql).fetch_one(pool).await;
+    read.map_err(|e| unreadable.get_or_insert(e.to_string()).clone()).ok()
+}
+
+/// `name` as a PostgreSQL identifier, quoted.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// Gathers the facts and evaluates them; `Err(Refused)` lists every refusal.

@@ -278,13 +278,19 @@ pub(super) async fn append_batch(e: &Engine<Pg>, token: &LeaseToken, entries: &[
     Ok(answers)
 }
 
+/// The lock and idle-transaction bound of every session: half a TTL, at
+/// least 500 ms, as PostgreSQL reads it (`1000ms`).
+pub(super) fn session_bound(options: &StoreOptions) -> String {
+    format!("{}ms", (options.lease_ttl / 2).max(Duration::from_millis(500)).as_millis())
+}
+
 pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<Pg>, LeaseError> {
     // A peer cut off mid-transaction keeps its row locks until the server
     // gives up on it; without a bound, the lease it held cannot be taken over
     // when it expires, and the taker's round (its renewals too) waits behind
     // the lock. Half a TTL bounds both: the stuck transaction is ended, a
     // blocked statement fails and is retried.
-    let bound = format!("{}ms", (options.lease_ttl / 2).max(Duration::from_millis(500)).as_millis());
+    let bound = session_bound(&options);
     let mut connect = PgConnectOptions::from_str(url)?;
     if !plant::active(Plant::IdleBound) {
         connect = connect.options([("idle_in_transaction_session_timeout", bound.as_str()), ("lock_timeout", bound.as_str())]);

@@ -187,7 +187,7 @@ async fn behind_pgbouncer_in_session_mode_every_acknowledged_append_is_kept() {
     assert!(refused.is_err(), "a node without its lock bounds started");
     let log = c.nodes[0].log_text();
     assert!(
-        log.contains("lock_timeout is off") && log.contains("ALTER ROLE … SET lock_timeout"),
+        log.contains("lock_timeout is off") && log.contains("ALTER ROLE \"postgres\" SET lock_timeout = '1000ms'"),
         "the refusal does not name the setting and the fix:\n{log}"
     );
     let database = direct.rsplit('/').next().unwrap();

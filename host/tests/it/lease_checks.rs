@@ -197,6 +197,16 @@ fn refusals_name_reason_and_fix() {
     let f = ServerFacts { version_num: Some("130000".into()), version: Some("13.0".into()), ..pg_good() };
     let r = checks::evaluate(&f, true);
     assert!(r[0].reason.contains("PostgreSQL 13.0 is older than 14"), "{r:?}");
+
+    // The fix is the statement to run: the node's role, quoted, and the bound it asks for.
+    let f = ServerFacts {
+        lock_timeout: Some("0".into()),
+        role: Some("chitin \"app\"".into()),
+        asked_bound: Some("1500ms".into()),
+        ..pg_good()
+    };
+    let r = checks::evaluate(&f, true);
+    assert!(r[0].fix.contains(r#"ALTER ROLE "chitin ""app""" SET lock_timeout = '1500ms'"#), "{r:?}");
 }
 
 #[test]
