@@ -17,6 +17,7 @@ use std::process::Command;
 const GUEST_TARGET: &str = "wasm32-wasip2";
 
 fn main() {
+    println!("cargo:rerun-if-env-changed=CHITIN_GUEST_TOOLCHAIN");
     let manifest_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
     let root = manifest_dir.parent().expect("host/ has a parent").to_path_buf();
     let out_dir = PathBuf::from(env("OUT_DIR"));
@@ -54,8 +55,21 @@ fn main() {
 /// Builds `manifest` for wasm32-wasip2 in release mode; returns the `.wasm`
 /// file of each crate (library) name.
 fn build_guests(manifest: &Path, target_dir: &Path, names: &[&str]) -> Vec<PathBuf> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
+    // CHITIN_GUEST_TOOLCHAIN names a rustup toolchain for the guests when
+    // the outer build's has no wasm32-wasip2 (scripts/fuzz builds the host
+    // on a nightly whose std for that target cannot be fetched).
+    let toolchain = std::env::var("CHITIN_GUEST_TOOLCHAIN").ok().filter(|t| !t.is_empty());
+    let mut cmd = match &toolchain {
+        Some(t) => {
+            let mut c = Command::new("cargo");
+            c.arg(format!("+{t}"));
+            for key in ["RUSTUP_TOOLCHAIN", "RUSTC", "RUSTDOC", "RUSTC_WORKSPACE_WRAPPER"] {
+                c.env_remove(key);
+            }
+            c
+        }
+        None => Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())),
+    };
     cmd.args(["build", "--release", "--target", GUEST_TARGET, "--manifest-path"])
         .arg(manifest)
         .arg("--target-dir")

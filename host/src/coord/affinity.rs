@@ -294,7 +294,9 @@ pub struct Affinity {
     scripts: Arc<Scripts>,
 }
 
-fn validate_target(target: &str) -> Result<(), AffinityError> {
+/// A target id as every call that names one takes it: 1 to
+/// [`MAX_TARGET_BYTES`] bytes, no whitespace, not in the `by-instance:` space.
+pub fn validate_target(target: &str) -> Result<(), AffinityError> {
     let reason = if target.is_empty() {
         "it is empty".to_string()
     } else if target.len() > MAX_TARGET_BYTES {
