@@ -329,8 +329,25 @@ fn the_plant_matrix_catches_every_plant_by_its_own_violation() {
     assert_eq!(runs[1..], PLANTS);
     assert_eq!(rows[0]["outcome"]["outcome"], "passed", "{stdout}");
     for r in &rows[1..] {
-        assert_eq!(r["outcome"]["outcome"], "caught", "{}:\n{stdout}", r["run"]);
+        let (run, outcome) = (r["run"].as_str().unwrap(), r["outcome"]["outcome"].as_str().unwrap());
+        if CAUGHT_BY_CHANCE.iter().any(|(plant, _)| *plant == run) {
+            assert!(matches!(outcome, "caught" | "not_caught"), "{run} failed by something else: {outcome}\n{stdout}");
+        } else {
+            assert_eq!(outcome, "caught", "{run}:\n{stdout}");
+        }
     }
-    assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("PASSED: 8 of 8 plants caught by their own violations"), "{stdout}");
+    let all = rows[1..].iter().all(|r| r["outcome"]["outcome"] == "caught");
+    assert_eq!(out.status.success(), all, "the exit status must say whether every plant was caught:\n{stdout}");
+    assert_eq!(stdout.contains("PASSED: 8 of 8 plants caught by their own violations"), all, "{stdout}");
 }
+
+/// Plants whose catch in the matrix's general configuration needs a fault
+/// to land on a moment the run gives only by chance, each with the test
+/// that catches it on purpose. In the matrix their rows are reported, and
+/// must not fail by anything else; asserting the catch there made the suite
+/// fail about one run in twenty on the chance alone.
+const CAUGHT_BY_CHANCE: &[(&str, &str)] = &[(
+    "idle-bound",
+    "on_postgres_a_holder_stuck_mid_append_does_not_stall_the_taker: the pause must land on a holder with an \
+     append parked mid-transaction (seed 90 missed it in one CI run: every takeover under 2.6 s)",
+)];
