@@ -363,6 +363,10 @@ where
             if attempts == ATTEMPTS {
                 return Err(LeaseError::Contention { op, attempts, source: contended });
             }
+            // Two transactions that deadlocked and retry at once meet again in
+            // the same order; a random pause, longer each time, parts them.
+            super::metrics::count_retry(op);
+            tokio::time::sleep(retry_pause(attempts)).await;
         }
     }
 
@@ -560,17 +564,19 @@ where
 
     pub(crate) async fn register_node(&self, name: &str, address: &str) -> Result<Uuid, LeaseError> {
         self.with_retry("register", || async {
-            let mut tx = self.begin().await?;
-            sqlx::query(B::SQL.mark_stale_down).bind(name).bind(self.liveness()).execute(&mut *tx).await?;
-            let id: String = sqlx::query(B::SQL.new_node_id).fetch_one(&mut *tx).await?.try_get("id")?;
-            let inserted = sqlx::query(B::SQL.insert_node).bind(id.as_str()).bind(name).bind(address).execute(&mut *tx).await;
+            // Each statement is its own transaction. In one transaction, the
+            // stale-down UPDATE holds a gap lock on the name index (InnoDB,
+            // repeatable read) until commit, and a node registering another
+            // name at the same time inserts into that gap while holding its
+            // own: a deadlock on every concurrent start. Marking a stale
+            // registration down is right on its own, and the unique index on
+            // live names decides the race for one name either way.
+            sqlx::query(B::SQL.mark_stale_down).bind(name).bind(self.liveness()).execute(&self.pool).await?;
+            let id: String = sqlx::query(B::SQL.new_node_id).fetch_one(&self.pool).await?.try_get("id")?;
+            let inserted = sqlx::query(B::SQL.insert_node).bind(id.as_str()).bind(name).bind(address).execute(&self.pool).await;
             match inserted {
-                Ok(_) => {
-                    tx.commit().await?;
-                    Ok(parse_uuid(&id)?)
-                }
+                Ok(_) => Ok(parse_uuid(&id)?),
                 Err(e) if unique_violation(&e).is_some() => {
-                    tx.rollback().await?;
                     let Some(row) = sqlx::query(B::SQL.name_holder).bind(name).fetch_optional(&self.pool).await? else {
                         // The holder went down meanwhile.
                         return Err(Attempt::Again(e));
@@ -1176,6 +1182,21 @@ fn budget_verdict(
     Err(LeaseError::HandoffBudget { cap, window, retry_after })
 }
 
+/// The pause before contention retry number `attempts + 1`: random, up to a
+/// bound that doubles from 2 ms and stops at 32 ms, so eight attempts wait
+/// at most 126 ms in all, far inside a lease round.
+fn retry_pause(attempts: usize) -> std::time::Duration {
+    let mut random = [0u8; 2];
+    // Without randomness the longest pause is still a pause.
+    let random = getrandom::getrandom(&mut random).map_or(u16::MAX, |()| u16::from_le_bytes(random));
+    pause_within(attempts, random)
+}
+
+fn pause_within(attempts: usize, random: u16) -> std::time::Duration {
+    let bound_us = 1_000u64 << attempts.clamp(1, 5);
+    std::time::Duration::from_micros(u64::from(random) * bound_us / u64::from(u16::MAX))
+}
+
 fn required_time<B: Backend>(row: &DbRow<B>, col: &str) -> Result<DateTime<Utc>, LeaseError> {
     B::time(row, col)?.ok_or_else(|| LeaseError::Corrupt(format!("`{col}` is NULL")))
 }
@@ -1190,6 +1211,25 @@ mod tests {
     fn connections_are_split_between_control_and_data() {
         for (max, control, data) in [(1, 1, 1), (2, 1, 1), (4, 1, 3), (10, 2, 8), (16, 4, 12), (100, 4, 96)] {
             assert_eq!(pool_sizes(max), (control, data), "max_connections {max}");
+        }
+    }
+
+    /// (attempts so far, random draw, pause in µs): up to 2 ms after the
+    /// first, doubling, never above 32 ms.
+    #[test]
+    fn retry_pause_table() {
+        let max = u16::MAX;
+        for (attempts, random, us) in [
+            (1, 0, 0),
+            (1, max, 2_000),
+            (1, max / 2, 999),
+            (2, max, 4_000),
+            (4, max, 16_000),
+            (5, max, 32_000),
+            (7, max, 32_000),
+            (50, max, 32_000),
+        ] {
+            assert_eq!(pause_within(attempts, random).as_micros(), us, "attempts {attempts}, random {random}");
         }
     }
 

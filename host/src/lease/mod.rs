@@ -114,6 +114,7 @@ macro_rules! history_cols {
 mod bounds_tests;
 mod engine;
 mod error;
+pub(crate) mod metrics;
 mod mysql;
 mod pg;
 #[cfg(test)]
@@ -132,6 +133,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 pub use error::{LeaseError, LostReason, MetaMismatch};
+pub use metrics::contention_retries;
 
 /// The SQL dialect of a database URL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -80,6 +80,7 @@ macro_rules! metrics {
                 $(registry.register($name, $help, self.$field.clone());)*
                 $(registry.register($tname, $thelp, self.$tfield.0.clone());)*
                 registry.register(crate::policy::metrics::NAME, crate::policy::metrics::HELP, crate::policy::metrics::calls());
+                registry.register(crate::lease::metrics::NAME, crate::lease::metrics::HELP, crate::lease::metrics::retries());
             }
         }
     };

@@ -32,6 +32,10 @@ macro_rules! lease_tests {
             lease::run($dialect, lease::registration).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn concurrent_registration() {
+            lease::run($dialect, lease::concurrent_registration).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn acquire_renew_expire() {
             lease::run($dialect, lease::acquire_renew_expire).await
         }

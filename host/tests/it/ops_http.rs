@@ -210,6 +210,10 @@ async fn cluster_health_and_metrics_after_appends_forwards_and_handoffs() -> Res
     ] {
         assert!(m.value(name).is_some(), "{name} missing");
     }
+    // The store's retries by operation, there from the start.
+    for op in ["register", "acquire", "append"] {
+        assert!(m.matching("chitin_store_retries_total", &[("op", op)]).next().is_some(), "no retry series for {op}");
+    }
     assert_eq!(m.value("chitin_shards_unowned"), Some(0.0));
     // The shard counts come from the shared cached read, never older than
     // its stale-while-revalidate limit (node::observed, a minute).
