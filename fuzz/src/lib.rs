@@ -179,8 +179,9 @@ pub fn requests(data: &[u8]) {
     match which % 8 {
         0 => {
             let Some(r) = decoded::<proto::AppendRequest>(body) else { return };
-            let _ = chitin::node::journal::check_name("stream", &r.stream, chitin::node::journal::MAX_STREAM);
-            let _ = chitin::node::journal::check_name("request_id", &r.request_id, chitin::node::journal::MAX_REQUEST_ID);
+            if let Ok(append) = chitin::node::journal::Append::parse(r.clone()) {
+                assert_eq!((append.stream, append.request_id, append.payload), (r.stream, r.request_id, r.payload));
+            }
         }
         1 => {
             let Some(r) = decoded::<proto::ReadRequest>(body) else { return };

@@ -20,7 +20,6 @@
 
 mod figures;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chitin::coord::{Affinity, Claim, Keys, RedisConn, RedisSettings};
@@ -40,20 +39,8 @@ fn host_port(url: &str) -> (String, u16) {
 /// `redis-benchmark … --csv <command>` → requests per second.
 fn redis_benchmark_cmd(url: &str, n: usize, pipeline: usize, clients: usize, command: &[String]) -> f64 {
     let (h, p) = host_port(url);
-    let out = Command::new("redis-benchmark")
-        .args(["-h", &h, "-p", &p.to_string(), "--csv", "-r", "100000000"])
-        .args(["-n", &n.to_string(), "-P", &pipeline.to_string(), "-c", &clients.to_string()])
-        .args(command)
-        .output()
-        .expect("redis-benchmark must be installed");
-    let text = String::from_utf8_lossy(&out.stdout);
-    // "test","rps",...  then  "SET …","145772.59",...
-    let line = text
-        .lines()
-        .find(|l| l.starts_with('"') && !l.starts_with("\"test\""))
-        .unwrap_or_else(|| panic!("redis-benchmark said:\n{text}\n{}", String::from_utf8_lossy(&out.stderr)));
-    let fields: Vec<&str> = line.split("\",\"").collect();
-    fields[1].trim_matches('"').parse().expect("rps")
+    let args = ["-n".to_string(), n.to_string(), "-P".into(), pipeline.to_string(), "-c".into(), clients.to_string()];
+    figures::redis_benchmark(&h, p, &args, command)
 }
 
 /// `SET {ns}:rb:__rand_int__ v NX` → ops/s.

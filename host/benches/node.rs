@@ -141,7 +141,14 @@ async fn drain_bench() -> DrainFigures {
     let drain = started.elapsed();
     assert_eq!(report.handed_over, SHARDS, "{report:?}");
     assert!(report.kept.is_empty(), "{report:?}");
-    let rows = a.store.holders().await.unwrap();
+    // The database checked directly, as a user would.
+    let store = Store::connect_with(
+        &url,
+        StoreOptions { lease_ttl: Duration::from_secs(120), max_handoffs_per_round: u32::MAX, ..StoreOptions::default() },
+    )
+    .await
+    .unwrap();
+    let rows = store.holders().await.unwrap();
     let on_a = rows.iter().filter(|r| r.holder == Some(a.uuid)).count();
     let on_b = rows.iter().filter(|r| r.holder == Some(b.uuid)).count();
     let on_c = rows.iter().filter(|r| r.holder == Some(c.uuid)).count();
@@ -150,12 +157,6 @@ async fn drain_bench() -> DrainFigures {
 
     // Baselines on the same database: the same number of bare handovers,
     // then of bare releases, one after another.
-    let store = Store::connect_with(
-        &url,
-        StoreOptions { lease_ttl: Duration::from_secs(120), max_handoffs_per_round: u32::MAX, ..StoreOptions::default() },
-    )
-    .await
-    .unwrap();
     let x = store.register_node("base-x", "127.0.0.1:9").await.unwrap();
     let y = store.register_node("base-y", "127.0.0.1:10").await.unwrap();
     let mut leases = Vec::new();
@@ -175,7 +176,7 @@ async fn drain_bench() -> DrainFigures {
     let releases = started.elapsed();
     store.close().await;
     for n in [&a, &b, &c] {
-        n.store.close().await;
+        n.close_store().await;
     }
     drop_db(&db).await;
     DrainFigures { rounds: report.rounds, cap, round_interval, drain, handovers, releases }

@@ -23,15 +23,9 @@ use figures::thousands;
 
 /// `redis-benchmark -p {port} SET {ns}:rb:__rand_int__ v NX` → ops/s.
 fn set_nx(port: u16, ns: &str, n: usize, pipeline: usize) -> f64 {
-    let out = Command::new("redis-benchmark")
-        .args(["-p", &port.to_string(), "--csv", "-r", "100000000", "-c", "1"])
-        .args(["-n", &n.to_string(), "-P", &pipeline.to_string()])
-        .args(["SET", &format!("{ns}:rb:__rand_int__"), "v", "NX"])
-        .output()
-        .expect("redis-benchmark must be installed");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find(|l| l.starts_with("\"SET")).unwrap_or_else(|| panic!("redis-benchmark said:\n{text}"));
-    line.split("\",\"").nth(1).unwrap().trim_matches('"').parse().expect("rps")
+    let args = ["-c".to_string(), "1".into(), "-n".into(), n.to_string(), "-P".into(), pipeline.to_string()];
+    let command = ["SET".to_string(), format!("{ns}:rb:__rand_int__"), "v".into(), "NX".into()];
+    figures::redis_benchmark("127.0.0.1", port, &args, &command)
 }
 
 /// Claims of `n` fresh targets, `pipeline` per call → claims/s.

@@ -6,9 +6,8 @@
 //! Imports run one way, each module reaching only those below it: `chaos`
 //! → `testkit` → `server` → `api` → `rollout` → `node` → `upgrade` →
 //! `lease` / `coord` / `policy` / `topology` → `telemetry` → `security` → `settings` →
-//! `proto` / `failpoint` / `plant`. `host/tests/it/module_graph.rs` fails on
-//! an import against it and lists the one that remains (`settings` reaching
-//! `security`).
+//! `proto` / `failpoint` / `plant` / `names` / `redact`.
+//! `host/tests/it/module_graph.rs` fails on an import against it.
 //!
 //! - [`policy`]: the wasmtime host that loads and calls policy components;
 //! - [`topology`]: the cluster config, its invariants and transition rules;
@@ -26,6 +25,7 @@
 //! - [`server`]: running a node until it is told to stop;
 //! - [`chaos`]: the fault-injection run and its checker;
 //! - [`names`]: the one rule for a node's name;
+//! - [`redact`]: the one redaction of passwords, tokens and secrets;
 //! - [`failpoint`], [`plant`]: pauses at risky moments and planted bugs for
 //!   the fault suite, compiled in only with their cargo features;
 //! - [`testkit`]: node processes, private servers and fresh databases for
@@ -41,6 +41,7 @@ pub mod node;
 pub mod plant;
 pub mod policy;
 pub mod proto;
+pub mod redact;
 pub mod rollout;
 pub mod security;
 pub mod server;

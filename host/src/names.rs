@@ -6,6 +6,10 @@
 /// MariaDB, counted in bytes so that every dialect stores it whole.
 pub const MAX_NODE_NAME: usize = 255;
 
+/// [`problem`]'s answer for a name past [`MAX_NODE_NAME`] (a literal, so
+/// that the answer needs no allocation; a test holds it to the constant).
+const TOO_LONG: &str = "is longer than 255 bytes";
+
 /// Why `name` may not be a node name, if it may not: empty or longer than
 /// [`MAX_NODE_NAME`] bytes; a `:` (store and Redis keys use it as their
 /// separator, and a claim's owner is a prefix test on `{name}:`); whitespace
@@ -16,7 +20,7 @@ pub fn problem(name: &str) -> Option<&'static str> {
     if name.is_empty() {
         Some("is empty")
     } else if name.len() > MAX_NODE_NAME {
-        Some("is longer than 255 bytes")
+        Some(TOO_LONG)
     } else if name.contains(':') {
         Some("contains `:` (store keys use `:` as separator)")
     } else if name.chars().any(char::is_whitespace) {
@@ -31,6 +35,11 @@ pub fn problem(name: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_length_named_is_the_limit() {
+        assert_eq!(TOO_LONG, format!("is longer than {MAX_NODE_NAME} bytes"));
+    }
 
     #[test]
     fn the_name_rule_table() {

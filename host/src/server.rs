@@ -227,7 +227,7 @@ impl Running {
             let _ = task.await;
         }
         if let Some(node) = node {
-            node.store.close().await;
+            node.close_store().await;
             tracing::info!(name = %node.name, "stopped");
         }
     }

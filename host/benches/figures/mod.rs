@@ -21,3 +21,22 @@ pub fn pct(sorted: &[std::time::Duration], p: f64) -> std::time::Duration {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
     sorted[rank.min(sorted.len()) - 1]
 }
+
+/// Runs `redis-benchmark --csv` against `host:port` with `args` (counts,
+/// pipeline, clients) and `command` → its requests per second, the same-run
+/// physical limit the benchmarks compare with.
+pub fn redis_benchmark(host: &str, port: u16, args: &[String], command: &[String]) -> f64 {
+    let out = std::process::Command::new("redis-benchmark")
+        .args(["-h", host, "-p", &port.to_string(), "--csv", "-r", "100000000"])
+        .args(args)
+        .args(command)
+        .output()
+        .expect("redis-benchmark must be installed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "test","rps",...  then  "SET …","145772.59",...
+    let line = text
+        .lines()
+        .find(|l| l.starts_with('"') && !l.starts_with("\"test\""))
+        .unwrap_or_else(|| panic!("redis-benchmark said:\n{text}\n{}", String::from_utf8_lossy(&out.stderr)));
+    line.split("\",\"").nth(1).unwrap_or_default().trim_matches('"').parse().expect("rps")
+}

@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 
 use crate::lease::LeaseRow;
 use crate::node::control::{BootstrapError, Control};
-use crate::node::journal::{MAX_STREAM, check_name};
+use crate::node::journal::{Append, MAX_STREAM, check_name};
 use crate::node::leases::OwnershipEvent;
 use crate::node::{Node, assignments};
 use crate::proto::{self, admin_server, journal_server, ownership_server, peer_server};
@@ -172,14 +172,15 @@ fn internal(e: impl std::fmt::Display) -> Status {
 impl journal_server::Journal for Api {
     async fn append(&self, req: Request<proto::AppendRequest>) -> Result<Response<proto::AppendResponse>, Status> {
         let caller = Caller::of(&req);
-        let r = req.into_inner();
-        if r.forwarded {
+        let request = req.into_inner();
+        if request.forwarded {
             may_forward(caller, &self.0.settings)?;
         }
+        let append = Append::parse(request)?;
         let node = &self.node()?;
         // A leaving node still takes appends: it forwards them to the shards'
         // new holders, so a client beside it sees no failure while it drains.
-        let ack = node.append(&r.stream, &r.request_id, &r.payload, r.forwarded).await?;
+        let ack = node.append(&append).await?;
         Ok(Response::new(proto::AppendResponse {
             sequence: ack.sequence as u64,
             epoch: ack.epoch as u64,
@@ -431,10 +432,8 @@ impl admin_server::Admin for Api {
         };
         let node = &node;
         let crate::node::ClusterView { registry, rows, now } = node.cluster_view().await.map_err(internal)?;
-        let versions = crate::upgrade::store::node_versions(&node.store).await.map_err(internal)?;
-        let policies = crate::node::policy_hashes::by_node(&node.store).await.map_err(internal)?;
-        let cluster_policies = crate::node::policy_hashes::cluster(&node.store).await.map_err(internal)?;
-        let members = crate::upgrade::members(&registry, &versions);
+        let members = node.members(&registry).await.map_err(internal)?;
+        let policies = node.policy_records().await.map_err(internal)?;
         let leases: Vec<proto::ShardLease> = rows.iter().filter(|r| r.live).map(|r| lease_message(node, r, now)).collect();
         let topology = node.topology();
         let unowned = topology
@@ -456,7 +455,7 @@ impl admin_server::Admin for Api {
                 shards_held: rows.iter().filter(|l| l.live && l.holder == Some(r.id)).count() as u32,
                 version: members.iter().find(|m| m.id == r.id).map(|m| m.version.clone()).unwrap_or_default(),
                 protocol: members.iter().find(|m| m.id == r.id).map_or(0, |m| m.protocol),
-                policies: policies.get(&r.id).map(|p| p.hashes.clone()).unwrap_or_default().into_iter().collect(),
+                policies: policies.by_node.get(&r.id).map(|p| p.hashes.clone()).unwrap_or_default().into_iter().collect(),
             })
             .collect();
         Ok(Response::new(proto::StatusResponse {
@@ -467,7 +466,7 @@ impl admin_server::Admin for Api {
             leases,
             unowned,
             insecure_listen: crate::security::exposure::insecure(&self.0.settings),
-            cluster_policies: cluster_policies.into_iter().collect(),
+            cluster_policies: policies.cluster.into_iter().collect(),
             policy_mismatch: node.policy_mismatch().iter().map(ToString::to_string).collect(),
             policy_fallbacks: node.policy_fallbacks(),
         }))

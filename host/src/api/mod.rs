@@ -9,6 +9,7 @@
 //!   node's readiness;
 //! - [`http`]: `/health`, `/readyz`, `/metrics` and the status page on
 //!   `[metrics] listen`;
+//! - [`outcome`]: an append's answer as a gRPC status and its trailers;
 //! - [`status_page`]: the HTML of the status page at `/`;
 //! - [`versions`]: the protocol check every gRPC call passes first, and the
 //!   Admin calls of upgrades (status, finalize).
@@ -17,6 +18,7 @@ pub mod coordination;
 pub mod grpc;
 pub mod health;
 pub mod http;
+mod outcome;
 pub mod status_page;
 pub mod versions;
 

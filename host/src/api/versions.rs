@@ -12,7 +12,7 @@ use crate::node::Node;
 use crate::node::control::Control;
 use crate::proto;
 use crate::upgrade::wire::{Caller, Window, judge};
-use crate::upgrade::{self, PROTOCOL, Release, gates, store};
+use crate::upgrade::{self, PROTOCOL, Release, gates};
 
 /// How long a read cluster version is trusted by the layer. A finalize on
 /// another node reaches this one within it.
@@ -38,7 +38,7 @@ impl ProtocolCheck {
             return release;
         }
         let Some(node) = self.control.node() else { return Release::first() };
-        match store::cluster_version(&node.store).await {
+        match node.cluster_version().await {
             Ok(release) => {
                 *self.cluster.lock().unwrap_or_else(|p| p.into_inner()) = Some((release, Instant::now()));
                 release
@@ -90,9 +90,9 @@ pub async fn check_protocol(
 async fn read(node: &Node) -> Result<(Vec<upgrade::Member>, Release), Status> {
     let unavailable = |e: crate::lease::LeaseError| Status::unavailable(format!("not applied: {e}"));
     let registry = node.refresh_registry().await.map_err(unavailable)?;
-    let versions = store::node_versions(&node.store).await.map_err(unavailable)?;
-    let cluster = store::cluster_version(&node.store).await.map_err(unavailable)?;
-    Ok((upgrade::members(&registry, &versions), cluster))
+    let members = node.members(&registry).await.map_err(unavailable)?;
+    let cluster = node.cluster_version().await.map_err(unavailable)?;
+    Ok((members, cluster))
 }
 
 /// `UpgradeStatus`.
@@ -143,7 +143,7 @@ pub async fn finalize_upgrade(node: &Node, requested: &str) -> Result<proto::Fin
     let plan = upgrade::plan_finalize(cluster, target, binary, &live)
         .map_err(|why| Status::failed_precondition(format!("not finalized: {}", why.join("; "))))?;
     if plan.to != plan.from {
-        store::set_cluster_version(&node.store, plan.to).await.map_err(|e| Status::unavailable(format!("not applied: {e}")))?;
+        node.set_cluster_version(plan.to).await.map_err(|e| Status::unavailable(format!("not applied: {e}")))?;
         let activated: Vec<&str> = plan.activated.iter().map(|g| g.name).collect();
         tracing::info!(from = %plan.from, to = %plan.to, ?activated, "the cluster is finalized");
     }

@@ -338,11 +338,45 @@ async fn run_in(
     local_db_url: String,
     server_host: String,
 ) -> Result<(report::RunFacts, checker::Verdict), ChaosError> {
+    let mut lab = assemble(opts, redis, server, network, &node_db_url, local_db_url, &server_host)?;
+    let store = Store::connect(&lab.database_url).await?;
+    bring_up(&mut lab).await?;
+    lab.clock_offset_us = clock_offset(&store).await?;
+    tracing::info!(nodes = lab.nodes.len(), "cluster up; starting clients and the nemesis");
+
+    let load = Load::start(opts, &lab);
+    let (faults, deaths, failure) = inject_faults(opts, &kinds, &mut lab, load.start).await;
+    // Steady load after the last fault, then stop the clients.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (start, streams) = (load.start, load.streams.clone());
+    let (log, dispatches, clock_steps) = load.stop().await?;
+    let duration_ms = start.elapsed().as_millis() as u64;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let all_streams: Vec<String> = streams.iter().flatten().cloned().collect();
+    let evidence = evidence::read(&store, &lab.database_url, &all_streams).await?;
+    store.close().await;
+    let run = Run { faults, deaths, log, dispatches, clock_steps, duration_ms };
+    Ok(judge(opts, &mut lab, run, evidence))
+}
+
+/// The run's nodes (started later) and the lab around them: the cluster
+/// config file and each node's settings written, ports taken.
+fn assemble(
+    opts: &ChaosOptions,
+    redis: PrivateRedis,
+    server: Option<PrivateServer>,
+    network: Option<Network>,
+    node_db_url: &str,
+    local_db_url: String,
+    server_host: &str,
+) -> Result<lab::Lab, ChaosError> {
     let exe = std::env::current_exe().map_err(io_error(
         "cannot locate the running chitin binary, which the run starts as its nodes; run `chitin chaos` from an installed binary",
     ))?;
     let namespace = format!("chitin-chaos-{}", uuid::Uuid::new_v4().simple());
-    let node_redis_url = redis.url(&server_host);
+    let node_redis_url = redis.url(server_host);
     let all = opts.nodes + opts.spares();
     let ports = testkit::free_ports(all * 2)?;
     let names: Vec<String> = (0..all).map(|k| format!("node-{:02}", k + 1)).collect();
@@ -355,13 +389,13 @@ async fn run_in(
     let shared = settings::ClusterShared {
         redis_url: &node_redis_url,
         namespace: &namespace,
-        database_url: &node_db_url,
+        database_url: node_db_url,
         ttl: opts.lease_ttl,
         renew: opts.renew_interval,
     };
     let peer_token = format!("chaos-peer-{}", uuid::Uuid::new_v4().simple());
     crate::security::redact::register_secret(&peer_token);
-    crate::security::redact::register_url_password(&node_db_url);
+    crate::security::redact::register_url_password(node_db_url);
     let mut nodes = Vec::new();
     for k in 0..all {
         let (name, api) = (&names[k], &apis[k]);
@@ -388,11 +422,10 @@ async fn run_in(
         }
         nodes.push(node);
     }
-    let store = Store::connect(&local_db_url).await?;
     let mut ranges = checker::Ranges::new();
     lab::note_ranges(&crate::topology::file::load(&config).map_err(|e| ChaosError::Options(e.to_string()))?, &mut ranges);
     let spares = nodes.split_off(opts.nodes);
-    let mut lab = lab::Lab {
+    Ok(lab::Lab {
         nodes,
         spares,
         redis_url: redis.url("127.0.0.1"),
@@ -407,8 +440,12 @@ async fn run_in(
         supervisor_restarts: Vec::new(),
         config: config.clone(),
         ranges,
-    };
-    // The first node creates the schema; the others follow.
+    })
+}
+
+/// Starts the nodes: the first creates the schema, the others follow; then
+/// waits until every shard is held.
+async fn bring_up(lab: &mut lab::Lab) -> Result<(), ChaosError> {
     lab.nodes[0].start()?;
     lab.nodes[0].wait_ready(Duration::from_secs(120)).await?;
     for n in &mut lab.nodes[1..] {
@@ -418,34 +455,83 @@ async fn run_in(
         n.wait_ready(Duration::from_secs(120)).await?;
     }
     lab.wait_recovered(Duration::from_secs(120)).await?;
-    lab.clock_offset_us = clock_offset(&store).await?;
-    tracing::info!(nodes = lab.nodes.len(), "cluster up; starting clients and the nemesis");
+    Ok(())
+}
 
-    let start = Instant::now();
-    let start_unix_ms = crate::coord::fail_open_window::unix_now_ms();
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let clock_watch = tokio::spawn(clock::watch(stop_rx.clone()));
-    let streams = clients::streams(opts.clients, 8);
-    let addresses: Vec<String> = lab.nodes.iter().map(|n| n.api.clone()).collect();
-    let mut tasks = tokio::task::JoinSet::new();
-    for (id, streams) in streams.iter().enumerate() {
-        let plan = clients::ClientPlan {
-            id,
-            streams: streams.clone(),
-            nodes: addresses.clone(),
-            interval: opts.append_interval,
-            attempt_timeout: opts.lease_ttl + opts.renew_interval + Duration::from_secs(4),
-            grace: Duration::from_secs(30),
-            start,
-        };
-        tasks.spawn(clients::run(plan, stop_rx.clone()));
-    }
-    let mut dispatchers = tokio::task::JoinSet::new();
-    for (id, n) in lab.nodes.iter().enumerate() {
-        let plan = dispatch::DispatchPlan { id, node: n.name.clone(), address: n.api.clone(), start, start_unix_ms };
-        dispatchers.spawn(dispatch::run(plan, stop_rx.clone()));
+/// The clients, the dispatchers and the clock watch, running until
+/// [`Load::stop`].
+struct Load {
+    start: Instant,
+    streams: Vec<Vec<String>>,
+    stop_tx: watch::Sender<bool>,
+    client_tasks: tokio::task::JoinSet<clients::ClientLog>,
+    dispatchers: tokio::task::JoinSet<dispatch::DispatchLog>,
+    clock_watch: tokio::task::JoinHandle<Vec<clock::Step>>,
+    start_unix_ms: u64,
+}
+
+impl Load {
+    fn start(opts: &ChaosOptions, lab: &lab::Lab) -> Load {
+        let start = Instant::now();
+        let start_unix_ms = crate::coord::fail_open_window::unix_now_ms();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let clock_watch = tokio::spawn(clock::watch(stop_rx.clone()));
+        let streams = clients::streams(opts.clients, 8);
+        let addresses: Vec<String> = lab.nodes.iter().map(|n| n.api.clone()).collect();
+        let mut client_tasks = tokio::task::JoinSet::new();
+        for (id, streams) in streams.iter().enumerate() {
+            let plan = clients::ClientPlan {
+                id,
+                streams: streams.clone(),
+                nodes: addresses.clone(),
+                interval: opts.append_interval,
+                attempt_timeout: opts.lease_ttl + opts.renew_interval + Duration::from_secs(4),
+                grace: Duration::from_secs(30),
+                start,
+            };
+            client_tasks.spawn(clients::run(plan, stop_rx.clone()));
+        }
+        let mut dispatchers = tokio::task::JoinSet::new();
+        for (id, n) in lab.nodes.iter().enumerate() {
+            let plan = dispatch::DispatchPlan { id, node: n.name.clone(), address: n.api.clone(), start, start_unix_ms };
+            dispatchers.spawn(dispatch::run(plan, stop_rx.clone()));
+        }
+        Load { start, streams, stop_tx, client_tasks, dispatchers, clock_watch, start_unix_ms }
     }
 
+    /// Stops the load and merges what it saw, the nodes' windows put on the
+    /// run's monotonic clock.
+    async fn stop(mut self) -> Result<(clients::ClientLog, dispatch::DispatchLog, Vec<clock::Step>), ChaosError> {
+        let _ = self.stop_tx.send(true);
+        let mut logs = Vec::new();
+        while let Some(log) = self.client_tasks.join_next().await {
+            logs.push(log?);
+        }
+        let log = clients::merge(logs);
+        let mut dispatch_logs = Vec::new();
+        while let Some(log) = self.dispatchers.join_next().await {
+            dispatch_logs.push(log?);
+        }
+        let mut dispatches = dispatch::DispatchLog::merge(dispatch_logs);
+        let clock_steps = self.clock_watch.await?;
+        // The nodes' windows on the run's monotonic clock, as the dispatches are.
+        for w in dispatches.granted.iter_mut().filter_map(|g| g.window.as_mut()) {
+            let run_ms = |wall_ms| clock::run_ms(&clock_steps, self.start_unix_ms, wall_ms);
+            (w.start_ms, w.end_ms) = (run_ms(w.start_ms), run_ms(w.end_ms));
+        }
+        Ok((log, dispatches, clock_steps))
+    }
+}
+
+/// The faults of the run, drawn by its seed, one after another until the
+/// count or the duration is reached; a fault that cannot be carried out
+/// ends them (the error, third).
+async fn inject_faults(
+    opts: &ChaosOptions,
+    kinds: &[FaultKind],
+    lab: &mut lab::Lab,
+    start: Instant,
+) -> (Vec<nemesis::FaultRecord>, Vec<checker::Death>, Option<ChaosError>) {
     let mut rng = rng::Rng::new(opts.seed);
     let mut faults = Vec::new();
     let mut deaths = Vec::new();
@@ -456,9 +542,9 @@ async fn run_in(
             break;
         }
         tokio::time::sleep(rng.between(Duration::from_millis(500), Duration::from_secs(2))).await;
-        let Some(kind) = nemesis::draw(&mut bag, &kinds, &mut rng, |k| lab.can_inject(k)) else { break };
+        let Some(kind) = nemesis::draw(&mut bag, kinds, &mut rng, |k| lab.can_inject(k)) else { break };
         tracing::info!(index, kind = kind.name(), "fault");
-        match nemesis::inject(&mut lab, &mut rng, index, kind, start).await {
+        match nemesis::inject(lab, &mut rng, index, kind, start).await {
             Ok((record, death)) => {
                 tracing::info!(index, detail = %record.detail, recovered_ms = record.recovered_ms, "fault done");
                 if let Some(progress) = &opts.progress {
@@ -473,33 +559,28 @@ async fn run_in(
             }
         }
     }
-    // Steady load after the last fault, then stop the clients.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let _ = stop_tx.send(true);
-    let mut logs = Vec::new();
-    while let Some(log) = tasks.join_next().await {
-        logs.push(log?);
-    }
-    let log = clients::merge(logs);
-    let mut dispatch_logs = Vec::new();
-    while let Some(log) = dispatchers.join_next().await {
-        dispatch_logs.push(log?);
-    }
-    let mut dispatches = dispatch::DispatchLog::merge(dispatch_logs);
-    let clock_steps = clock_watch.await?;
-    // The nodes' windows on the run's monotonic clock, as the dispatches are.
-    for w in dispatches.granted.iter_mut().filter_map(|g| g.window.as_mut()) {
-        let run_ms = |wall_ms| clock::run_ms(&clock_steps, start_unix_ms, wall_ms);
-        (w.start_ms, w.end_ms) = (run_ms(w.start_ms), run_ms(w.end_ms));
-    }
-    let duration_ms = start.elapsed().as_millis() as u64;
-    if let Some(e) = failure {
-        return Err(e);
-    }
+    (faults, deaths, failure)
+}
 
-    let all_streams: Vec<String> = streams.iter().flatten().cloned().collect();
-    let evidence = evidence::read(&store, &lab.database_url, &all_streams).await?;
-    store.close().await;
+/// What a run saw, for [`judge`].
+struct Run {
+    faults: Vec<nemesis::FaultRecord>,
+    deaths: Vec<checker::Death>,
+    log: clients::ClientLog,
+    dispatches: dispatch::DispatchLog,
+    clock_steps: Vec<clock::Step>,
+    duration_ms: u64,
+}
+
+/// The checks over what the clients were told and what the database
+/// holds, and the facts the report shows.
+fn judge(
+    opts: &ChaosOptions,
+    lab: &mut lab::Lab,
+    run: Run,
+    evidence: evidence::Evidence,
+) -> (report::RunFacts, checker::Verdict) {
+    let Run { faults, deaths, log, dispatches, clock_steps, duration_ms } = run;
     let bounds = checker::Bounds::of(opts.lease_ttl, opts.renew_interval, opts.takeover_slack, opts.failpoints.is_some());
     let answers: Vec<clients::Ack> = log.acks.iter().chain(&log.resends).cloned().collect();
     let db_steps = clock::shifted(&clock_steps, lab.clock_offset_us);
@@ -537,7 +618,7 @@ async fn run_in(
         dispatch_summary,
         clock_steps,
     };
-    Ok((facts, verdict))
+    (facts, verdict)
 }
 
 /// Database clock minus ours (µs), from the midpoint of a query.

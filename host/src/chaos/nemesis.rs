@@ -170,6 +170,106 @@ fn stop_outcome(stop: Result<std::process::ExitStatus, KitError>) -> Result<Opti
     }
 }
 
+/// What carrying a fault out came to: its detail for the report, and why
+/// it did not disturb what it was meant to, if it did not.
+struct Carried {
+    detail: String,
+    ineffective: Option<String>,
+}
+
+/// A fault on node `k`, which held `held` shards.
+async fn node_fault(lab: &mut Lab, rng: &mut Rng, kind: FaultKind, k: usize, held: usize) -> Result<Carried, ChaosError> {
+    let past_ttl = lab.ttl + lab.renew;
+    let stop_within = Duration::from_secs(60);
+    let mut ineffective = None;
+    let detail = match kind {
+        FaultKind::Kill => {
+            lab.nodes[k].kill9()?;
+            let down = rng.between(lab.ttl, lab.ttl * 2);
+            tokio::time::sleep(down).await;
+            lab.nodes[k].start()?;
+            format!("killed, restarted after {down:?}")
+        }
+        FaultKind::Pause => {
+            lab.nodes[k].pause()?;
+            let down = past_ttl + rng.between(Duration::from_millis(500), Duration::from_secs(2));
+            tokio::time::sleep(down).await;
+            lab.nodes[k].resume()?;
+            format!("paused for {down:?}")
+        }
+        FaultKind::Restart => {
+            ineffective = stop_outcome(tokio::task::block_in_place(|| lab.nodes[k].terminate(stop_within)))?;
+            let down = rng.between(Duration::from_millis(200), Duration::from_millis(1500));
+            tokio::time::sleep(down).await;
+            lab.nodes[k].start()?;
+            format!("SIGTERM ({}), restarted after {down:?}", ineffective.as_deref().unwrap_or("exited"))
+        }
+        FaultKind::Drain => {
+            let drained = lab.drain(k).await;
+            let stopped = stop_outcome(tokio::task::block_in_place(|| lab.nodes[k].terminate(stop_within)))?;
+            lab.nodes[k].start()?;
+            let detail = match &drained {
+                Ok(d) => format!("drained ({} shards in {} rounds)", d.handed_over, d.rounds),
+                Err(e) => format!("drain failed ({e})"),
+            };
+            ineffective = match drained {
+                Err(e) => Some(format!("Admin.Drain failed: {e}")),
+                Ok(d) if d.handed_over == 0 => Some(format!("Admin.Drain handed nothing over (the node held {})", held)),
+                Ok(_) => stopped.clone(),
+            };
+            format!("{detail}, restarted ({})", stopped.as_deref().unwrap_or("exited"))
+        }
+        FaultKind::Partition => {
+            let net = lab.network.as_ref().ok_or(ChaosError::Unavailable("no network namespaces to cut"))?;
+            net.cut(k)?;
+            let down = past_ttl + rng.between(Duration::from_millis(500), Duration::from_secs(2));
+            tokio::time::sleep(down).await;
+            net.heal(k)?;
+            format!("cut off for {down:?}")
+        }
+        _ => unreachable!("a node is chosen exactly for node faults"),
+    };
+    Ok(Carried { detail, ineffective })
+}
+
+/// A fault of the cluster's servers or topology.
+async fn cluster_fault(lab: &mut Lab, rng: &mut Rng, kind: FaultKind) -> Result<Carried, ChaosError> {
+    let mut ineffective = None;
+    let detail = match kind {
+        FaultKind::Redis => {
+            lab.redis.down();
+            let down = rng.between(Duration::from_secs(1), Duration::from_secs(4));
+            tokio::time::sleep(down).await;
+            lab.redis.up()?;
+            format!("Redis down for {down:?}")
+        }
+        FaultKind::Database => {
+            let server = lab.server.as_mut().ok_or(ChaosError::Unavailable("no private database server to restart"))?;
+            tokio::task::block_in_place(|| server.down())?;
+            let down = rng.between(Duration::from_secs(1), Duration::from_secs(3));
+            tokio::time::sleep(down).await;
+            tokio::task::block_in_place(|| server.up())?;
+            format!("{} for {down:?}", server.stop_name())
+        }
+        FaultKind::SplitShard | FaultKind::MoveShard | FaultKind::AddNode => {
+            let outcome = match kind {
+                FaultKind::SplitShard => lab.split(rng).await,
+                FaultKind::MoveShard => lab.move_shard(rng).await,
+                _ => lab.add_node().await,
+            };
+            match outcome {
+                Ok(detail) => detail,
+                Err(why) => {
+                    ineffective = Some(format!("{} failed: {why}", kind.name()));
+                    format!("{} failed ({why})", kind.name())
+                }
+            }
+        }
+        _ => unreachable!("no node is chosen exactly for cluster faults"),
+    };
+    Ok(Carried { detail, ineffective })
+}
+
 /// Injects fault `index` of `kind`; returns its record and, for a fault that
 /// kills a node's leases, the death the checker judges takeovers by.
 pub async fn inject(
@@ -190,86 +290,11 @@ pub async fn inject(
         other => (other, Vec::new()),
     };
     let node = k.map(|k| lab.nodes[k].name.clone());
-    let past_ttl = lab.ttl + lab.renew;
     let started_ms = ms();
     let died_at = lab.db_now_us();
-    let stop_within = Duration::from_secs(60);
-    let mut ineffective = None;
-    let detail = match (kind, k) {
-        (FaultKind::Kill, Some(k)) => {
-            lab.nodes[k].kill9()?;
-            let down = rng.between(lab.ttl, lab.ttl * 2);
-            tokio::time::sleep(down).await;
-            lab.nodes[k].start()?;
-            format!("killed, restarted after {down:?}")
-        }
-        (FaultKind::Pause, Some(k)) => {
-            lab.nodes[k].pause()?;
-            let down = past_ttl + rng.between(Duration::from_millis(500), Duration::from_secs(2));
-            tokio::time::sleep(down).await;
-            lab.nodes[k].resume()?;
-            format!("paused for {down:?}")
-        }
-        (FaultKind::Restart, Some(k)) => {
-            ineffective = stop_outcome(tokio::task::block_in_place(|| lab.nodes[k].terminate(stop_within)))?;
-            let down = rng.between(Duration::from_millis(200), Duration::from_millis(1500));
-            tokio::time::sleep(down).await;
-            lab.nodes[k].start()?;
-            format!("SIGTERM ({}), restarted after {down:?}", ineffective.as_deref().unwrap_or("exited"))
-        }
-        (FaultKind::Drain, Some(k)) => {
-            let drained = lab.drain(k).await;
-            let stopped = stop_outcome(tokio::task::block_in_place(|| lab.nodes[k].terminate(stop_within)))?;
-            lab.nodes[k].start()?;
-            let detail = match &drained {
-                Ok(d) => format!("drained ({} shards in {} rounds)", d.handed_over, d.rounds),
-                Err(e) => format!("drain failed ({e})"),
-            };
-            ineffective = match drained {
-                Err(e) => Some(format!("Admin.Drain failed: {e}")),
-                Ok(d) if d.handed_over == 0 => Some(format!("Admin.Drain handed nothing over (the node held {})", held.len())),
-                Ok(_) => stopped.clone(),
-            };
-            format!("{detail}, restarted ({})", stopped.as_deref().unwrap_or("exited"))
-        }
-        (FaultKind::Redis, None) => {
-            lab.redis.down();
-            let down = rng.between(Duration::from_secs(1), Duration::from_secs(4));
-            tokio::time::sleep(down).await;
-            lab.redis.up()?;
-            format!("Redis down for {down:?}")
-        }
-        (FaultKind::Database, None) => {
-            let server = lab.server.as_mut().ok_or(ChaosError::Unavailable("no private database server to restart"))?;
-            tokio::task::block_in_place(|| server.down())?;
-            let down = rng.between(Duration::from_secs(1), Duration::from_secs(3));
-            tokio::time::sleep(down).await;
-            tokio::task::block_in_place(|| server.up())?;
-            format!("{} for {down:?}", server.stop_name())
-        }
-        (FaultKind::Partition, Some(k)) => {
-            let net = lab.network.as_ref().ok_or(ChaosError::Unavailable("no network namespaces to cut"))?;
-            net.cut(k)?;
-            let down = past_ttl + rng.between(Duration::from_millis(500), Duration::from_secs(2));
-            tokio::time::sleep(down).await;
-            net.heal(k)?;
-            format!("cut off for {down:?}")
-        }
-        (FaultKind::SplitShard | FaultKind::MoveShard | FaultKind::AddNode, None) => {
-            let outcome = match kind {
-                FaultKind::SplitShard => lab.split(rng).await,
-                FaultKind::MoveShard => lab.move_shard(rng).await,
-                _ => lab.add_node().await,
-            };
-            match outcome {
-                Ok(detail) => detail,
-                Err(why) => {
-                    ineffective = Some(format!("{} failed: {why}", kind.name()));
-                    format!("{} failed ({why})", kind.name())
-                }
-            }
-        }
-        _ => unreachable!("node chosen exactly for node faults"),
+    let Carried { detail, ineffective } = match k {
+        Some(k) => node_fault(lab, rng, kind, k, held.len()).await?,
+        None => cluster_fault(lab, rng, kind).await?,
     };
     let ended_ms = ms();
     let recovered = lab.wait_recovered(Duration::from_secs(90)).await?;

@@ -272,8 +272,16 @@ impl Report {
 
     /// The summary table (markdown, so it pastes into docs/reliability.md).
     pub fn table(&self) -> String {
-        let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
         let mut t = String::new();
+        self.write_heading(&mut t);
+        self.write_faults(&mut t);
+        self.write_checks(&mut t);
+        self.write_verdict(&mut t);
+        t
+    }
+
+    /// The run's options, its plant and failpoints, and the evidence read.
+    fn write_heading(&self, t: &mut String) {
         let r = &self.run;
         let _ = writeln!(
             t,
@@ -292,6 +300,10 @@ impl Report {
             let _ = writeln!(t, "failpoints: {spec}");
         }
         let _ = writeln!(t, "evidence: {}\n", self.evidence_note);
+    }
+
+    /// The faults injected and skipped, by kind.
+    fn write_faults(&self, t: &mut String) {
         let _ = writeln!(t, "| fault | injected |\n|---|---:|");
         for (kind, n) in &self.faults_by_kind {
             let _ = writeln!(t, "| {kind} | {n} |");
@@ -300,6 +312,11 @@ impl Report {
             let _ = writeln!(t, "| {kind} | skipped: {why} |");
         }
         let _ = writeln!(t, "| **total** | **{}** |\n", self.faults.len());
+    }
+
+    /// Every check's figure, and the windows by fault kind.
+    fn write_checks(&self, t: &mut String) {
+        let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
         let _ = writeln!(t, "| check | result |\n|---|---:|");
         let rows = [
             ("acknowledged appends", self.acknowledged.to_string()),
@@ -362,6 +379,10 @@ impl Report {
         for (kind, [n, longest]) in &self.unavailability_by_kind {
             let _ = writeln!(t, "| windows during {kind} | {n} (longest {longest} ms) |");
         }
+    }
+
+    /// Passed or failed, with why, and the first violations.
+    fn write_verdict(&self, t: &mut String) {
         let _ = writeln!(t, "\n{}", if self.passed { "PASSED" } else { "FAILED" });
         for f in &self.failures {
             let _ = writeln!(t, "failed: {f}");
@@ -372,7 +393,6 @@ impl Report {
         if self.violations.len() > 20 {
             let _ = writeln!(t, "… and {} more in the JSON report", self.violations.len() - 20);
         }
-        t
     }
 }
 

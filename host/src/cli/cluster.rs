@@ -207,7 +207,7 @@ async fn load(nodes: &Nodes, shard: Option<&str>, output: OutputArg) -> anyhow::
 /// `chitin cluster snapshot`: the status and config of the first node of
 /// `nodes` that answers, and the load every live node counted.
 async fn snapshot(nodes: &Nodes) -> anyhow::Result<ExitCode> {
-    use chitin::topology::snapshot::{Snapshot, SnapshotLease, SnapshotLoad, SnapshotNode, VERSION};
+    use chitin::topology::snapshot::{Snapshot, SnapshotLease, SnapshotLoad, VERSION};
     let mut client = admin(nodes).await?;
     let status =
         client.status(proto::StatusRequest {}).await.map_err(|s| anyhow::anyhow!("status failed: {}", s.message()))?.into_inner();
@@ -230,31 +230,12 @@ async fn snapshot(nodes: &Nodes) -> anyhow::Result<ExitCode> {
     for node in &silent {
         eprintln!("no answer from {node}: its load counts are missing from the snapshot");
     }
-    let state = |s: &str| match s {
-        "joining" => chitin::policy::sdk::NodeState::Joining,
-        "active" => chitin::policy::sdk::NodeState::Active,
-        "leaving" => chitin::policy::sdk::NodeState::Leaving,
-        _ => chitin::policy::sdk::NodeState::Down,
-    };
     let shards: std::collections::HashSet<&str> = config.shards().map(|(_, s)| s.id.as_str()).collect();
     let mut snap = Snapshot {
         version: VERSION,
         taken_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         taken_via: status.node.clone(),
-        nodes: status
-            .nodes
-            .iter()
-            .map(|n| SnapshotNode {
-                name: n.name.clone(),
-                id: n.uuid.clone(),
-                address: n.address.clone(),
-                state: state(&n.state),
-                // Status lists the live registrations only.
-                live: true,
-                zone: None,
-                labels: Vec::new(),
-            })
-            .collect(),
+        nodes: status.nodes.iter().map(snapshot_node).collect(),
         // Status lists the live leases only; a lease of a shard another
         // config version has is left out (the snapshot has one config).
         leases: status
@@ -294,6 +275,26 @@ async fn snapshot(nodes: &Nodes) -> anyhow::Result<ExitCode> {
         snap.taken_via
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A node of a status answer as a snapshot records it.
+fn snapshot_node(n: &proto::NodeStatus) -> chitin::topology::snapshot::SnapshotNode {
+    use chitin::policy::sdk::NodeState;
+    chitin::topology::snapshot::SnapshotNode {
+        name: n.name.clone(),
+        id: n.uuid.clone(),
+        address: n.address.clone(),
+        state: match n.state.as_str() {
+            "joining" => NodeState::Joining,
+            "active" => NodeState::Active,
+            "leaving" => NodeState::Leaving,
+            _ => NodeState::Down,
+        },
+        // Status lists the live registrations only.
+        live: true,
+        zone: None,
+        labels: Vec::new(),
+    }
 }
 
 /// The cluster's component per slot, and every node whose differs.

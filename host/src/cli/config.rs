@@ -144,85 +144,105 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
             write_result(&config, &old, ops::add_node(&old, &node_id, &node_address, metadata), &what)
         }
         ConfigCommand::AddApplication { config, name, implementation, shards_count, replication_factor, policies } => {
-            let Some(old) = load_or_report(&config, OutputArg::TABLE) else { return Ok(ExitCode::FAILURE) };
-            let (policies, _) = policies.load()?;
-            let spec = NewApplication {
-                implementation: implementation.unwrap_or_else(|| name.clone()),
-                name: name.clone(),
-                shards_count,
-                replication_factor,
-                metadata: vec![],
-            };
-            let result = ops::add_application(&old, spec, |req| policies.place_replicas(req));
-            let what = format!("application `{name}` with {shards_count} shard(s), replication factor {replication_factor}");
-            write_result(&config, &old, result, &what)
+            add_application(&config, name, implementation, shards_count, replication_factor, policies)
         }
         ConfigCommand::Validate { file, output } => Ok(validate_one(&file, output)),
         ConfigCommand::ValidateTransition { from, to, output } => Ok(validate_pair(&from, &to, output)),
-        ConfigCommand::Diff { old, new, output } => {
-            let (Some(a), Some(b)) = (load_or_report(&old, OutputArg::TABLE), load_or_report(&new, OutputArg::TABLE)) else {
-                return Ok(ExitCode::FAILURE);
-            };
-            let d = diff(&a, &b);
-            let report = validate_transition(&a, &b);
-            if !output.is_table() {
-                let v =
-                    serde_json::json!({ "diff": d, "transition_valid": report.is_valid(), "violations": report_json(&report) });
-                output.print_data(&v);
+        ConfigCommand::Diff { old, new, output } => Ok(diff_pair(&old, &new, output)),
+        ConfigCommand::Show { file, output, shards } => Ok(show(&file, output, shards)),
+        ConfigCommand::Route { file, application, key, output } => route(&file, &application, &key, output),
+    }
+}
+
+/// `config add-application`: the shards placed by the placement policy of the settings.
+fn add_application(
+    config: &Path,
+    name: String,
+    implementation: Option<String>,
+    shards_count: u32,
+    replication_factor: u32,
+    policies: super::policy::PolicyArgs,
+) -> anyhow::Result<ExitCode> {
+    let Some(old) = load_or_report(config, OutputArg::TABLE) else { return Ok(ExitCode::FAILURE) };
+    let (policies, _) = policies.load()?;
+    let spec = NewApplication {
+        implementation: implementation.unwrap_or_else(|| name.clone()),
+        name: name.clone(),
+        shards_count,
+        replication_factor,
+        metadata: vec![],
+    };
+    let result = ops::add_application(&old, spec, |req| policies.place_replicas(req));
+    let what = format!("application `{name}` with {shards_count} shard(s), replication factor {replication_factor}");
+    write_result(config, &old, result, &what)
+}
+
+/// `config diff`: what changed, and whether the change is a valid transition.
+fn diff_pair(old: &Path, new: &Path, output: OutputArg) -> ExitCode {
+    let (Some(a), Some(b)) = (load_or_report(old, OutputArg::TABLE), load_or_report(new, OutputArg::TABLE)) else {
+        return ExitCode::FAILURE;
+    };
+    let d = diff(&a, &b);
+    let report = validate_transition(&a, &b);
+    if !output.is_table() {
+        let v = serde_json::json!({ "diff": d, "transition_valid": report.is_valid(), "violations": report_json(&report) });
+        output.print_data(&v);
+    } else {
+        print!("{d}");
+        if report.is_valid() {
+            println!("transition: valid");
+        } else {
+            println!(
+                "transition: INVALID, {} violation(s); run `chitin config validate-transition --from {} --to {}`",
+                report.len(),
+                old.display(),
+                new.display()
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `config show`: the summary, and a warning when the config breaks a rule.
+fn show(file: &Path, output: OutputArg, shards: bool) -> ExitCode {
+    let Some(c) = load_or_report(file, OutputArg::TABLE) else { return ExitCode::FAILURE };
+    let s = summarize(&c, shards);
+    if !output.is_table() {
+        output.print_data(&s);
+    } else {
+        print!("{}", s.render());
+    }
+    let v = validate(&c);
+    if !v.is_empty() {
+        eprintln!("warning: this config breaks {} rule(s); run `chitin config validate {}`", v.len(), file.display());
+    }
+    ExitCode::SUCCESS
+}
+
+/// `config route`: the shard that serves a key, and its nodes.
+fn route(file: &Path, application: &str, key: &str, output: OutputArg) -> anyhow::Result<ExitCode> {
+    let Some(c) = load_or_report(file, OutputArg::TABLE) else { return Ok(ExitCode::FAILURE) };
+    let k = bounds::parse_key(key).map_err(|e| anyhow::anyhow!("--key `{key}`: {e}"))?;
+    if c.application(application).is_none() {
+        eprintln!("error: no application `{application}` in `{}`", file.display());
+        return Ok(ExitCode::FAILURE);
+    }
+    match Router::new(&c).shard(&c, application, k) {
+        Some(s) => {
+            let nodes: Vec<&str> = s.replicas.iter().map(|r| r.node_id.as_str()).collect();
+            if output.is_table() {
+                println!("{} {}  {}  nodes {}", s.id, s.range_string(), s.state, nodes.join(","));
             } else {
-                print!("{d}");
-                if report.is_valid() {
-                    println!("transition: valid");
-                } else {
-                    println!(
-                        "transition: INVALID, {} violation(s); run `chitin config validate-transition --from {} --to {}`",
-                        report.len(),
-                        old.display(),
-                        new.display()
-                    );
-                }
+                output.print_data(&serde_json::json!({
+                    "key": format!("{k:08x}"), "shard": s.id, "range": s.range_string(),
+                    "state": s.state.to_string(), "nodes": nodes,
+                }));
             }
             Ok(ExitCode::SUCCESS)
         }
-        ConfigCommand::Show { file, output, shards } => {
-            let Some(c) = load_or_report(&file, OutputArg::TABLE) else { return Ok(ExitCode::FAILURE) };
-            let s = summarize(&c, shards);
-            if !output.is_table() {
-                output.print_data(&s);
-            } else {
-                print!("{}", s.render());
-            }
-            let v = validate(&c);
-            if !v.is_empty() {
-                eprintln!("warning: this config breaks {} rule(s); run `chitin config validate {}`", v.len(), file.display());
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        ConfigCommand::Route { file, application, key, output } => {
-            let Some(c) = load_or_report(&file, OutputArg::TABLE) else { return Ok(ExitCode::FAILURE) };
-            let k = bounds::parse_key(&key).map_err(|e| anyhow::anyhow!("--key `{key}`: {e}"))?;
-            if c.application(&application).is_none() {
-                eprintln!("error: no application `{application}` in `{}`", file.display());
-                return Ok(ExitCode::FAILURE);
-            }
-            match Router::new(&c).shard(&c, &application, k) {
-                Some(s) => {
-                    let nodes: Vec<&str> = s.replicas.iter().map(|r| r.node_id.as_str()).collect();
-                    if output.is_table() {
-                        println!("{} {}  {}  nodes {}", s.id, s.range_string(), s.state, nodes.join(","));
-                    } else {
-                        output.print_data(&serde_json::json!({
-                            "key": format!("{k:08x}"), "shard": s.id, "range": s.range_string(),
-                            "state": s.state.to_string(), "nodes": nodes,
-                        }));
-                    }
-                    Ok(ExitCode::SUCCESS)
-                }
-                None => {
-                    eprintln!("error: no active or splitting shard of `{application}` covers key {k:08x}");
-                    Ok(ExitCode::FAILURE)
-                }
-            }
+        None => {
+            eprintln!("error: no active or splitting shard of `{application}` covers key {k:08x}");
+            Ok(ExitCode::FAILURE)
         }
     }
 }

@@ -247,6 +247,14 @@ pub fn evaluate(facts: &ServerFacts, cluster: bool) -> Vec<Refusal> {
 }
 
 fn evaluate_pg(f: &ServerFacts, out: &mut Vec<Refusal>) {
+    pg_session(f, out);
+    pg_version(f, out);
+    pg_primary(f, out);
+    pg_durability(f, out);
+}
+
+/// What sits between the node and PostgreSQL: a pooler that loses prepared statements or the lock bounds.
+fn pg_session(f: &ServerFacts, out: &mut Vec<Refusal>) {
     if let Some(e) = f.unreadable.as_deref().filter(|e| e.contains("prepared statement") && e.contains("does not exist")) {
         out.push(refusal(
             Check::Pooler,
@@ -278,6 +286,10 @@ fn evaluate_pg(f: &ServerFacts, out: &mut Vec<Refusal>) {
             ));
         }
     }
+}
+
+/// PostgreSQL 14 or newer.
+fn pg_version(f: &ServerFacts, out: &mut Vec<Refusal>) {
     let shown = f.version.as_deref().unwrap_or("unknown");
     match f.version_num.as_deref().and_then(|v| v.trim().parse::<u32>().ok()) {
         None => out.push(refusal(
@@ -292,6 +304,10 @@ fn evaluate_pg(f: &ServerFacts, out: &mut Vec<Refusal>) {
         )),
         Some(_) => {}
     }
+}
+
+/// The primary, not a replica.
+fn pg_primary(f: &ServerFacts, out: &mut Vec<Refusal>) {
     match f.in_recovery {
         None => out.push(refusal(
             Check::ReplicationMode,
@@ -305,6 +321,10 @@ fn evaluate_pg(f: &ServerFacts, out: &mut Vec<Refusal>) {
         )),
         Some(false) => {}
     }
+}
+
+/// fsync and synchronous_commit on.
+fn pg_durability(f: &ServerFacts, out: &mut Vec<Refusal>) {
     match f.fsync.as_deref().map(flag) {
         None | Some(None) => out.push(refusal(
             Check::Durability,
@@ -335,8 +355,16 @@ fn evaluate_pg(f: &ServerFacts, out: &mut Vec<Refusal>) {
 }
 
 fn evaluate_mysql(f: &ServerFacts, out: &mut Vec<Refusal>) {
-    let shown = f.version.as_deref().unwrap_or("unknown");
+    mysql_version(f, out);
+    mysql_source(f, out);
+    mysql_durability(f, out);
+    mysql_gtid(f, out);
+}
+
+/// MySQL 8.0 or MariaDB 10.6, or newer.
+fn mysql_version(f: &ServerFacts, out: &mut Vec<Refusal>) {
     let mariadb = f.kind == ServerKind::MariaDb;
+    let shown = f.version.as_deref().unwrap_or("unknown");
     match f.version.as_deref().and_then(parse_version) {
         None => out.push(refusal(
             Check::Version,
@@ -355,6 +383,10 @@ fn evaluate_mysql(f: &ServerFacts, out: &mut Vec<Refusal>) {
         )),
         Some(_) => {}
     }
+}
+
+/// The source (primary), not a replica.
+fn mysql_source(f: &ServerFacts, out: &mut Vec<Refusal>) {
     match f.read_only.as_deref().map(flag) {
         None | Some(None) => out.push(refusal(
             Check::ReplicationMode,
@@ -382,6 +414,10 @@ fn evaluate_mysql(f: &ServerFacts, out: &mut Vec<Refusal>) {
             "point [database] url at the source (primary) server",
         ));
     }
+}
+
+/// Every commit flushed: the redo log, and the binary log when there is one.
+fn mysql_durability(f: &ServerFacts, out: &mut Vec<Refusal>) {
     let durable = |name: &str, value: &Option<String>, out: &mut Vec<Refusal>| match value.as_deref() {
         None => out.push(refusal(
             Check::Durability,
@@ -401,6 +437,11 @@ fn evaluate_mysql(f: &ServerFacts, out: &mut Vec<Refusal>) {
     if !f.binlog_off() {
         durable("sync_binlog", &f.sync_binlog, out);
     }
+}
+
+/// Global transaction ids on.
+fn mysql_gtid(f: &ServerFacts, out: &mut Vec<Refusal>) {
+    let mariadb = f.kind == ServerKind::MariaDb;
     if mariadb {
         if f.gtid_domain_id.is_none() {
             out.push(refusal(

@@ -70,7 +70,11 @@ impl Node {
         // right after a database outage longer than the TTL the node has
         // dropped leases its rows still name, and the round that takes them
         // up again may not have run yet.
-        self.take_up(&self.store.round_leases(self.uuid, &[]).await?).await;
+        if self.take_up(&self.store.round_leases(self.uuid, &[]).await?).await == super::round::Step::LockWait {
+            // Its holder's session is stuck mid-transaction: the drain hands
+            // over the rest, and the row is freed when this node deregisters.
+            tracing::warn!("a lease row of this node stayed locked for its whole bound; the drain goes on without it");
+        }
         let held = self.leases.held_ids();
         let cap = self.settings.leases.max_handoffs_per_round;
         let input = DrainInput { held: &held, replicas: &replicas, live: &live, cap: cap as usize };

@@ -23,12 +23,14 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
-use crate::lease::{JournalEntry, LeaseError, NewEntry};
-use crate::proto::{self, outcome};
+use chitin_client::outcome::{Attempt, classify, never_sent};
+
+use crate::lease::{Appended, JournalEntry, LeaseError, NewEntry};
+use crate::proto;
 use crate::telemetry::trace_span;
 
 use super::Node;
-use super::peers::never_sent;
+use super::leases::Permit;
 use super::plan::{AppendFacts, AppendStep, append_step, forward_timeout};
 use super::shard_map::stream_key;
 
@@ -49,12 +51,9 @@ pub struct ReadAnswer {
     pub truncated: bool,
 }
 
-/// A shard's holder as a not-applied answer names it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HolderHint {
-    pub name: String,
-    pub address: String,
-}
+/// A shard's holder as a not-applied answer names it: the client crate's
+/// type, so that the node reads a forward's answer as clients do.
+pub use chitin_client::outcome::Holder as HolderHint;
 
 /// Why an append was not acknowledged.
 #[derive(Debug, thiserror::Error)]
@@ -124,19 +123,98 @@ pub fn check_name(what: &str, value: &str, max: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn validate(stream: &str, request_id: &str, payload: &[u8]) -> Result<(), AppendError> {
-    let bad = |m: String| Err(AppendError::Invalid(m));
-    check_name("stream", stream, MAX_STREAM).map_err(AppendError::Invalid)?;
-    check_name("request_id", request_id, MAX_REQUEST_ID).map_err(AppendError::Invalid)?;
-    if payload.len() > MAX_PAYLOAD {
-        return bad(format!("payload must be at most {MAX_PAYLOAD} bytes, got {}", payload.len()));
-    }
-    Ok(())
+/// An append as the node decides it: built once, at the edge, from the
+/// request, and checked there, so that nothing after it meets a bad name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Append {
+    /// The stream appended to; its key picks the shard.
+    pub stream: String,
+    /// The client's id for this entry: a repeat applies at most once.
+    pub request_id: String,
+    /// The entry's bytes.
+    pub payload: Vec<u8>,
+    /// Sent by another node: never forwarded again, never waits here.
+    pub forwarded: bool,
 }
 
-/// A forward certainly not applied where it went, with the holder that
-/// node named, if any.
-type Bounced = Option<HolderHint>;
+impl Append {
+    /// `request`'s append, refused ([`AppendError::Invalid`]) when a name
+    /// does not fit every dialect ([`check_name`]) or the payload is too large.
+    pub fn parse(request: proto::AppendRequest) -> Result<Append, AppendError> {
+        check_name("stream", &request.stream, MAX_STREAM).map_err(AppendError::Invalid)?;
+        check_name("request_id", &request.request_id, MAX_REQUEST_ID).map_err(AppendError::Invalid)?;
+        if request.payload.len() > MAX_PAYLOAD {
+            return Err(AppendError::Invalid(format!(
+                "payload must be at most {MAX_PAYLOAD} bytes, got {}",
+                request.payload.len()
+            )));
+        }
+        let proto::AppendRequest { stream, request_id, payload, forwarded } = request;
+        Ok(Append { stream, request_id, payload, forwarded })
+    }
+
+    /// The request that forwards it to the shard's holder.
+    fn forward_request(&self) -> proto::AppendRequest {
+        proto::AppendRequest {
+            stream: self.stream.clone(),
+            request_id: self.request_id.clone(),
+            payload: self.payload.clone(),
+            forwarded: true,
+        }
+    }
+}
+
+/// What one forward to the holder came to.
+#[derive(Debug)]
+enum Forwarded {
+    /// The holder committed it (or had, for a repeated request id).
+    Applied(Acknowledged),
+    /// Certainly not applied there; the holder that node named, if any.
+    Bounced(Option<HolderHint>),
+    /// The append ends with this answer.
+    Ends(AppendError),
+}
+
+/// What a failed forward's answer means for the append, read as clients
+/// read it ([`chitin_client::outcome::classify`]). `planted`: the
+/// forward-once plant, which takes an unknown outcome for a bounce.
+fn judge_forward(attempt: Attempt, address: &str, planted: bool) -> Forwarded {
+    match attempt {
+        Attempt::NotApplied { holder, .. } => Forwarded::Bounced(holder),
+        Attempt::Unknown(_) if planted => Forwarded::Bounced(None),
+        Attempt::Unknown(why) => Forwarded::Ends(AppendError::OutcomeUnknown(format!("forwarded to {address}: {why}"))),
+        Attempt::Refused { code: tonic::Code::InvalidArgument, message } => Forwarded::Ends(AppendError::Invalid(message)),
+        Attempt::Refused { code: tonic::Code::AlreadyExists, message } => Forwarded::Ends(AppendError::Reused(message)),
+        // Refused before anything ran (the guard, the protocol check):
+        // certainly not applied, and not for this append to mend.
+        Attempt::Refused { code, message } => Forwarded::Ends(AppendError::not_applied(format!(
+            "the holder at {address} refused this node's forward ({code:?}: {message}); every node of the cluster needs \
+             the same [cluster] peer_token and a protocol version in common"
+        ))),
+    }
+}
+
+/// What a fenced commit came to.
+#[derive(Debug)]
+enum Committed {
+    Applied(Appended),
+    /// The lease was gone (at this epoch): nothing was written; look again.
+    LeaseLost(i64),
+    /// The append ends with this answer.
+    Ends(AppendError),
+}
+
+fn judge_commit(result: Result<Appended, LeaseError>) -> Committed {
+    match result {
+        Ok(a) => Committed::Applied(a),
+        Err(LeaseError::LeaseLost { epoch, .. }) => Committed::LeaseLost(epoch),
+        // Any other database failure: the transaction may or may not have
+        // committed (the driver cannot tell).
+        Err(LeaseError::Db(e)) => Committed::Ends(AppendError::OutcomeUnknown(format!("database: {e}"))),
+        Err(e @ LeaseError::BatchOutcomeUnknown(_)) => Committed::Ends(AppendError::OutcomeUnknown(e.to_string())),
+        Err(e) => Committed::Ends(AppendError::not_applied(e.to_string())),
+    }
+}
 
 /// The longest an append that found no usable holder waits for news before
 /// it reads the lease row again. News usually comes first (a lease of this
@@ -153,30 +231,17 @@ impl Node {
         self.settings.lease_ttl() + self.settings.renew_interval() + Duration::from_secs(1)
     }
 
-    /// Appends to `stream`; see the module docs for the outcomes. Timed
-    /// into `chitin_append_duration_seconds` by outcome.
-    pub async fn append(
-        &self,
-        stream: &str,
-        request_id: &str,
-        payload: &[u8],
-        forwarded: bool,
-    ) -> Result<Acknowledged, AppendError> {
+    /// Appends `append`; see the module docs for the outcomes. Timed into
+    /// `chitin_append_duration_seconds` by outcome.
+    pub async fn append(&self, append: &Append) -> Result<Acknowledged, AppendError> {
         let started = Instant::now();
-        let span = trace_span!("append", stream, forwarded);
-        let result = self.append_untimed(stream, request_id, payload, forwarded).instrument(span).await;
+        let span = trace_span!("append", stream = append.stream.as_str(), forwarded = append.forwarded);
+        let result = self.append_untimed(append).instrument(span).await;
         self.metrics.append_seconds.observe(result.as_ref().map_or_else(AppendError::outcome, |_| "applied"), started);
         result
     }
 
-    async fn append_untimed(
-        &self,
-        stream: &str,
-        request_id: &str,
-        payload: &[u8],
-        forwarded: bool,
-    ) -> Result<Acknowledged, AppendError> {
-        validate(stream, request_id, payload)?;
+    async fn append_untimed(&self, append: &Append) -> Result<Acknowledged, AppendError> {
         let deadline = Instant::now() + self.takeover_budget();
         let mut changes = self.leases.changes();
         // Set once the routed shard turns out retired by a split this
@@ -191,86 +256,46 @@ impl Node {
             }
             let shard = match &moved_to_child {
                 Some(child) => child.clone(),
-                None => self.topology().map.route_stream(stream).map_err(|e| AppendError::Invalid(e.to_string()))?.id.clone(),
+                None => {
+                    self.topology().map.route_stream(&append.stream).map_err(|e| AppendError::Invalid(e.to_string()))?.id.clone()
+                }
             };
             if let Some(permit) = self.leases.permit(&shard).await {
-                let entry = NewEntry { stream: stream.to_owned(), request_id: request_id.to_owned(), payload: payload.to_vec() };
-                match self.group_commit.append(&self.store, &permit.token, entry).await {
-                    Ok(a) => {
-                        // Committed: a handoff waiting for this write goes on.
-                        drop(permit);
-                        crate::failpoint::hit("append.after_commit").await;
-                        self.metrics.fenced_commits.inc();
-                        if let Some(s) = self.topology().map.shard(&shard) {
-                            self.load.record(&shard, s.lower, s.upper, super::shard_map::stream_key(stream), payload.len());
-                        }
-                        if !a.fresh {
-                            self.same_payload(stream, request_id, payload, a.seq).await?;
-                        }
-                        return Ok(Acknowledged { sequence: a.seq, epoch: a.epoch, shard, holder: self.name.clone() });
-                    }
-                    Err(LeaseError::LeaseLost { epoch, .. }) => {
-                        self.metrics.fenced_aborts.inc();
-                        drop(permit);
-                        self.leases.forget(&shard, Some(epoch));
-                        continue;
-                    }
-                    // Any other database failure: the transaction may or may
-                    // not have committed (the driver cannot tell).
-                    Err(LeaseError::Db(e)) => return Err(AppendError::OutcomeUnknown(format!("database: {e}"))),
-                    Err(e @ LeaseError::BatchOutcomeUnknown(_)) => return Err(AppendError::OutcomeUnknown(e.to_string())),
-                    Err(e) => return Err(AppendError::not_applied(e.to_string())),
+                match self.commit(permit, &shard, append).await? {
+                    Some(ack) => return Ok(ack),
+                    None => continue,
                 }
             }
-            if !forwarded && let Some(ack) = self.forward_by_route(&shard, stream, request_id, payload).await? {
+            if !append.forwarded
+                && let Some(ack) = self.forward_by_route(&shard, append).await?
+            {
                 return Ok(ack);
             }
-            let row = self.lease_row(&shard).await.map_err(|e| AppendError::not_applied(e.to_string()))?;
-            if let Some(row) = &row {
-                self.routes.learn(row, self.uuid);
-            }
-            let live_holder = row.as_ref().and_then(|r| r.holder.filter(|_| r.live));
-            if live_holder.is_none()
-                && moved_to_child.is_none()
-                && let Some(child) = self.child_if_retired(&shard, stream).await
-            {
-                tracing::debug!(parent = %shard, %child, "the parent is retired; following its child");
-                moved_to_child = Some(child);
-                continue;
-            }
-            let holder_address = match live_holder {
-                Some(h) if h != self.uuid => self.peer_address(h).await,
-                _ => None,
-            };
-            let facts = AppendFacts {
-                me: self.uuid,
-                ready: self.is_ready() && self.session_up() && self.takes_leases(),
-                forwarded,
-                live_holder,
-                holder_address,
-            };
+            let (facts, expires_at) = self.append_facts(&shard, append, moved_to_child.is_none()).await?;
             match append_step(&facts) {
-                AppendStep::Adopt => {
-                    let row = row.expect("a live holder has a row");
-                    if let Err(e) = self.leases.adopt(self.own_lease(&row.shard, row.epoch)).await {
+                AppendStep::FollowChild { child } => {
+                    tracing::debug!(parent = %shard, %child, "the parent is retired; following its child");
+                    moved_to_child = Some(child);
+                    continue;
+                }
+                AppendStep::Adopt { epoch } => {
+                    if let Err(e) = self.leases.adopt(self.own_lease(&shard, epoch)).await {
                         tracing::debug!(%shard, error = %e, "cannot adopt lease");
                         self.wait_for_change(&mut changes, deadline, &shard).await?;
                     }
                 }
-                AppendStep::Forward { holder, address } => {
-                    let expires_at = row.as_ref().and_then(|r| r.expires_at);
-                    match self.forward(&address, expires_at, stream, request_id, payload).await? {
-                        Ok(ack) => return Ok(ack),
-                        // The holder moved on and named its successor: look again at once.
-                        Err(Some(next)) if next.name != holder => {
-                            tracing::debug!(%shard, from = %holder, to = %next.name, "following the holder")
-                        }
-                        Err(_) => {
-                            self.routes.forget(&shard);
-                            self.wait_for_change(&mut changes, deadline, &shard).await?
-                        }
+                AppendStep::Forward { holder, address } => match self.forward(&address, expires_at, append).await {
+                    Forwarded::Applied(ack) => return Ok(ack),
+                    Forwarded::Ends(e) => return Err(e),
+                    // The holder moved on and named its successor: look again at once.
+                    Forwarded::Bounced(Some(next)) if next.name != holder => {
+                        tracing::debug!(%shard, from = %holder, to = %next.name, "following the holder")
                     }
-                }
+                    Forwarded::Bounced(_) => {
+                        self.routes.forget(&shard);
+                        self.wait_for_change(&mut changes, deadline, &shard).await?
+                    }
+                },
                 AppendStep::Redirect { holder } => {
                     let holder = holder.map(|(name, address)| HolderHint { name, address });
                     return Err(AppendError::NotApplied { reason: format!("this node does not hold shard {shard}"), holder });
@@ -281,6 +306,69 @@ impl Node {
                 return Err(self.no_holder(&shard));
             }
         }
+    }
+
+    /// Commits `append` under the lease `permit` stands for. `None`: the
+    /// lease was gone (nothing was written), and the caller looks again.
+    async fn commit(&self, permit: Permit, shard: &str, append: &Append) -> Result<Option<Acknowledged>, AppendError> {
+        let entry =
+            NewEntry { stream: append.stream.clone(), request_id: append.request_id.clone(), payload: append.payload.clone() };
+        let result = self.group_commit.append(&self.store, &permit.token, entry).await;
+        // Ended either way: a handoff waiting for this write goes on.
+        drop(permit);
+        match judge_commit(result) {
+            Committed::Applied(a) => {
+                crate::failpoint::hit("append.after_commit").await;
+                self.metrics.fenced_commits.inc();
+                if let Some(s) = self.topology().map.shard(shard) {
+                    self.load.record(shard, s.lower, s.upper, stream_key(&append.stream), append.payload.len());
+                }
+                if !a.fresh {
+                    self.same_payload(append, a.seq).await?;
+                }
+                Ok(Some(Acknowledged { sequence: a.seq, epoch: a.epoch, shard: shard.to_owned(), holder: self.name.clone() }))
+            }
+            Committed::LeaseLost(epoch) => {
+                self.metrics.fenced_aborts.inc();
+                self.leases.forget(shard, Some(epoch));
+                Ok(None)
+            }
+            Committed::Ends(e) => Err(e),
+        }
+    }
+
+    /// What [`append_step`] decides on for `shard`, read from the database
+    /// (the lease row, the registrations; the retirement of a parent only
+    /// when `may_follow` and nobody holds it), and the lease's expiry.
+    async fn append_facts(
+        &self,
+        shard: &str,
+        append: &Append,
+        may_follow: bool,
+    ) -> Result<(AppendFacts, Option<chrono::DateTime<chrono::Utc>>), AppendError> {
+        let row = self.lease_row(shard).await.map_err(|e| AppendError::not_applied(e.to_string()))?;
+        if let Some(row) = &row {
+            self.routes.learn(row, self.uuid);
+        }
+        let live_holder = row.as_ref().and_then(|r| r.holder.filter(|_| r.live));
+        let retired_child = match live_holder {
+            None if may_follow => self.child_if_retired(shard, &append.stream).await,
+            _ => None,
+        };
+        let holder_address = match live_holder {
+            Some(h) if h != self.uuid => self.peer_address(h).await,
+            _ => None,
+        };
+        let facts = AppendFacts {
+            me: self.uuid,
+            ready: self.is_ready() && self.session_up() && self.takes_leases(),
+            forwarded: append.forwarded,
+            live_holder,
+            epoch: row.as_ref().map_or(0, |r| r.epoch),
+            holder_address,
+            retired_child,
+        };
+        Ok((facts, row.and_then(|r| r.expires_at)))
     }
 
     /// The child that took `stream`'s key from `shard`, when `shard` is a
@@ -325,12 +413,13 @@ impl Node {
     /// A repeated request id is acknowledged only with the payload it
     /// stored; another payload is refused ([`AppendError::Reused`]). Read only
     /// on the rare repeated id, so the common append pays nothing.
-    async fn same_payload(&self, stream: &str, request_id: &str, payload: &[u8], seq: i64) -> Result<(), AppendError> {
+    async fn same_payload(&self, append: &Append, seq: i64) -> Result<(), AppendError> {
+        let Append { stream, request_id, payload, .. } = append;
         let stored = self.store.read(stream, seq, 1).await.map_err(|e| {
             AppendError::OutcomeUnknown(format!("request_id {request_id} was applied before, and reading it back failed: {e}"))
         })?;
         match stored.first() {
-            Some(entry) if entry.payload != payload => Err(AppendError::Reused(format!(
+            Some(entry) if entry.payload != *payload => Err(AppendError::Reused(format!(
                 "request_id {request_id:?} was applied to stream {stream:?} at sequence {seq} with another payload \
                  ({} bytes, this one {}); a new entry needs a new request_id",
                 entry.payload.len(),
@@ -341,20 +430,15 @@ impl Node {
     }
 
     /// Forwards by the shard's route, when it has one: no database read.
-    /// `None`: no route, or the holder refused (certainly not applied), and
-    /// the route is dropped; the caller reads the lease row.
-    async fn forward_by_route(
-        &self,
-        shard: &str,
-        stream: &str,
-        request_id: &str,
-        payload: &[u8],
-    ) -> Result<Option<Acknowledged>, AppendError> {
+    /// `None`: no route, or the holder bounced it (certainly not applied),
+    /// and the route is dropped; the caller reads the lease row.
+    async fn forward_by_route(&self, shard: &str, append: &Append) -> Result<Option<Acknowledged>, AppendError> {
         let Some(route) = self.routes.get(shard, chrono::Utc::now()) else { return Ok(None) };
         let Some((_, address)) = self.peer_address(route.holder).await else { return Ok(None) };
-        match self.forward(&address, Some(route.expires_at), stream, request_id, payload).await? {
-            Ok(ack) => Ok(Some(ack)),
-            Err(_) => {
+        match self.forward(&address, Some(route.expires_at), append).await {
+            Forwarded::Applied(ack) => Ok(Some(ack)),
+            Forwarded::Ends(e) => Err(e),
+            Forwarded::Bounced(_) => {
                 self.routes.forget(shard);
                 Ok(None)
             }
@@ -370,82 +454,58 @@ impl Node {
         known.map(|r| (r.name, r.address))
     }
 
-    /// Sends the append to the holder at `address`, once. The outer error
-    /// ends the append; the inner one says it was certainly not applied.
-    /// Timed into `chitin_forward_duration_seconds` by outcome.
-    async fn forward(
-        &self,
-        address: &str,
-        expires_at: Option<chrono::DateTime<chrono::Utc>>,
-        stream: &str,
-        request_id: &str,
-        payload: &[u8],
-    ) -> Result<Result<Acknowledged, Bounced>, AppendError> {
+    /// Sends the append to the holder at `address`, once. Timed into
+    /// `chitin_forward_duration_seconds` by outcome.
+    async fn forward(&self, address: &str, expires_at: Option<chrono::DateTime<chrono::Utc>>, append: &Append) -> Forwarded {
         let started = Instant::now();
         let span = trace_span!("forward", to = address, otel.kind = "client");
-        let result = self.forward_untimed(address, expires_at, stream, request_id, payload).instrument(span).await;
-        let outcome = match &result {
-            Ok(Ok(_)) => "applied",
-            Ok(Err(_)) => "not_applied",
-            Err(e) => e.outcome(),
+        let forwarded = self.forward_untimed(address, expires_at, append).instrument(span).await;
+        let outcome = match &forwarded {
+            Forwarded::Applied(_) => "applied",
+            Forwarded::Bounced(_) => "not_applied",
+            Forwarded::Ends(e) => e.outcome(),
         };
         self.metrics.forward_seconds.observe(outcome, started);
-        result
+        forwarded
     }
 
     async fn forward_untimed(
         &self,
         address: &str,
         expires_at: Option<chrono::DateTime<chrono::Utc>>,
-        stream: &str,
-        request_id: &str,
-        payload: &[u8],
-    ) -> Result<Result<Acknowledged, Bounced>, AppendError> {
+        append: &Append,
+    ) -> Forwarded {
         let channel = match self.peers.channel(address).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!(error = %e, "forward not sent");
-                return Ok(Err(None));
+                return Forwarded::Bounced(None);
             }
         };
         self.metrics.forwards.inc();
         let mut client = proto::journal_client::JournalClient::new(channel);
-        let mut request = tonic::Request::new(proto::AppendRequest {
-            stream: stream.to_string(),
-            request_id: request_id.to_string(),
-            payload: payload.to_vec(),
-            forwarded: true,
-        });
+        let mut request = tonic::Request::new(append.forward_request());
         request.set_timeout(self.forward_timeout(expires_at));
         crate::telemetry::inject(request.metadata_mut());
-        match client.append(request).await {
+        let status = match client.append(request).await {
             Ok(r) => {
                 let r = r.into_inner();
-                Ok(Ok(Acknowledged { sequence: r.sequence as i64, epoch: r.epoch as i64, shard: r.shard, holder: r.holder }))
+                let (sequence, epoch) = (r.sequence as i64, r.epoch as i64);
+                return Forwarded::Applied(Acknowledged { sequence, epoch, shard: r.shard, holder: r.holder });
             }
-            Err(status) if is_not_applied(&status) => Ok(Err(holder_hint(&status))),
-            Err(status) if status.code() == tonic::Code::InvalidArgument => {
-                Err(AppendError::Invalid(status.message().to_string()))
-            }
-            Err(status) if status.code() == tonic::Code::AlreadyExists => Err(AppendError::Reused(status.message().to_string())),
-            // The guard refuses before anything runs: certainly not applied.
-            Err(status) if matches!(status.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied) => {
-                Err(AppendError::not_applied(format!(
-                    "the holder at {address} refused this node's forward ({}); every node of the cluster needs the same \
-                     [cluster] peer_token",
-                    status.message()
-                )))
-            }
-            Err(status) if never_sent(&status) || crate::plant::active(crate::plant::Plant::ForwardOnce) => {
-                self.peers.forget(address);
-                Ok(Err(None))
-            }
-            Err(status) => {
-                self.peers.forget(address);
-                self.metrics.outcome_unknown.inc();
-                Err(AppendError::OutcomeUnknown(format!("forwarded to {address}: {}", status.message())))
-            }
+            Err(status) => status,
+        };
+        let attempt = classify(&status);
+        // A channel that failed to send or lost the answer is suspect; one
+        // whose holder answered is not.
+        if never_sent(&status) || matches!(attempt, Attempt::Unknown(_)) {
+            self.peers.forget(address);
         }
+        let forwarded = judge_forward(attempt, address, crate::plant::active(crate::plant::Plant::ForwardOnce));
+        if matches!(forwarded, Forwarded::Ends(AppendError::OutcomeUnknown(_))) {
+            self.metrics.outcome_unknown.inc();
+        }
+        forwarded
     }
 
     /// How long a forward waits for the holder (see [`forward_timeout`]).
@@ -460,45 +520,6 @@ impl Node {
     pub async fn read(&self, stream: &str, from: i64, limit: u32) -> Result<ReadAnswer, LeaseError> {
         let (entries, truncated) = self.store.read_capped(stream, from, limit.clamp(1, 10_000), MAX_READ_BYTES).await?;
         Ok(ReadAnswer { entries, truncated })
-    }
-}
-
-/// Whether an append's status is the typed not-applied outcome.
-pub fn is_not_applied(status: &tonic::Status) -> bool {
-    status.metadata().get(outcome::KEY).is_some_and(|v| v == outcome::NOT_APPLIED)
-}
-
-/// The holder a not-applied status names.
-pub fn holder_hint(status: &tonic::Status) -> Option<HolderHint> {
-    let get = |key: &str| status.metadata().get(key).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    Some(HolderHint { name: get(outcome::HOLDER)?, address: get(outcome::HOLDER_ADDRESS)? })
-}
-
-impl From<AppendError> for tonic::Status {
-    fn from(e: AppendError) -> tonic::Status {
-        let mut status = match &e {
-            AppendError::Invalid(_) => return tonic::Status::invalid_argument(e.to_string()),
-            AppendError::Reused(_) => return tonic::Status::already_exists(e.to_string()),
-            AppendError::NotApplied { .. } => tonic::Status::unavailable(e.to_string()),
-            AppendError::OutcomeUnknown(_) => tonic::Status::unknown(e.to_string()),
-        };
-        let meta = status.metadata_mut();
-        let put = |meta: &mut tonic::metadata::MetadataMap, key: &'static str, value: &str| {
-            if let Ok(v) = value.parse() {
-                meta.insert(key, v);
-            }
-        };
-        match &e {
-            AppendError::NotApplied { holder, .. } => {
-                put(meta, outcome::KEY, outcome::NOT_APPLIED);
-                if let Some(h) = holder {
-                    put(meta, outcome::HOLDER, &h.name);
-                    put(meta, outcome::HOLDER_ADDRESS, &h.address);
-                }
-            }
-            _ => put(meta, outcome::KEY, outcome::UNKNOWN),
-        }
-        status
     }
 }
 
@@ -525,18 +546,84 @@ mod tests {
         assert_eq!(check_name("stream", &"é".repeat(128), MAX_STREAM).unwrap_err(), "stream must be 1..=255 bytes, got 256");
     }
 
+    /// A forward's answer, read as clients read it, decides the append:
+    /// (status, planted) → what the append does.
     #[test]
-    fn the_outcome_travels_as_metadata_not_wording() {
-        let hint = HolderHint { name: "n2".into(), address: "127.0.0.1:7002".into() };
-        let status: tonic::Status = AppendError::NotApplied { reason: "moved".into(), holder: Some(hint.clone()) }.into();
-        assert_eq!(status.code(), tonic::Code::Unavailable);
-        assert!(is_not_applied(&status));
-        assert_eq!(holder_hint(&status), Some(hint));
-        // A message that merely reads like it is not the outcome.
-        let lookalike = tonic::Status::unavailable("not applied: trust me");
-        assert!(!is_not_applied(&lookalike));
-        let unknown: tonic::Status = AppendError::OutcomeUnknown("cut".into()).into();
-        assert!(!is_not_applied(&unknown));
-        assert_eq!(unknown.code(), tonic::Code::Unknown);
+    fn a_forwards_answer_decides_the_append() {
+        use crate::proto::outcome as keys;
+        use tonic::Status;
+        let with = |mut status: Status, pairs: &[(&'static str, &str)]| {
+            for (k, v) in pairs {
+                status.metadata_mut().insert(*k, v.parse().unwrap());
+            }
+            status
+        };
+        let next = HolderHint { name: "n3".into(), address: "10.0.0.3:50051".into() };
+        let bounced = with(
+            Status::unavailable("moved"),
+            &[(keys::KEY, keys::NOT_APPLIED), (keys::HOLDER, "n3"), (keys::HOLDER_ADDRESS, "10.0.0.3:50051")],
+        );
+        // A holder named without an address is no holder to go to.
+        let nameless = with(Status::unavailable("moved"), &[(keys::KEY, keys::NOT_APPLIED), (keys::HOLDER, "n3")]);
+        let empty = with(
+            Status::unavailable("moved"),
+            &[(keys::KEY, keys::NOT_APPLIED), (keys::HOLDER, "n3"), (keys::HOLDER_ADDRESS, "")],
+        );
+        let said_unknown = with(Status::unknown("db"), &[(keys::KEY, keys::UNKNOWN)]);
+        let cases: Vec<(Status, bool, &str)> = vec![
+            (bounced.clone(), false, "bounced to n3"),
+            (bounced, true, "bounced to n3"),
+            (nameless, false, "bounced"),
+            (empty, false, "bounced"),
+            (said_unknown, false, "unknown"),
+            (Status::deadline_exceeded("slow"), false, "unknown"),
+            (Status::deadline_exceeded("slow"), true, "bounced"),
+            (Status::invalid_argument("bad"), false, "invalid"),
+            (Status::already_exists("again"), false, "reused"),
+            (Status::unauthenticated("token"), false, "refused"),
+            (Status::permission_denied("peer"), false, "refused"),
+            (Status::failed_precondition("protocol"), false, "refused"),
+        ];
+        for (status, planted, want) in cases {
+            let got = match judge_forward(classify(&status), "10.0.0.2:50051", planted) {
+                Forwarded::Bounced(Some(h)) if h == next => "bounced to n3",
+                Forwarded::Bounced(None) => "bounced",
+                Forwarded::Ends(AppendError::OutcomeUnknown(m)) if m.contains("10.0.0.2:50051") => "unknown",
+                Forwarded::Ends(AppendError::Invalid(m)) if m == "bad" => "invalid",
+                Forwarded::Ends(AppendError::Reused(m)) if m == "again" => "reused",
+                Forwarded::Ends(AppendError::NotApplied { reason, holder: None }) if reason.contains("peer_token") => "refused",
+                other => panic!("{status:?}, planted {planted}: {other:?}"),
+            };
+            assert_eq!(got, want, "{status:?}, planted {planted}");
+        }
+    }
+
+    /// A commit's result decides the append: only a lost lease looks
+    /// again; a database failure may have committed.
+    #[test]
+    fn a_commits_result_decides_the_append() {
+        let lost = LeaseError::LeaseLost {
+            shard: "s".into(),
+            holder: uuid::Uuid::nil(),
+            epoch: 4,
+            reason: crate::lease::LostReason::Released,
+        };
+        let cases: Vec<(Result<Appended, LeaseError>, &str)> = vec![
+            (Ok(Appended { seq: 9, epoch: 4, fresh: true }), "applied"),
+            (Err(lost), "lost at 4"),
+            (Err(LeaseError::Db(sqlx::Error::PoolTimedOut)), "unknown"),
+            (Err(LeaseError::BatchOutcomeUnknown("cut".into())), "unknown"),
+            (Err(LeaseError::InvalidArgument("x".into())), "not applied"),
+        ];
+        for (result, want) in cases {
+            let got = match judge_commit(result) {
+                Committed::Applied(a) if a.seq == 9 => "applied",
+                Committed::LeaseLost(4) => "lost at 4",
+                Committed::Ends(AppendError::OutcomeUnknown(_)) => "unknown",
+                Committed::Ends(AppendError::NotApplied { holder: None, .. }) => "not applied",
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(got, want);
+        }
     }
 }

@@ -12,6 +12,7 @@
 //! - [`peers`]: pooled channels to the other nodes, ownership notices;
 //! - [`liveness`]: the liveness session and the watch of the next node;
 //! - [`policy_hashes`]: the same policy components on every node;
+//! - `records`: the members' releases and components, the cluster version;
 //! - [`fallback`]: the embedded default answering for a failing component;
 //! - [`control`]: the process's control block (the node once it exists);
 //! - [`metrics`]: the node's counters;
@@ -39,6 +40,7 @@ pub mod peers;
 pub mod plan;
 pub mod policy_hashes;
 pub mod rankings;
+mod records;
 pub mod round;
 pub mod routes;
 pub mod shard_map;
@@ -62,6 +64,7 @@ use peers::Peers;
 use shard_map::ShardMap;
 
 pub use observed::{ClusterView, Observed};
+pub use records::PolicyRecords;
 
 /// Why a node could not start (or stopped abnormally).
 #[derive(Debug, thiserror::Error)]
@@ -79,8 +82,9 @@ pub enum NodeError {
     #[error(transparent)]
     Stored(#[from] stored::StoredError),
     #[error(
-        "the node name {name:?} {why}; set [cluster] instance_id or CHITIN__CLUSTER__INSTANCE_ID to a non-empty \
-         name without `:`"
+        "the node name {name:?} {why}; set [cluster] instance_id or CHITIN__CLUSTER__INSTANCE_ID to a name of 1 \
+         to {} bytes without `:`, whitespace or control characters",
+        crate::names::MAX_NODE_NAME
     )]
     InvalidName { name: String, why: &'static str },
     #[error(transparent)]
@@ -167,7 +171,8 @@ pub struct Node {
     pub address: String,
     pub standalone: bool,
     pub settings: Settings,
-    pub store: Store,
+    /// Only the node reaches the store; the API asks it.
+    store: Store,
     policies: std::sync::RwLock<Arc<Policies>>,
     topology: std::sync::RwLock<Arc<Topology>>,
     /// Held by [`Node::update_config`] for a whole update: one at a time.
@@ -223,53 +228,9 @@ impl Node {
             .map_err(|source| NodeError::DataDir { path: data_dir.display().to_string(), source })?;
         let policies = Arc::new(Policies::load(&settings.policies, Some(data_dir.join("policy-cache")))?);
         let given = provisioned.as_ref().and_then(|p| p.node_id.clone());
-        let name = match given.or_else(|| settings.cluster.instance_id.clone()) {
-            Some(name) => name,
-            None => {
-                let p = policies.clone();
-                let ctx = sdk::InstanceContext { env: crate::policy::instance_env(&settings.policies), hostname: hostname() };
-                tokio::task::spawn_blocking(move || p.instance_id(ctx)).await.expect("policy task")?
-            }
-        };
-        if let Some(why) = crate::names::problem(&name) {
-            return Err(NodeError::InvalidName { name, why });
-        }
-
-        let url = settings.database_url();
-        lease::checks::check_url(&url, !standalone)?;
-        let options = StoreOptions {
-            lease_ttl: settings.lease_ttl(),
-            // A node is live for lease purposes while it heartbeats within a
-            // TTL: a paused node's shards go at their expiry, not later.
-            liveness_timeout: settings.lease_ttl(),
-            max_handoffs_per_round: settings.leases.max_handoffs_per_round,
-            handoff_window: settings.renew_interval(),
-            max_connections: settings.database.max_connections,
-            acquire_timeout: std::time::Duration::from_secs_f64(settings.database.acquire_timeout_secs),
-        };
-        let mut store = Store::connect_with(&url, options).await.map_err(|e| match crate::security::tls::tls_cause(&e) {
-            Some(reason) => NodeError::StoreTls { store: "the database", key: "database.ca_file", reason },
-            None => e.into(),
-        })?;
-        lease::checks::run(&store, !standalone).await?;
-        store.migrate().await?;
-        take_cluster_timing(&mut settings, &mut store).await?;
-
-        let (config, map, address) = if standalone {
-            let address = local_address(&settings.api.listen);
-            let config = shard_map::standalone_config(&name, &address, shard_map::STANDALONE_SHARDS);
-            let map = ShardMap::from_config(&config);
-            (config, map, address)
-        } else {
-            let config = provisioned.ok_or(NodeError::NoClusterConfig)?.config;
-            let me = config.node(&name).ok_or_else(|| NodeError::NotInConfig {
-                name: name.clone(),
-                nodes: config.nodes.iter().map(|n| n.id.as_str()).collect::<Vec<_>>().join(", "),
-            })?;
-            let address = settings.cluster.advertise.clone().unwrap_or_else(|| me.grpc_address.clone());
-            let map = ShardMap::from_config(&config);
-            (config, map, address)
-        };
+        let name = node_name(given, &settings, &policies).await?;
+        let store = open_store(&mut settings, standalone).await?;
+        let (config, map, address) = serving(&settings, provisioned, &name)?;
         // The shard count every node must agree on is the number of shards
         // the keyspaces were first divided into: splits add children under a
         // parent and leave it unchanged, so a node restarted after a split
@@ -294,16 +255,7 @@ impl Node {
         };
         tracing::info!(%name, %uuid, %address, standalone, session = session.is_some(), "registered; joining");
 
-        let coord = if standalone { None } else { Some(coordinator(&settings, uuid, &address)?) };
-        if let Some(c) = &coord {
-            // Redis is connected lazily and may be down at start; a
-            // certificate it refuses is no outage but a settings mistake.
-            c.conn.check_tls().await.map_err(|reason| NodeError::StoreTls {
-                store: "Redis",
-                key: "cluster.redis_ca_file",
-                reason,
-            })?;
-        }
+        let coord = if standalone { None } else { Some(coordinator(&settings, uuid, &address).await?) };
         let metrics = Arc::new(Metrics::default());
         let ttl = settings.lease_ttl();
         let safety = settings.renew_interval().min(ttl / 4);
@@ -690,6 +642,72 @@ impl Node {
 /// so a node whose Redis is down still starts (and fails open).
 /// Runs at the cluster's recorded lease timing when `settings` leave it to
 /// the cluster ([`crate::settings::LeaseSettings::at_cluster_timing`]).
+/// The node's name: the one `bootstrap` gave it, else `cluster.instance_id`,
+/// else the instance-id policy's answer; refused unless it is a node name.
+async fn node_name(given: Option<String>, settings: &Settings, policies: &Arc<Policies>) -> Result<String, NodeError> {
+    let name = match given.or_else(|| settings.cluster.instance_id.clone()) {
+        Some(name) => name,
+        None => {
+            let p = policies.clone();
+            let ctx = sdk::InstanceContext { env: crate::policy::instance_env(&settings.policies), hostname: hostname() };
+            tokio::task::spawn_blocking(move || p.instance_id(ctx)).await.expect("policy task")?
+        }
+    };
+    match crate::names::problem(&name) {
+        Some(why) => Err(NodeError::InvalidName { name, why }),
+        None => Ok(name),
+    }
+}
+
+/// The store, checked, migrated, and with the cluster's lease timing taken
+/// into `settings` where they leave it unset.
+async fn open_store(settings: &mut Settings, standalone: bool) -> Result<Store, NodeError> {
+    let url = settings.database_url();
+    lease::checks::check_url(&url, !standalone)?;
+    let options = StoreOptions {
+        lease_ttl: settings.lease_ttl(),
+        // A node is live for lease purposes while it heartbeats within a
+        // TTL: a paused node's shards go at their expiry, not later.
+        liveness_timeout: settings.lease_ttl(),
+        max_handoffs_per_round: settings.leases.max_handoffs_per_round,
+        handoff_window: settings.renew_interval(),
+        max_connections: settings.database.max_connections,
+        acquire_timeout: std::time::Duration::from_secs_f64(settings.database.acquire_timeout_secs),
+    };
+    let mut store = Store::connect_with(&url, options).await.map_err(|e| match crate::security::tls::tls_cause(&e) {
+        Some(reason) => NodeError::StoreTls { store: "the database", key: "database.ca_file", reason },
+        None => e.into(),
+    })?;
+    lease::checks::run(&store, !standalone).await?;
+    store.migrate().await?;
+    take_cluster_timing(settings, &mut store).await?;
+    Ok(store)
+}
+
+/// The config the node serves, its shard map, and the address it is
+/// reached at: its own one-node config when standalone, else the
+/// provisioned one, which must name it.
+fn serving(
+    settings: &Settings,
+    provisioned: Option<stored::Provisioned>,
+    name: &str,
+) -> Result<(ClusterConfig, ShardMap, String), NodeError> {
+    let (config, address) = if !settings.cluster.enabled {
+        let address = local_address(&settings.api.listen);
+        (shard_map::standalone_config(name, &address, shard_map::STANDALONE_SHARDS), address)
+    } else {
+        let config = provisioned.ok_or(NodeError::NoClusterConfig)?.config;
+        let me = config.node(name).ok_or_else(|| NodeError::NotInConfig {
+            name: name.to_owned(),
+            nodes: config.nodes.iter().map(|n| n.id.as_str()).collect::<Vec<_>>().join(", "),
+        })?;
+        let address = settings.cluster.advertise.clone().unwrap_or_else(|| me.grpc_address.clone());
+        (config, address)
+    };
+    let map = ShardMap::from_config(&config);
+    Ok((config, map, address))
+}
+
 async fn take_cluster_timing(settings: &mut Settings, store: &mut Store) -> Result<(), NodeError> {
     let recorded = store.recorded_meta().await?.map(|m| (m.lease_ttl, m.renew_interval));
     if let Some(leases) = settings.leases.at_cluster_timing(recorded) {
@@ -702,7 +720,8 @@ async fn take_cluster_timing(settings: &mut Settings, store: &mut Store) -> Resu
     Ok(())
 }
 
-fn coordinator(settings: &Settings, uuid: Uuid, address: &str) -> Result<crate::coord::Coordinator, NodeError> {
+/// The Redis coordinator of a cluster-mode node, its TLS checked.
+async fn coordinator(settings: &Settings, uuid: Uuid, address: &str) -> Result<crate::coord::Coordinator, NodeError> {
     let url = settings.cluster.redis_url.clone().unwrap_or_default();
     let mut config = crate::coord::CoordConfig::new(url);
     config.namespace = settings.cluster.namespace.clone();
@@ -720,7 +739,15 @@ fn coordinator(settings: &Settings, uuid: Uuid, address: &str) -> Result<crate::
         last_heartbeat: now,
         version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    Ok(crate::coord::Coordinator::new(config, info)?)
+    let coordinator = crate::coord::Coordinator::new(config, info)?;
+    // Redis is connected lazily and may be down at start; a certificate it
+    // refuses is no outage but a settings mistake.
+    coordinator.conn.check_tls().await.map_err(|reason| NodeError::StoreTls {
+        store: "Redis",
+        key: "cluster.redis_ca_file",
+        reason,
+    })?;
+    Ok(coordinator)
 }
 
 /// A dialable address for a listen address (`0.0.0.0` becomes loopback).

@@ -363,8 +363,13 @@ pub fn drain_plan(input: &DrainInput<'_>, placeable: &[String], policy: &[Vec<sd
 /// Where an append goes when this node does not serve its shard now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AppendStep {
-    /// The database says this node holds the shard: take the lease up, then serve.
-    Adopt,
+    /// The database says this node holds the shard (at `epoch`): take the
+    /// lease up, then serve.
+    Adopt { epoch: i64 },
+    /// Nobody holds the shard because a split retired it: the child that
+    /// took the stream's key serves it (this node's config is a version
+    /// behind the split).
+    FollowChild { child: String },
     /// Another node holds it: forward there (one hop).
     Forward { holder: String, address: String },
     /// Answer at once, not applied: the holder to go to, when there is one.
@@ -395,8 +400,13 @@ pub struct AppendFacts {
     pub forwarded: bool,
     /// The shard's live holder by the database.
     pub live_holder: Option<Uuid>,
+    /// The lease row's epoch (0 without a row).
+    pub epoch: i64,
     /// The live holder's name and address, when registered.
     pub holder_address: Option<(String, String)>,
+    /// The child that took the stream's key, when the shard has no live
+    /// holder because a split retired it (read only then).
+    pub retired_child: Option<String>,
 }
 
 /// The serve/adopt/forward/redirect/wait choice of an append.
@@ -404,7 +414,7 @@ pub fn append_step(f: &AppendFacts) -> AppendStep {
     match f.live_holder {
         Some(h) if h == f.me => {
             if f.ready {
-                AppendStep::Adopt
+                AppendStep::Adopt { epoch: f.epoch }
             } else if f.forwarded {
                 AppendStep::Redirect { holder: None }
             } else {
@@ -417,8 +427,11 @@ pub fn append_step(f: &AppendFacts) -> AppendStep {
             (None, true) => AppendStep::Redirect { holder: None },
             (None, false) => AppendStep::Wait,
         },
-        None if f.forwarded => AppendStep::Redirect { holder: None },
-        None => AppendStep::Wait,
+        None => match &f.retired_child {
+            Some(child) => AppendStep::FollowChild { child: child.clone() },
+            None if f.forwarded => AppendStep::Redirect { holder: None },
+            None => AppendStep::Wait,
+        },
     }
 }
 
@@ -862,10 +875,11 @@ mod tests {
         let forward = AppendStep::Forward { holder: "peer".into(), address: "10.0.0.2:50051".into() };
         let redirect_peer = AppendStep::Redirect { holder: addr.clone() };
         let none = AppendStep::Redirect { holder: None };
+        let adopt = AppendStep::Adopt { epoch: 7 };
         // (ready, forwarded, live holder, address known) → step
         let cases: Vec<(bool, bool, Option<Uuid>, bool, AppendStep)> = vec![
-            (true, false, Some(me), false, AppendStep::Adopt),
-            (true, true, Some(me), false, AppendStep::Adopt),
+            (true, false, Some(me), false, adopt.clone()),
+            (true, true, Some(me), false, adopt),
             (false, false, Some(me), false, AppendStep::Wait),
             (false, true, Some(me), false, none.clone()),
             (true, false, Some(peer), true, forward.clone()),
@@ -877,8 +891,29 @@ mod tests {
             (true, true, None, false, none),
         ];
         for (ready, forwarded, live_holder, known, want) in cases {
-            let facts =
-                AppendFacts { me, ready, forwarded, live_holder, holder_address: if known { addr.clone() } else { None } };
+            let holder_address = if known { addr.clone() } else { None };
+            let facts = AppendFacts { me, ready, forwarded, live_holder, epoch: 7, holder_address, retired_child: None };
+            assert_eq!(append_step(&facts), want, "{facts:?}");
+        }
+    }
+
+    /// A retired parent with nobody holding it sends the append to its
+    /// child, forwarded or not, ready or not; a live holder comes first.
+    #[test]
+    fn the_append_step_follows_a_retired_parents_child() {
+        let (me, peer) = (uuid("me"), uuid("peer"));
+        let follow = AppendStep::FollowChild { child: "s-1".into() };
+        // (ready, forwarded, live holder) → step, with the child known
+        let cases = [
+            (true, false, None, follow.clone()),
+            (true, true, None, follow.clone()),
+            (false, false, None, follow),
+            (true, false, Some(me), AppendStep::Adopt { epoch: 3 }),
+            (true, false, Some(peer), AppendStep::Wait),
+        ];
+        for (ready, forwarded, live_holder, want) in cases {
+            let retired_child = Some("s-1".to_string());
+            let facts = AppendFacts { me, ready, forwarded, live_holder, epoch: 3, holder_address: None, retired_child };
             assert_eq!(append_step(&facts), want, "{facts:?}");
         }
     }

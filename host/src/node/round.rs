@@ -150,9 +150,16 @@ impl Node {
     /// which renews every lease on liveness. The rest is the next round's,
     /// with the rows that waited last ([`plan::defer_waited`]).
     async fn act(&self, actions: Vec<Action>, takes: bool, next_renewal: std::time::Instant) {
-        let waited = self.lock_waited.lock().expect("lock-waited shards poisoned").clone();
+        // Only the round task uses the set: taken for the round, put back after.
+        let mut waited = std::mem::take(&mut *self.lock_waited.lock().expect("lock-waited shards poisoned"));
+        self.act_on(actions, takes, next_renewal, &mut waited).await;
+        *self.lock_waited.lock().expect("lock-waited shards poisoned") = waited;
+    }
+
+    /// [`Node::act`], with the shards whose rows waited out their bound.
+    async fn act_on(&self, actions: Vec<Action>, takes: bool, next_renewal: std::time::Instant, waited: &mut HashSet<String>) {
         let mut handed_over = 0;
-        for action in plan::defer_waited(actions, &waited) {
+        for action in plan::defer_waited(actions, waited) {
             if !plan::in_time(&action, handed_over, std::time::Instant::now() >= next_renewal) {
                 tracing::debug!(?action, "round out of time; the other handovers wait for the next round");
                 return;
@@ -163,9 +170,7 @@ impl Node {
                 continue;
             }
             let shard = action.shard().to_owned();
-            let step = self.apply(action).await;
-            let mut waited = self.lock_waited.lock().expect("lock-waited shards poisoned");
-            if step == Step::LockWait {
+            if self.apply(action).await == Step::LockWait {
                 tracing::warn!(%shard, "a lease row stayed locked for the whole lock bound (a session holding it is stuck); the round's other actions wait for the next round");
                 waited.insert(shard);
                 return;

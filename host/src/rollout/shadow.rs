@@ -137,14 +137,32 @@ impl Output {
 }
 
 /// Every call the snapshot asks for (see the module documentation), in a
-/// fixed order: placement, split, drain.
+/// fixed order: placement, rebalance and rankings, split, drain.
 pub fn cases(snap: &Snapshot, opts: &Options) -> Vec<Case> {
     let config = &snap.config;
-    let nodes = snap.policy_nodes();
-    let shards = crate::topology::policy_view::shards(config);
-    let replicas = crate::topology::policy_view::replicas(config);
+    let v = Views {
+        nodes: snap.policy_nodes(),
+        shards: crate::topology::policy_view::shards(config),
+        replicas: crate::topology::policy_view::replicas(config),
+    };
     let mut out = Vec::new();
+    placement_cases(snap, &v, &mut out);
+    cluster_cases(snap, &v, &mut out);
+    split_cases(snap, &mut out);
+    drain_cases(snap, opts, &v, &mut out);
+    out
+}
 
+/// The snapshot's cluster as every policy request shows it.
+struct Views {
+    nodes: Vec<sdk::Node>,
+    shards: Vec<sdk::Shard>,
+    replicas: Vec<sdk::Replica>,
+}
+
+/// Each application's routable shards placed afresh.
+fn placement_cases(snap: &Snapshot, v: &Views, out: &mut Vec<Case>) {
+    let config = &snap.config;
     for app in &config.applications {
         let mut fresh = config.clone();
         let placed: Vec<String> = app.shards.iter().filter(|s| s.state.is_routable()).map(|s| s.id.clone()).collect();
@@ -157,16 +175,20 @@ pub fn cases(snap: &Snapshot, opts: &Options) -> Vec<Case> {
             }
         }
         let mut request = crate::topology::policy_view::placement_request(&fresh, placed, app.replication_factor);
-        request.nodes = nodes.clone();
+        request.nodes = v.nodes.clone();
         out.push(Case { subject: app.name.clone(), request: Request::PlaceReplicas(request) });
     }
+}
+
+/// The whole cluster's rebalance and preferred holders.
+fn cluster_cases(snap: &Snapshot, v: &Views, out: &mut Vec<Case>) {
     let load: Vec<sdk::ShardLoad> = snap.load.iter().map(|l| l.split_input().0).collect();
     out.push(Case {
         subject: "cluster".into(),
         request: Request::Rebalance(sdk::RebalanceRequest {
-            nodes: nodes.clone(),
-            shards: shards.clone(),
-            replicas: replicas.clone(),
+            nodes: v.nodes.clone(),
+            shards: v.shards.clone(),
+            replicas: v.replicas.clone(),
             holders: snap.holders(),
             load,
         }),
@@ -174,12 +196,16 @@ pub fn cases(snap: &Snapshot, opts: &Options) -> Vec<Case> {
     out.push(Case {
         subject: "cluster".into(),
         request: Request::PreferredHolders(sdk::RankingRequest {
-            nodes: nodes.clone(),
-            shards: shards.clone(),
-            replicas: replicas.clone(),
+            nodes: v.nodes.clone(),
+            shards: v.shards.clone(),
+            replicas: v.replicas.clone(),
         }),
     });
+}
 
+/// Every active shard split in two, with its load.
+fn split_cases(snap: &Snapshot, out: &mut Vec<Case>) {
+    let config = &snap.config;
     for (_, s) in config.shards().filter(|(_, s)| s.state == ShardState::Active) {
         // The same request `split-shard` builds; only an active shard splits.
         let Ok(mut request) = super::plan::split_request(config, &s.id, None, 2) else { continue };
@@ -190,7 +216,11 @@ pub fn cases(snap: &Snapshot, opts: &Options) -> Vec<Case> {
         }
         out.push(Case { subject: s.id.clone(), request: Request::SplitPoints(request) });
     }
+}
 
+/// Each live node of the config drained, when anything of it can go.
+fn drain_cases(snap: &Snapshot, opts: &Options, v: &Views, out: &mut Vec<Case>) {
+    let config = &snap.config;
     let replica_nodes: HashMap<String, Vec<String>> =
         config.shards().map(|(_, s)| (s.id.clone(), s.replicas.iter().map(|r| r.node_id.clone()).collect())).collect();
     for leaving in snap.nodes.iter().filter(|n| n.live && config.node(&n.name).is_some()) {
@@ -212,15 +242,15 @@ pub fn cases(snap: &Snapshot, opts: &Options) -> Vec<Case> {
         if placeable.is_empty() {
             continue;
         }
-        let mut nodes = nodes.clone();
+        let mut nodes = v.nodes.clone();
         for n in nodes.iter_mut().filter(|n| n.id == leaving.name) {
             n.state = sdk::NodeState::Leaving;
         }
         let request = sdk::DrainRequest {
             leaving: leaving.name.clone(),
             nodes,
-            shards: shards.clone(),
-            replicas: replicas.clone(),
+            shards: v.shards.clone(),
+            replicas: v.replicas.clone(),
             holders: placeable.iter().map(|s| sdk::Holder { shard: s.clone(), node: leaving.name.clone() }).collect(),
             load: snap.load.iter().filter(|l| placeable.contains(&l.shard)).map(|l| l.split_input().0).collect(),
             max_per_round: cap,
@@ -228,7 +258,6 @@ pub fn cases(snap: &Snapshot, opts: &Options) -> Vec<Case> {
         let case = DrainCase { request, held, replicas: replica_nodes.clone(), live, placeable, kept };
         out.push(Case { subject: leaving.name.clone(), request: Request::PlanDrain(Box::new(case)) });
     }
-    out
 }
 
 /// Runs `case` on `runner` (which must serve the case's slot).

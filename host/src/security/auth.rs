@@ -41,10 +41,7 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Whether `token` is usable as a bearer token: printable ASCII, no spaces.
-pub fn well_formed(token: &str) -> bool {
-    !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic())
-}
+pub use crate::settings::well_formed;
 
 /// Why a token file could not be used.
 #[derive(Debug, thiserror::Error)]

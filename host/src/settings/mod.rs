@@ -15,7 +15,9 @@
 //!   wrong type, is refused naming it. `CHITIN__CLUSTER__INSTANCE_ID` is
 //!   also what the default `instance-id` policy reads.
 //! - [`rules`]: the rules values must keep, each refusal with its key, its
-//!   value and the rule.
+//!   value and the rule;
+//! - [`exposure`]: the rule that a listener other hosts can reach has a
+//!   token on every plane it serves (`security` serves it as its own).
 //!
 //! All problems of a kind are reported at once; unknown keys and wrong types
 //! come before the rules. Golden cases: `tests/fixtures/settings/`.
@@ -24,6 +26,7 @@
 //! `renew_interval_secs < ttl_secs / 2`, so at least two renewals are tried
 //! before a lease can expire and one failed renewal never loses it.
 
+pub mod exposure;
 pub mod load;
 pub mod redis_url;
 pub mod rules;

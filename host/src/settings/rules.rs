@@ -3,10 +3,11 @@
 
 use std::net::SocketAddr;
 
+use super::exposure;
 use super::load::Origins;
 use super::redis_url::{CLUSTER_SCHEME, RedisTarget, hash_tag};
+use super::types::well_formed;
 use super::{Problem, Settings};
-use crate::security::{auth, exposure};
 
 /// The longest duration accepted, in seconds. Longer timings are typos (a
 /// lease that takes a day to fail over), and far longer ones would overflow
@@ -27,8 +28,25 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     let mut bad = |key: &str, value: String, rule: String| {
         out.push(Problem::Refused { key: key.to_owned(), value, rule, origin: origins.of(key) })
     };
-    let q = |s: &str| format!("{s:?}");
+    node_rules(settings, &mut bad);
+    cluster_rules(settings, &mut bad);
+    store_rules(settings, &mut bad);
+    tls_rules(settings, &mut bad);
+    lease_rules(settings, &mut bad);
+    limit_rules(settings, &mut bad);
+    listener_rules(settings, &mut bad);
+    token_rules(settings, &mut bad);
+    policy_rules(settings, &mut bad);
+    out
+}
 
+/// A value as a refusal shows it: quoted, escaped.
+fn q(s: &str) -> String {
+    format!("{s:?}")
+}
+
+/// `node` and `tracing`.
+fn node_rules(settings: &Settings, bad: &mut impl FnMut(&str, String, String)) {
     if settings.node.data_dir.as_os_str().is_empty() {
         bad("node.data_dir", q(""), "must not be empty".into());
     }
@@ -49,7 +67,10 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     if !(0.0..=1.0).contains(&t.sample_ratio) {
         bad("tracing.sample_ratio", t.sample_ratio.to_string(), "must be from 0 (no new trace) to 1 (every one)".into());
     }
+}
 
+/// `cluster`: the namespace, the membership timings, the addresses and Redis.
+fn cluster_rules(settings: &Settings, bad: &mut impl FnMut(&str, String, String)) {
     let c = &settings.cluster;
     let braces = c.namespace.matches(['{', '}']).count();
     if c.namespace.is_empty()
@@ -89,9 +110,16 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
         bad("cluster.max_claims_per_instance", "0".into(), "must be at least 1".into());
     }
     if let Some(id) = &c.instance_id
-        && (id.is_empty() || id.contains(':') || id.chars().any(char::is_whitespace) || id.len() > 255)
+        && let Some(why) = crate::names::problem(id)
     {
-        bad("cluster.instance_id", q(id), "must be non-empty, at most 255 bytes, without `:` or whitespace".into());
+        bad(
+            "cluster.instance_id",
+            q(id),
+            format!(
+                "{why}; the node's name must be 1 to {} bytes without `:`, whitespace or control characters",
+                crate::names::MAX_NODE_NAME
+            ),
+        );
     }
     if c.listen.parse::<SocketAddr>().is_err() {
         bad("cluster.listen", q(&c.listen), "must be an IP:port socket address, e.g. 127.0.0.1:7946".into());
@@ -115,7 +143,11 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     {
         bad("cluster.config_file", q(""), "must not be empty when set".into());
     }
+}
 
+/// The database URL and the CA files of the database and Redis.
+fn store_rules(settings: &Settings, bad: &mut impl FnMut(&str, String, String)) {
+    let c = &settings.cluster;
     match &settings.database.url {
         Some(u) => match database_scheme(u) {
             None => bad("database.url", q(&redact(u)), "must be a postgres://, mysql://, mariadb:// or sqlite: URL".into()),
@@ -153,8 +185,10 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
             bad("database.ca_file", q(&ca.display().to_string()), rule);
         }
     }
-    tls_rules(settings, &mut bad);
+}
 
+/// `leases`: the TTL and the timings that must fit inside it.
+fn lease_rules(settings: &Settings, bad: &mut impl FnMut(&str, String, String)) {
     let l = &settings.leases;
     let ttl = l.ttl();
     let ttl_rule = seconds(ttl, 1.0, "must be at least 1 second");
@@ -200,7 +234,10 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     } else if handoffs > MAX_HANDOFFS_PER_ROUND {
         bad("leases.max_handoffs_per_round", handoffs.to_string(), format!("must be at most {MAX_HANDOFFS_PER_ROUND}"));
     }
+}
 
+/// The database pool and the listeners' `limits`.
+fn limit_rules(settings: &Settings, bad: &mut impl FnMut(&str, String, String)) {
     let db = &settings.database;
     if db.max_connections == 0 || db.max_connections > 1_000 {
         bad("database.max_connections", db.max_connections.to_string(), "must be between 1 and 1000".into());
@@ -229,7 +266,10 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
             bad(key, secs.to_string(), rule);
         }
     }
+}
 
+/// The listen addresses, and what each exposes without a guard.
+fn listener_rules(settings: &Settings, bad: &mut impl FnMut(&str, String, String)) {
     for (key, listen, example) in
         [("api.listen", &settings.api.listen, "127.0.0.1:50051"), ("metrics.listen", &settings.metrics.listen, "127.0.0.1:9090")]
     {
@@ -240,6 +280,10 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     for unguarded in exposure::refused(settings) {
         bad(unguarded.key, q(&unguarded.listen), unguarded.rule());
     }
+}
+
+/// The tokens of every plane: well-formed, one source each, none shared.
+fn token_rules(settings: &Settings, bad: &mut impl FnMut(&str, String, String)) {
     let tokens = [
         ("metrics.auth_token", &settings.metrics.auth_token, &settings.metrics.auth_token_file),
         ("api.admin_token", &settings.api.admin_token, &settings.api.admin_token_file),
@@ -249,7 +293,7 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
     for (key, token, file) in tokens {
         // A token is a secret: a refusal never shows it.
         if let Some(t) = token
-            && (t.all().is_empty() || !t.all().iter().all(|t| auth::well_formed(t)))
+            && (t.all().is_empty() || !t.all().iter().all(|t| well_formed(t)))
         {
             bad(
                 key,
@@ -276,7 +320,10 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
             bad(key, "(hidden)".into(), format!("must differ from {first}: each plane needs its own token"));
         }
     }
+}
 
+/// `policies`.
+fn policy_rules(settings: &Settings, bad: &mut impl FnMut(&str, String, String)) {
     let p = &settings.policies;
     // The policy host checks these again when it loads; refused here too so
     // that a typo stops the node with its key, like every other setting.
@@ -302,7 +349,6 @@ pub(super) fn problems(settings: &Settings, origins: &Origins) -> Vec<Problem> {
             bad("policies.instance_id_env", q(name), format!("{why}: each entry names an environment variable"));
         }
     }
-    out
 }
 
 /// The TLS modes of a database URL that verify the server's certificate.
@@ -410,9 +456,9 @@ fn host_port(s: &str) -> bool {
     }
 }
 
-/// A value with its secrets masked ([`crate::security::redact`]).
+/// A value with its secrets masked ([`crate::redact::redact`]).
 pub(super) fn redact(text: &str) -> String {
-    crate::security::redact(text)
+    crate::redact::redact(text)
 }
 
 #[cfg(test)]

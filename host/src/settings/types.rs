@@ -9,6 +9,11 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
+/// Whether `token` is usable as a bearer token: printable ASCII, no spaces.
+pub fn well_formed(token: &str) -> bool {
+    !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// A token setting: one token, or several while one is rotated (`"t"` or
 /// `["new", "old"]` in TOML; in a token file, one per line). Every one is
 /// accepted; the first is the one this node sends (the peer token on its

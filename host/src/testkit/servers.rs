@@ -820,3 +820,34 @@ impl Drop for PrivatePgBouncer {
         kill(&mut self.child);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::owns;
+
+    /// (port, slot) → whether the `myself` line lists the slot: single
+    /// slots and ranges, after the eighth field only, and only for the node
+    /// on that port.
+    #[test]
+    fn the_myself_line_says_which_slots_a_node_owns() {
+        let nodes = "\
+3a1f 127.0.0.1:7002@17002 master - 0 1700 2 connected 0-99
+07c3 127.0.0.1:7001@17001 myself,master - 0 0 9 connected 100-200 7000
+9b2e 127.0.0.1:7003@17003 slave 3a1f 0 1700 3 connected";
+        for (port, slot, want) in [
+            (7001, 100, true),
+            (7001, 150, true),
+            (7001, 200, true),
+            (7001, 201, false),
+            (7001, 7000, true),
+            // The config epoch (9) and the ping times come before the slots.
+            (7001, 9, false),
+            (7001, 0, false),
+            // Another node's slots, and a port with no `myself` line.
+            (7001, 50, false),
+            (7002, 50, false),
+        ] {
+            assert_eq!(owns(nodes, port, slot), want, "port {port}, slot {slot}");
+        }
+    }
+}

@@ -169,6 +169,24 @@ impl Summary {
             self.shard_count,
             self.replica_count
         );
+        out.push_str(&self.node_table());
+        out.push('\n');
+        if self.applications.is_empty() {
+            out.push_str("no applications\n");
+            return out;
+        }
+        out.push_str(&self.application_table());
+        for a in &self.applications {
+            if a.listed_shards.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "\nshards of {}:", a.name);
+            out.push_str(&shard_table(a));
+        }
+        out
+    }
+
+    fn node_table(&self) -> String {
         let rows: Vec<Vec<String>> = self
             .nodes
             .iter()
@@ -186,15 +204,10 @@ impl Summary {
                 ]
             })
             .collect();
-        out.push_str(&table(
-            &["NODE", "ADDRESS", "REPLICAS", "ACTIVE", "SPLITTING", "ACTIVATING", "INACTIVE", "METADATA"],
-            &rows,
-        ));
-        out.push('\n');
-        if self.applications.is_empty() {
-            out.push_str("no applications\n");
-            return out;
-        }
+        table(&["NODE", "ADDRESS", "REPLICAS", "ACTIVE", "SPLITTING", "ACTIVATING", "INACTIVE", "METADATA"], &rows)
+    }
+
+    fn application_table(&self) -> String {
         let rows: Vec<Vec<String>> = self
             .applications
             .iter()
@@ -212,33 +225,30 @@ impl Summary {
                 ]
             })
             .collect();
-        out.push_str(&table(
+        table(
             &["APPLICATION", "IMPLEMENTATION", "RF", "SHARDS", "ACTIVE", "SPLITTING", "ACTIVATING", "INACTIVE", "REPLICAS"],
             &rows,
-        ));
-        for a in &self.applications {
-            if a.listed_shards.is_empty() {
-                continue;
-            }
-            let _ = writeln!(out, "\nshards of {}:", a.name);
-            let rows: Vec<Vec<String>> = a
-                .listed_shards
-                .iter()
-                .map(|s| {
-                    vec![
-                        s.id.clone(),
-                        s.lower.clone(),
-                        s.upper.clone(),
-                        s.state.to_string(),
-                        s.parent_id.clone().unwrap_or_else(|| "-".into()),
-                        s.nodes.join(","),
-                    ]
-                })
-                .collect();
-            out.push_str(&table(&["SHARD", "LOWER", "UPPER", "STATE", "PARENT", "NODES"], &rows));
-        }
-        out
+        )
     }
+}
+
+/// The listed shards of application `a`.
+fn shard_table(a: &ApplicationSummary) -> String {
+    let rows: Vec<Vec<String>> = a
+        .listed_shards
+        .iter()
+        .map(|s| {
+            vec![
+                s.id.clone(),
+                s.lower.clone(),
+                s.upper.clone(),
+                s.state.to_string(),
+                s.parent_id.clone().unwrap_or_else(|| "-".into()),
+                s.nodes.join(","),
+            ]
+        })
+        .collect();
+    table(&["SHARD", "LOWER", "UPPER", "STATE", "PARENT", "NODES"], &rows)
 }
 
 #[cfg(test)]

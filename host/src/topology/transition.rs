@@ -197,7 +197,13 @@ impl<'a> Transition<'a> {
             );
         }
 
-        // ---- nodes ----
+        self.nodes(old, new);
+        self.applications(old, new, ids);
+    }
+
+    /// A node leaves the config only once it hosts no replica.
+    fn nodes(&mut self, old: &ClusterConfig, new: &ClusterConfig) {
+        use RuleCode::*;
         let mut new_nodes = fasthash::set::<&str>(new.nodes.len());
         new_nodes.extend(new.nodes.iter().map(|n| n.id.as_str()));
         let gone: HashSet<&str> = old.nodes.iter().map(|n| n.id.as_str()).filter(|id| !new_nodes.contains(id)).collect();
@@ -228,8 +234,12 @@ impl<'a> Transition<'a> {
                 }
             }
         }
+    }
 
-        // ---- applications ----
+    /// Applications are never removed; each one present in both versions
+    /// is compared shard by shard.
+    fn applications(&mut self, old: &'a ClusterConfig, new: &'a ClusterConfig, ids: &OldIds) {
+        use RuleCode::*;
         let mut new_apps: HashMap<&str, &Application> = HashMap::with_capacity(new.applications.len());
         for a in &new.applications {
             new_apps.entry(a.name.as_str()).or_insert(a);
@@ -309,51 +319,7 @@ impl<'a> Transition<'a> {
             if std::mem::replace(&mut matched[i], true) {
                 continue; // a duplicate id in the new config: its own violation
             }
-            let s = &a.shards[i];
-            if (s.lower, s.upper) != (n.lower, n.upper) {
-                self.push(
-                    ShardBoundsChanged,
-                    format!(
-                        "shard `{}` changes its bounds from {} to {}; bounds are fixed — split the shard instead",
-                        s.id,
-                        s.range_string(),
-                        n.range_string()
-                    ),
-                );
-            }
-            if s.parent_id != n.parent_id {
-                let show = |p: &Option<String>| p.as_deref().map_or("none".to_owned(), |p| format!("`{p}`"));
-                self.push(
-                    ShardParentChanged,
-                    format!(
-                        "shard `{}` changes its parent from {} to {}; a shard keeps its parent",
-                        s.id,
-                        show(&s.parent_id),
-                        show(&n.parent_id)
-                    ),
-                );
-            }
-            if !allowed(s.state, n.state) {
-                self.push(
-                    ShardStateChangeForbidden,
-                    format!(
-                        "shard `{}` goes from {} to {}; the only state changes are active→splitting, splitting→inactive and activating→active",
-                        s.id, s.state, n.state
-                    ),
-                );
-            } else if s.state == ShardState::Active && n.state == ShardState::Splitting {
-                let kids = activating_kids.get(s.id.as_str()).copied().unwrap_or(0);
-                if kids < 2 {
-                    self.push(
-                        SplitStartWithoutChildren,
-                        format!(
-                            "shard `{}` starts splitting with {kids} activating child(ren) in the new config; add at least 2 activating children (parent_id `{}`) in the same version",
-                            s.id, s.id
-                        ),
-                    );
-                }
-            }
-            self.replicas(s, n);
+            self.shard(&a.shards[i], n, &activating_kids);
         }
         for (i, s) in a.shards.iter().enumerate() {
             if matched[i] || find_old(&s.id) != Some(i) {
@@ -368,6 +334,57 @@ impl<'a> Transition<'a> {
             );
             self.removed().note_all(s);
         }
+    }
+
+    /// A shard present in both versions (`s` old, `n` new): bounds and
+    /// parent fixed, only the allowed state changes, a split started with
+    /// its children, and its replicas.
+    fn shard(&mut self, s: &'a Shard, n: &'a Shard, activating_kids: &FastMap<&str, usize>) {
+        use RuleCode::*;
+        if (s.lower, s.upper) != (n.lower, n.upper) {
+            self.push(
+                ShardBoundsChanged,
+                format!(
+                    "shard `{}` changes its bounds from {} to {}; bounds are fixed — split the shard instead",
+                    s.id,
+                    s.range_string(),
+                    n.range_string()
+                ),
+            );
+        }
+        if s.parent_id != n.parent_id {
+            let show = |p: &Option<String>| p.as_deref().map_or("none".to_owned(), |p| format!("`{p}`"));
+            self.push(
+                ShardParentChanged,
+                format!(
+                    "shard `{}` changes its parent from {} to {}; a shard keeps its parent",
+                    s.id,
+                    show(&s.parent_id),
+                    show(&n.parent_id)
+                ),
+            );
+        }
+        if !allowed(s.state, n.state) {
+            self.push(
+                ShardStateChangeForbidden,
+                format!(
+                    "shard `{}` goes from {} to {}; the only state changes are active→splitting, splitting→inactive and activating→active",
+                    s.id, s.state, n.state
+                ),
+            );
+        } else if s.state == ShardState::Active && n.state == ShardState::Splitting {
+            let kids = activating_kids.get(s.id.as_str()).copied().unwrap_or(0);
+            if kids < 2 {
+                self.push(
+                    SplitStartWithoutChildren,
+                    format!(
+                        "shard `{}` starts splitting with {kids} activating child(ren) in the new config; add at least 2 activating children (parent_id `{}`) in the same version",
+                        s.id, s.id
+                    ),
+                );
+            }
+        }
+        self.replicas(s, n);
     }
 
     /// Replicas of one shard present in both versions.

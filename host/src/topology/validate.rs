@@ -10,7 +10,7 @@ use std::collections::HashSet;
 
 use super::fasthash::{self, FastMap, SortedIds};
 
-use super::model::{ClusterConfig, Metadata, Shard, ShardState};
+use super::model::{Application, ClusterConfig, Metadata, Shard, ShardState};
 use super::rules::{RuleCode, Violation, Violations};
 
 /// The minimum number of nodes of a config.
@@ -62,6 +62,53 @@ struct Checker {
 struct Entry<'a> {
     app: usize,
     shard: &'a Shard,
+}
+
+/// What the pass over shards and replicas collects for the rules across
+/// shards.
+struct Shards<'a> {
+    /// Every shard in config order (the positions of [`shard_index`]).
+    entries: Vec<Entry<'a>>,
+    /// Every non-empty replica id with the position of its shard in `entries`.
+    replicas: Vec<(&'a str, u32)>,
+    /// Whether every replica id is `<its shard id>_<suffix without _>`.
+    all_conform: bool,
+    /// Some replica has an empty id.
+    replica_id_empty: bool,
+}
+
+/// The split tree of the parents that resolve within their application.
+struct Tree {
+    /// `parent[i]`: the position of shard i's parent.
+    parent: Vec<Option<usize>>,
+    /// The positions of each parent's children.
+    children: FastMap<usize, Vec<usize>>,
+}
+
+/// A number per distinct node id of the replicas: its position in the
+/// config, or past the end for ids not in the config, whose replicas are
+/// grouped for one violation per node.
+struct NodeNumbers<'a, 'k> {
+    known: &'k FastMap<&'a str, usize>,
+    /// Unknown node ids with their replicas' ids, in order of appearance.
+    unknown: Vec<(&'a str, Vec<&'a str>)>,
+    /// Each unknown node id's position in `unknown`.
+    index: FastMap<&'a str, usize>,
+}
+
+impl<'a> NodeNumbers<'a, '_> {
+    fn number(&mut self, node_id: &'a str, replica_id: &'a str, nodes: usize) -> u32 {
+        if let Some(&i) = self.known.get(node_id) {
+            return i as u32;
+        }
+        let unknown = &mut self.unknown;
+        let g = *self.index.entry(node_id).or_insert_with(|| {
+            unknown.push((node_id, Vec::new()));
+            unknown.len() - 1
+        });
+        unknown[g].1.push(replica_id);
+        (nodes + g) as u32
+    }
 }
 
 /// Gaps and overlaps of a set of ranges over `[lo, hi]`.
@@ -144,14 +191,28 @@ impl Checker {
         }
     }
 
+    /// Every rule, section by section, in the order the violations are
+    /// reported.
     fn run(&mut self, cfg: &ClusterConfig) -> Indexed {
-        use RuleCode::*;
         if cfg.version == 0 {
-            self.push(VersionNotPositive, "version is 0; versions start at 1".into());
+            self.push(RuleCode::VersionNotPositive, "version is 0; versions start at 1".into());
         }
         self.metadata("the config", &cfg.metadata);
+        let node_ids = self.nodes(cfg);
+        self.applications(cfg);
+        let shards = self.shards(cfg, &node_ids);
+        let shard_ids = shard_index(cfg);
+        let replica_ids_unique = self.unique_ids(&shards, &shard_ids);
+        let tree = self.parents(cfg, &shards.entries, &shard_ids);
+        self.cycles(&shards.entries, &tree.parent);
+        self.states(&shards.entries, &tree);
+        self.keyspaces(cfg, &shards.entries);
+        Indexed { shard_ids, replica_ids_unique }
+    }
 
-        // ---- nodes ----
+    /// The node rules; returns each valid, first-seen node id's position.
+    fn nodes<'a>(&mut self, cfg: &'a ClusterConfig) -> FastMap<&'a str, usize> {
+        use RuleCode::*;
         if cfg.nodes.len() < MIN_NODES {
             self.push(
                 TooFewNodes,
@@ -189,8 +250,12 @@ impl Checker {
             }
             self.metadata(&format!("node `{}`", n.id), &n.metadata);
         }
+        node_ids
+    }
 
-        // ---- applications ----
+    /// The rules of each application's own fields.
+    fn applications(&mut self, cfg: &ClusterConfig) {
+        use RuleCode::*;
         let mut app_names = fasthash::set::<&str>(cfg.applications.len());
         for a in &cfg.applications {
             if a.name.is_empty() {
@@ -221,66 +286,37 @@ impl Checker {
             }
             self.metadata(&format!("application `{}`", a.name), &a.metadata);
         }
+    }
 
-        // ---- shards and replicas ----
+    /// The rules of each shard and replica on its own, and what the rules
+    /// across shards need of them.
+    fn shards<'a>(&mut self, cfg: &'a ClusterConfig, node_ids: &FastMap<&'a str, usize>) -> Shards<'a> {
         let total: usize = cfg.applications.iter().map(|a| a.shards.len()).sum();
-        let mut entries: Vec<Entry> = Vec::with_capacity(total);
-        // Every non-empty replica id with the position of its shard in `entries`.
-        let mut replicas: Vec<(&str, u32)> = Vec::with_capacity(total * 3);
+        let mut out = Shards {
+            entries: Vec::with_capacity(total),
+            replicas: Vec::with_capacity(total * 3),
+            all_conform: true,
+            replica_id_empty: false,
+        };
+        let mut numbers = NodeNumbers { known: node_ids, unknown: Vec::new(), index: fasthash::map(0) };
         let mut shard_nodes: Vec<u32> = Vec::new();
-        // Whether every replica id is `<its shard id>_<suffix without _>`.
-        let mut all_conform = true;
-        let mut replica_id_empty = false;
-        // Replicas on nodes that are not in the config, grouped by node.
-        let mut unknown: Vec<(&str, Vec<&str>)> = Vec::new();
-        let mut unknown_index: FastMap<&str, usize> = fasthash::map(0);
         for (ai, a) in cfg.applications.iter().enumerate() {
             for s in &a.shards {
-                let idx = entries.len();
-                entries.push(Entry { app: ai, shard: s });
-                if s.id.is_empty() {
-                    self.push(ShardIdEmpty, format!("a shard of application `{}` has an empty id; give it a unique id", a.name));
-                }
-                if s.lower >= s.upper {
-                    self.push(
-                        ShardBoundsOrder,
-                        format!(
-                            "shard `{}` has lower bound {:08x} not below upper bound {:08x}; lower must be strictly less than upper",
-                            s.id, s.lower, s.upper
-                        ),
-                    );
-                }
-                if (s.replicas.len() as u64) < u64::from(a.replication_factor) {
-                    self.push(
-                        ShardTooFewReplicas,
-                        format!(
-                            "shard `{}` ({}) has {} replica(s), application `{}` requires {} (replication_factor); add replicas on other nodes",
-                            s.id, s.state, s.replicas.len(), a.name, a.replication_factor
-                        ),
-                    );
-                }
+                let idx = out.entries.len() as u32;
+                out.entries.push(Entry { app: ai, shard: s });
+                self.shard(a, s);
                 for r in &s.replicas {
                     if r.id.is_empty() {
-                        replica_id_empty = true;
-                        self.push(ReplicaIdEmpty, format!("a replica of shard `{}` has an empty id; give it a unique id", s.id));
+                        out.replica_id_empty = true;
+                        self.push(
+                            RuleCode::ReplicaIdEmpty,
+                            format!("a replica of shard `{}` has an empty id; give it a unique id", s.id),
+                        );
                     } else {
-                        all_conform &= conforms(&r.id, &s.id);
-                        replicas.push((&r.id, idx as u32));
+                        out.all_conform &= conforms(&r.id, &s.id);
+                        out.replicas.push((&r.id, idx));
                     }
-                    // A number per distinct node id: its position, or past the
-                    // end for ids not in the config.
-                    let node = match node_ids.get(r.node_id.as_str()) {
-                        Some(&i) => i,
-                        None => {
-                            let g = *unknown_index.entry(r.node_id.as_str()).or_insert_with(|| {
-                                unknown.push((r.node_id.as_str(), Vec::new()));
-                                unknown.len() - 1
-                            });
-                            unknown[g].1.push(r.id.as_str());
-                            cfg.nodes.len() + g
-                        }
-                    };
-                    shard_nodes.push(node as u32);
+                    shard_nodes.push(numbers.number(&r.node_id, &r.id, cfg.nodes.len()));
                     if !r.metadata.is_empty() {
                         self.metadata(&format!("replica `{}`", r.id), &r.metadata);
                     }
@@ -291,10 +327,9 @@ impl Checker {
                 }
             }
         }
-
-        for (node, ids) in &unknown {
+        for (node, ids) in &numbers.unknown {
             self.push(
-                ReplicaNodeUnknown,
+                RuleCode::ReplicaNodeUnknown,
                 format!(
                     "node `{node}` is not in the config but {} replica(s) are on it ({}); add the node or fix their node_id",
                     ids.len(),
@@ -302,39 +337,70 @@ impl Checker {
                 ),
             );
         }
+        out
+    }
 
-        // ---- unique ids ----
+    /// The rules of one shard's own fields.
+    fn shard(&mut self, a: &Application, s: &Shard) {
+        use RuleCode::*;
+        if s.id.is_empty() {
+            self.push(ShardIdEmpty, format!("a shard of application `{}` has an empty id; give it a unique id", a.name));
+        }
+        if s.lower >= s.upper {
+            self.push(
+                ShardBoundsOrder,
+                format!(
+                    "shard `{}` has lower bound {:08x} not below upper bound {:08x}; lower must be strictly less than upper",
+                    s.id, s.lower, s.upper
+                ),
+            );
+        }
+        if (s.replicas.len() as u64) < u64::from(a.replication_factor) {
+            self.push(
+                ShardTooFewReplicas,
+                format!(
+                    "shard `{}` ({}) has {} replica(s), application `{}` requires {} (replication_factor); add replicas on other nodes",
+                    s.id, s.state, s.replicas.len(), a.name, a.replication_factor
+                ),
+            );
+        }
+    }
+
+    /// Shard ids and replica ids unique across the config; returns whether
+    /// every replica id is there and unique.
+    fn unique_ids(&mut self, shards: &Shards, shard_ids: &SortedIds) -> bool {
         // `entries` lists the shards in config order, so its positions are
         // those of `shard_index`.
-        let shard_ids = shard_index(cfg);
-        let shard_id = |p: u32| entries[p as usize].shard.id.as_str();
+        let shard_id = |p: u32| shards.entries[p as usize].shard.id.as_str();
         let shard_dups = shard_ids.duplicates(shard_id);
         let shard_ids_unique = shard_dups.is_empty();
         for (_, later) in shard_dups {
             self.push(
-                ShardIdDuplicate,
+                RuleCode::ShardIdDuplicate,
                 format!("shard id `{}` is used more than once; shard ids must be unique across the config", shard_id(later)),
             );
         }
-        let replica_dups = duplicate_replica_ids(&replicas, all_conform && shard_ids_unique);
-        let replica_ids_unique = !replica_id_empty && replica_dups.is_empty();
+        let replica_dups = duplicate_replica_ids(&shards.replicas, shards.all_conform && shard_ids_unique);
+        let unique = !shards.replica_id_empty && replica_dups.is_empty();
         for (first, later) in replica_dups {
-            let (id, shard) = replicas[later as usize];
-            let first_shard = shard_id(replicas[first as usize].1);
+            let (id, shard) = shards.replicas[later as usize];
+            let first_shard = shard_id(shards.replicas[first as usize].1);
             self.push(
-                ReplicaIdDuplicate,
+                RuleCode::ReplicaIdDuplicate,
                 format!(
                     "replica id `{id}` is used more than once (shards `{first_shard}` and `{}`); replica ids must be unique across the config",
                     shard_id(shard)
                 ),
             );
         }
-        drop(replicas);
+        unique
+    }
 
-        // ---- parents and children ----
-        // parent[i]: the index of shard i's parent, when it resolves within the application.
-        let mut parent: Vec<Option<usize>> = vec![None; entries.len()];
-        let mut children: FastMap<usize, Vec<usize>> = fasthash::map(0);
+    /// The parent rules; returns the split tree of the parents that resolve.
+    fn parents(&mut self, cfg: &ClusterConfig, entries: &[Entry], shard_ids: &SortedIds) -> Tree {
+        use RuleCode::*;
+        let shard_id = |p: u32| entries[p as usize].shard.id.as_str();
+        let mut tree = Tree { parent: vec![None; entries.len()], children: fasthash::map(0) };
         for (i, e) in entries.iter().enumerate() {
             let Some(pid) = e.shard.parent_id.as_deref() else { continue };
             if pid == e.shard.id {
@@ -357,16 +423,20 @@ impl Checker {
                     ),
                 ),
                 Some(p) => {
-                    parent[i] = Some(p);
-                    children.entry(p).or_default().push(i);
+                    tree.parent[i] = Some(p);
+                    tree.children.entry(p).or_default().push(i);
                 }
             }
         }
-        self.cycles(&entries, &parent);
+        tree
+    }
 
+    /// The rules of each shard's state against its place in the split tree.
+    fn states(&mut self, entries: &[Entry], tree: &Tree) {
+        use RuleCode::*;
         for (i, e) in entries.iter().enumerate() {
             let s = e.shard;
-            let kids = children.get(&i).map(Vec::as_slice).unwrap_or(&[]);
+            let kids = tree.children.get(&i).map(Vec::as_slice).unwrap_or(&[]);
             match s.state {
                 ShardState::Active if !kids.is_empty() => self.push(
                     ActiveShardHasChildren,
@@ -379,37 +449,44 @@ impl Checker {
                     InactiveShardNoChildren,
                     format!("inactive shard `{}` has no children; an inactive shard's range is served by its children", s.id),
                 ),
-                ShardState::Splitting => self.splitting(&entries, i, kids),
-                ShardState::Activating => {
-                    if !kids.is_empty() {
-                        self.push(
-                            ActivatingShardHasChildren,
-                            format!(
-                                "activating shard `{}` has children ({}); it cannot be split before it is active",
-                                s.id, list(kids.iter().map(|&k| entries[k].shard.id.as_str()))
-                            ),
-                        );
-                    }
-                    match (s.parent_id.as_deref(), parent[i]) {
-                        (None, _) => self.push(
-                            ActivatingShardNoParent,
-                            format!("activating shard `{}` has no parent_id; an activating shard is the child of a splitting shard", s.id),
-                        ),
-                        (Some(_), Some(p)) if entries[p].shard.state != ShardState::Splitting => self.push(
-                            ActivatingParentNotSplitting,
-                            format!(
-                                "activating shard `{}` has parent `{}`, which is {}, not splitting",
-                                s.id, entries[p].shard.id, entries[p].shard.state
-                            ),
-                        ),
-                        _ => {}
-                    }
-                }
+                ShardState::Splitting => self.splitting(entries, i, kids),
+                ShardState::Activating => self.activating(entries, i, kids, tree.parent[i]),
                 _ => {}
             }
         }
+    }
 
-        // ---- keyspace of each application ----
+    fn activating(&mut self, entries: &[Entry], i: usize, kids: &[usize], parent: Option<usize>) {
+        use RuleCode::*;
+        let s = entries[i].shard;
+        if !kids.is_empty() {
+            self.push(
+                ActivatingShardHasChildren,
+                format!(
+                    "activating shard `{}` has children ({}); it cannot be split before it is active",
+                    s.id,
+                    list(kids.iter().map(|&k| entries[k].shard.id.as_str()))
+                ),
+            );
+        }
+        match (s.parent_id.as_deref(), parent) {
+            (None, _) => self.push(
+                ActivatingShardNoParent,
+                format!("activating shard `{}` has no parent_id; an activating shard is the child of a splitting shard", s.id),
+            ),
+            (Some(_), Some(p)) if entries[p].shard.state != ShardState::Splitting => self.push(
+                ActivatingParentNotSplitting,
+                format!(
+                    "activating shard `{}` has parent `{}`, which is {}, not splitting",
+                    s.id, entries[p].shard.id, entries[p].shard.state
+                ),
+            ),
+            _ => {}
+        }
+    }
+
+    /// Each application's routable shards cover its keyspace once.
+    fn keyspaces(&mut self, cfg: &ClusterConfig, entries: &[Entry]) {
         let mut start = 0;
         for a in &cfg.applications {
             let shards = &entries[start..start + a.shards.len()];
@@ -425,7 +502,7 @@ impl Checker {
             let cov = coverage(ranges, 0, u32::MAX);
             for (lo, hi) in cov.gaps {
                 self.push(
-                    KeyspaceGap,
+                    RuleCode::KeyspaceGap,
                     format!(
                         "application `{}`: keys {} are served by no active or splitting shard; add a shard for them or widen a neighbour",
                         a.name, keys(lo, hi)
@@ -434,7 +511,7 @@ impl Checker {
             }
             for (x, y, lo, hi) in cov.overlaps {
                 self.push(
-                    KeyspaceOverlap,
+                    RuleCode::KeyspaceOverlap,
                     format!(
                         "application `{}`: shards `{x}` and `{y}` both serve keys {}; active and splitting shards must not overlap",
                         a.name, keys(lo, hi)
@@ -442,7 +519,6 @@ impl Checker {
                 );
             }
         }
-        Indexed { shard_ids, replica_ids_unique }
     }
 
     /// `nodes`: the number of each replica's node (see `run`); cleared here.

@@ -19,6 +19,7 @@ mod coord_redis;
 mod coord_scripts;
 mod db_failover;
 mod deploy_files;
+mod function_length;
 mod journal_requests;
 mod lease_checks;
 mod lease_store;

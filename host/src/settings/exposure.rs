@@ -13,7 +13,7 @@
 
 use std::net::SocketAddr;
 
-use crate::settings::Settings;
+use super::Settings;
 
 /// Whether `listen` (an `IP:port`) accepts connections from other hosts:
 /// anything but a loopback address (`0.0.0.0` and `[::]` are every address).
