@@ -32,10 +32,6 @@ macro_rules! lease_tests {
             lease::run($dialect, lease::registration).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn concurrent_registration() {
-            lease::run($dialect, lease::concurrent_registration).await
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn acquire_renew_expire() {
             lease::run($dialect, lease::acquire_renew_expire).await
         }
@@ -110,6 +106,12 @@ mod postgres {
     async fn lock_wait_ends_the_attempt() {
         lease::run(chitin::lease::Dialect::Postgres, lease::lock_wait_ends_the_attempt).await
     }
+
+    /// Nodes of a cluster start together (SQLite serves one node).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_registration() {
+        lease::run(chitin::lease::Dialect::Postgres, lease::concurrent_registration).await
+    }
 }
 
 mod mysql {
@@ -119,6 +121,12 @@ mod mysql {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn lock_wait_ends_the_attempt() {
         lease::run(chitin::lease::Dialect::MySql, lease::lock_wait_ends_the_attempt).await
+    }
+
+    /// Nodes of a cluster start together (SQLite serves one node).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_registration() {
+        lease::run(chitin::lease::Dialect::MySql, lease::concurrent_registration).await
     }
 }
 

@@ -236,29 +236,40 @@ pub async fn registration(url: String) -> Result<()> {
     Ok(())
 }
 
-/// Nodes that start together register at once, each under its own name:
-/// every registration succeeds at the first try, with no deadlock for the
-/// store to retry (InnoDB's gap locks deadlocked them when the stale-down
-/// and the insert shared a transaction).
+/// Nodes that start together register at once, each under its own name
+/// and through its own connections: every registration succeeds at the
+/// first try, with no deadlock for the store to retry (InnoDB's gap locks
+/// deadlocked them when the stale-down and the insert shared a transaction).
 pub async fn concurrent_registration(url: String) -> Result<()> {
-    let s = store(&url, 2_000, 30_000).await?;
+    let mut nodes = Vec::new();
+    for _ in 0..8 {
+        nodes.push(store(&url, 2_000, 30_000).await?);
+    }
     // The count is the process's; nextest runs each test in its own.
     let before = chitin::lease::contention_retries("register");
-    for round in 0..4 {
-        let tasks: Vec<_> = (0..12)
-            .map(|i| {
-                let s = s.clone();
-                tokio::spawn(async move { s.register_node(&format!("node-{round}-{i:02}"), "127.0.0.1:7001").await })
+    for round in 0..6 {
+        let start = Arc::new(tokio::sync::Barrier::new(nodes.len()));
+        let tasks: Vec<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let (s, start) = (s.clone(), start.clone());
+                tokio::spawn(async move {
+                    start.wait().await;
+                    s.register_node(&format!("node-{round}-{i:02}"), "127.0.0.1:7001").await
+                })
             })
             .collect();
         for t in tasks {
             t.await?.context("a registration under a fresh name")?;
         }
     }
-    ensure!(s.nodes().await?.len() == 48);
+    ensure!(nodes[0].nodes().await?.len() == 48);
     let retried = chitin::lease::contention_retries("register") - before;
     ensure!(retried == 0, "registrations were run again {retried} times after contention");
-    s.close().await;
+    for s in nodes {
+        s.close().await;
+    }
     Ok(())
 }
 
