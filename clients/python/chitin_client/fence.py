@@ -89,12 +89,15 @@ class Dialect(NamedTuple):
 # clients/rust/src/fence/table.rs: POSTGRES_MIGRATION, POSTGRES_CLAIM,
 # POSTGRES_RETIRE, POSTGRES_READ, POSTGRES_CHECK.
 POSTGRES = Dialect(
-    migration="""CREATE TABLE IF NOT EXISTS chitin_fence (
+    migration="""DO $$ BEGIN
+  PERFORM pg_advisory_xact_lock(27980661893770854);
+  CREATE TABLE IF NOT EXISTS chitin_fence (
     shard_id TEXT PRIMARY KEY,
     epoch BIGINT NOT NULL,
     holder UUID,
     retired BOOLEAN NOT NULL DEFAULT FALSE,
-    claimed_at TIMESTAMPTZ NOT NULL DEFAULT now())""",
+    claimed_at TIMESTAMPTZ NOT NULL DEFAULT now());
+END $$""",
     claim=_format(
         "INSERT INTO chitin_fence (shard_id, epoch, holder) VALUES ($1, $2, $3) "
         "ON CONFLICT (shard_id) DO UPDATE SET epoch = EXCLUDED.epoch, holder = EXCLUDED.holder, claimed_at = now() "

@@ -69,12 +69,15 @@ export interface Dialect {
 
 /** clients/rust/src/fence/table.rs: POSTGRES_MIGRATION, _CLAIM, _RETIRE, _READ, _CHECK (for `pg`). */
 export const POSTGRES: Dialect = {
-  migration: `CREATE TABLE IF NOT EXISTS chitin_fence (
+  migration: `DO $$ BEGIN
+  PERFORM pg_advisory_xact_lock(27980661893770854);
+  CREATE TABLE IF NOT EXISTS chitin_fence (
     shard_id TEXT PRIMARY KEY,
     epoch BIGINT NOT NULL,
     holder UUID,
     retired BOOLEAN NOT NULL DEFAULT FALSE,
-    claimed_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
+    claimed_at TIMESTAMPTZ NOT NULL DEFAULT now());
+END $$`,
   claim:
     "INSERT INTO chitin_fence (shard_id, epoch, holder) VALUES ($1, $2, $3) " +
     "ON CONFLICT (shard_id) DO UPDATE SET epoch = EXCLUDED.epoch, holder = EXCLUDED.holder, claimed_at = now() " +

@@ -219,6 +219,24 @@ pub enum Violation {
         sent_ms: u64,
         answered_ms: u64,
     },
+    /// A write the service acknowledged is not in its table.
+    ServiceLost {
+        key: String,
+        request_id: String,
+    },
+    /// One request stored more than once in the service's table.
+    ServiceDuplicate {
+        request_id: String,
+        seqs: Vec<i64>,
+    },
+    /// A key written under an older token after a newer token's write: two
+    /// owners' writes interleaved ([`super::ledger`]).
+    ServiceInterleaved {
+        key: String,
+        request_id: String,
+        written: super::ledger::Written,
+        after: super::ledger::Written,
+    },
 }
 
 impl Violation {
@@ -259,6 +277,14 @@ pub struct Verdict {
     pub double_owners: usize,
     #[serde(default)]
     pub unlogged_fail_opens: usize,
+    /// The service's table ([`super::ledger`]): acknowledged writes missing,
+    /// stored more than once, written under an older token after a newer one.
+    #[serde(default)]
+    pub service_lost: usize,
+    #[serde(default)]
+    pub service_duplicates: usize,
+    #[serde(default)]
+    pub service_interleaved: usize,
 }
 
 /// Judges a run; `steps` are the wall clock's steps on the database clock

@@ -26,6 +26,8 @@
 //!   one its dispatches are;
 //! - [`verdict`]: the pure rules a run passes by;
 //! - [`report`]: the summary table and JSON;
+//! - [`service`]: an application's own service driven through its API, and
+//!   [`ledger`], the rules its own table is judged by;
 //! - [`matrix`]: the control and every planted bug on one seed, each judged
 //!   by the violation it must cause.
 
@@ -36,11 +38,13 @@ pub mod clock;
 pub mod dispatch;
 pub mod evidence;
 pub mod lab;
+pub mod ledger;
 pub mod matrix;
 pub mod nemesis;
 pub mod network;
 pub mod report;
 pub mod rng;
+pub mod service;
 pub mod verdict;
 
 use std::collections::BTreeMap;
@@ -172,6 +176,9 @@ pub struct ChaosOptions {
     pub plant: Option<Plant>,
     /// Failpoints every node arms (`CHITIN_FAILPOINTS`, see [`crate::failpoint`]).
     pub failpoints: Option<String>,
+    /// An application's own service to drive and judge besides the journal
+    /// ([`service`]).
+    pub service: Option<service::ServiceOptions>,
     /// Told the kind of each fault once it is done (for a progress bar).
     pub progress: Option<tokio::sync::mpsc::UnboundedSender<&'static str>>,
 }
@@ -220,6 +227,9 @@ impl ChaosOptions {
             if !cfg!(feature = "failpoints") {
                 return refuse("--failpoints needs a build with `--features failpoints`".into());
             }
+        }
+        if let Some(why) = self.service.as_ref().and_then(service::ServiceOptions::problem) {
+            return refuse(why);
         }
         if self.plant.is_some() && !cfg!(feature = "planted-bugs") {
             return refuse("--plant needs a build with `--features planted-bugs`".into());
@@ -314,7 +324,7 @@ pub async fn run(opts: ChaosOptions) -> Result<Report, ChaosError> {
         }
     };
 
-    let outcome = run_in(&opts, kinds, redis, server, network, node_db_url, local_db_url.clone(), server_host).await;
+    let outcome = run_in(&opts, kinds, redis, server, network, node_db_url, local_db_url.clone(), server_host, &run_id).await;
     if let Some(db) = created
         && let Err(e) = db.drop_db().await
     {
@@ -337,19 +347,27 @@ async fn run_in(
     node_db_url: String,
     local_db_url: String,
     server_host: String,
+    run_id: &str,
 ) -> Result<(report::RunFacts, checker::Verdict), ChaosError> {
     let mut lab = assemble(opts, redis, server, network, &node_db_url, local_db_url, &server_host)?;
     let store = Store::connect(&lab.database_url).await?;
     bring_up(&mut lab).await?;
     lab.clock_offset_us = clock_offset(&store).await?;
-    tracing::info!(nodes = lab.nodes.len(), "cluster up; starting clients and the nemesis");
+    let service = match &opts.service {
+        Some(s) => {
+            let nodes: Vec<String> = lab.nodes.iter().map(|n| n.api.clone()).collect();
+            Some(service::Service::start(s, &nodes, &lab.database_url, &opts.dir, run_id).await?)
+        }
+        None => None,
+    };
+    tracing::info!(nodes = lab.nodes.len(), service = service.is_some(), "cluster up; starting clients and the nemesis");
 
-    let load = Load::start(opts, &lab);
+    let load = Load::start(opts, &lab, service.as_ref());
     let (faults, deaths, failure) = inject_faults(opts, &kinds, &mut lab, load.start).await;
     // Steady load after the last fault, then stop the clients.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (start, streams) = (load.start, load.streams.clone());
-    let (log, dispatches, clock_steps) = load.stop().await?;
+    let start = load.start;
+    let Stopped { log, dispatches, clock_steps, streams, service_log } = load.stop().await?;
     let duration_ms = start.elapsed().as_millis() as u64;
     if let Some(e) = failure {
         return Err(e);
@@ -357,8 +375,30 @@ async fn run_in(
     let all_streams: Vec<String> = streams.iter().flatten().cloned().collect();
     let evidence = evidence::read(&store, &lab.database_url, &all_streams).await?;
     store.close().await;
-    let run = Run { faults, deaths, log, dispatches, clock_steps, duration_ms };
-    Ok(judge(opts, &mut lab, run, evidence))
+    let service = match (service, &opts.service) {
+        (Some(running), Some(s)) => Some(judged_service(running, s, service_log, &opts.database).await?),
+        _ => None,
+    };
+    let supervisor_restarts = std::mem::take(&mut lab.supervisor_restarts);
+    let run = Run { faults, deaths, log, dispatches, clock_steps, duration_ms, supervisor_restarts };
+    Ok(judge(opts, &lab, run, evidence, service))
+}
+
+/// Stops the service and reads its table; drops its database when the run
+/// made it in a server it does not own.
+async fn judged_service(
+    running: service::Service,
+    opts: &service::ServiceOptions,
+    log: service::ServiceLog,
+    database: &Database,
+) -> Result<(service::ServiceLog, Vec<ledger::LedgerRow>), ChaosError> {
+    let (rows, db) = running.finish(&opts.table).await?;
+    if matches!(database, Database::Configured(_))
+        && let Err(e) = db.drop_db().await
+    {
+        tracing::warn!(error = %e, "could not drop the service's database {}", db.name);
+    }
+    Ok((log, rows))
 }
 
 /// The run's nodes (started later) and the lab around them: the cluster
@@ -468,10 +508,21 @@ struct Load {
     dispatchers: tokio::task::JoinSet<dispatch::DispatchLog>,
     clock_watch: tokio::task::JoinHandle<Vec<clock::Step>>,
     start_unix_ms: u64,
+    writers: tokio::task::JoinSet<service::ServiceLog>,
+}
+
+/// What the load saw, once stopped.
+struct Stopped {
+    log: clients::ClientLog,
+    dispatches: dispatch::DispatchLog,
+    clock_steps: Vec<clock::Step>,
+    /// The journal streams each client appended to.
+    streams: Vec<Vec<String>>,
+    service_log: service::ServiceLog,
 }
 
 impl Load {
-    fn start(opts: &ChaosOptions, lab: &lab::Lab) -> Load {
+    fn start(opts: &ChaosOptions, lab: &lab::Lab, service: Option<&service::Service>) -> Load {
         let start = Instant::now();
         let start_unix_ms = crate::coord::fail_open_window::unix_now_ms();
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -496,12 +547,26 @@ impl Load {
             let plan = dispatch::DispatchPlan { id, node: n.name.clone(), address: n.api.clone(), start, start_unix_ms };
             dispatchers.spawn(dispatch::run(plan, stop_rx.clone()));
         }
-        Load { start, streams, stop_tx, client_tasks, dispatchers, clock_watch, start_unix_ms }
+        let mut writers = tokio::task::JoinSet::new();
+        if let (Some(running), Some(s)) = (service, &opts.service) {
+            for id in 0..s.writers {
+                let plan = service::WriterPlan {
+                    id,
+                    instances: running.instances(),
+                    keys: s.keys,
+                    interval: opts.append_interval,
+                    attempt_timeout: opts.lease_ttl + opts.renew_interval + Duration::from_secs(4),
+                    grace: Duration::from_secs(30),
+                };
+                writers.spawn(service::run_writer(plan, stop_rx.clone()));
+            }
+        }
+        Load { start, streams, stop_tx, client_tasks, dispatchers, clock_watch, start_unix_ms, writers }
     }
 
     /// Stops the load and merges what it saw, the nodes' windows put on the
     /// run's monotonic clock.
-    async fn stop(mut self) -> Result<(clients::ClientLog, dispatch::DispatchLog, Vec<clock::Step>), ChaosError> {
+    async fn stop(mut self) -> Result<Stopped, ChaosError> {
         let _ = self.stop_tx.send(true);
         let mut logs = Vec::new();
         while let Some(log) = self.client_tasks.join_next().await {
@@ -519,7 +584,12 @@ impl Load {
             let run_ms = |wall_ms| clock::run_ms(&clock_steps, self.start_unix_ms, wall_ms);
             (w.start_ms, w.end_ms) = (run_ms(w.start_ms), run_ms(w.end_ms));
         }
-        Ok((log, dispatches, clock_steps))
+        let mut service_logs = Vec::new();
+        while let Some(log) = self.writers.join_next().await {
+            service_logs.push(log?);
+        }
+        let service_log = service::ServiceLog::merge(service_logs);
+        Ok(Stopped { log, dispatches, clock_steps, streams: self.streams, service_log })
     }
 }
 
@@ -570,17 +640,20 @@ struct Run {
     dispatches: dispatch::DispatchLog,
     clock_steps: Vec<clock::Step>,
     duration_ms: u64,
+    /// Nodes that exited on their own, with what they last logged.
+    supervisor_restarts: Vec<String>,
 }
 
 /// The checks over what the clients were told and what the database
 /// holds, and the facts the report shows.
 fn judge(
     opts: &ChaosOptions,
-    lab: &mut lab::Lab,
+    lab: &lab::Lab,
     run: Run,
     evidence: evidence::Evidence,
+    service: Option<(service::ServiceLog, Vec<ledger::LedgerRow>)>,
 ) -> (report::RunFacts, checker::Verdict) {
-    let Run { faults, deaths, log, dispatches, clock_steps, duration_ms } = run;
+    let Run { faults, deaths, log, dispatches, clock_steps, duration_ms, supervisor_restarts } = run;
     let bounds = checker::Bounds::of(opts.lease_ttl, opts.renew_interval, opts.takeover_slack, opts.failpoints.is_some());
     let answers: Vec<clients::Ack> = log.acks.iter().chain(&log.resends).cloned().collect();
     let db_steps = clock::shifted(&clock_steps, lab.clock_offset_us);
@@ -589,6 +662,10 @@ fn judge(
     let claim_ttl = settings::LIVENESS_TIMEOUT;
     let disturbances = claims::disturbances(&faults, claim_ttl, settings::HEARTBEAT_INTERVAL);
     let dispatch_summary = claims::check_dispatches(&dispatches.granted, &disturbances, claim_ttl, &mut verdict);
+    let service = service.map(|(log, rows)| {
+        ledger::check(&log.acked, &rows, &mut verdict);
+        report::ServiceFacts { log, stored: rows.len() }
+    });
     let facts = report::RunFacts {
         run: report::RunInfo {
             seed: opts.seed,
@@ -613,10 +690,11 @@ fn judge(
             opts.failpoints.as_deref().map_or(Duration::ZERO, crate::failpoint::expected_append_pause),
         ),
         takeover_bounds: bounds,
-        supervisor_restarts: std::mem::take(&mut lab.supervisor_restarts),
+        supervisor_restarts,
         dispatches,
         dispatch_summary,
         clock_steps,
+        service,
     };
     (facts, verdict)
 }

@@ -136,10 +136,64 @@ pub struct Report {
     /// one ([`crate::chaos::clock`]).
     #[serde(default)]
     pub clock_steps: Vec<Step>,
+    /// The application's own service, when the run drove one (`--service`).
+    #[serde(default)]
+    pub service: Option<ServiceSummary>,
     pub violations: Vec<Violation>,
     /// Every reason the run failed ([`verdict::judge`]); empty when it passed.
     pub failures: Vec<Failure>,
     pub passed: bool,
+}
+
+/// What the service's writers were told and its table holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ServiceSummary {
+    pub acknowledged: usize,
+    pub unacknowledged: usize,
+    /// Attempts an instance sent to another with a `421`.
+    pub redirected: u64,
+    /// Rows of the service's table.
+    pub stored: usize,
+    pub lost: usize,
+    pub duplicates: usize,
+    /// Writes under an older token after a newer token's, per key.
+    pub interleaved: usize,
+}
+
+impl ServiceSummary {
+    fn of(facts: ServiceFacts, verdict: &Verdict) -> ServiceSummary {
+        ServiceSummary {
+            acknowledged: facts.log.acked.len(),
+            unacknowledged: facts.log.unacknowledged,
+            redirected: facts.log.redirected,
+            stored: facts.stored,
+            lost: verdict.service_lost,
+            duplicates: verdict.service_duplicates,
+            interleaved: verdict.service_interleaved,
+        }
+    }
+
+    /// Its rows of the checks' table.
+    fn write_rows(&self, t: &mut String) {
+        let acknowledged = format!("{} ({})", self.acknowledged, self.unacknowledged);
+        let rows = [
+            ("service: acknowledged writes (unacknowledged at the stop)", acknowledged),
+            ("service: attempts sent to the holder's instance (421)", self.redirected.to_string()),
+            ("service: rows in its table", self.stored.to_string()),
+            ("service: acknowledged writes lost", self.lost.to_string()),
+            ("service: writes stored twice", self.duplicates.to_string()),
+            ("service: writes under an older token after a newer one", self.interleaved.to_string()),
+        ];
+        for (name, value) in rows {
+            let _ = writeln!(t, "| {name} | {value} |");
+        }
+    }
+}
+
+/// The service's side of a run, before judgement.
+pub struct ServiceFacts {
+    pub log: crate::chaos::service::ServiceLog,
+    pub stored: usize,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -189,6 +243,7 @@ pub struct RunFacts {
     pub dispatches: DispatchLog,
     pub dispatch_summary: DispatchSummary,
     pub clock_steps: Vec<Step>,
+    pub service: Option<ServiceFacts>,
 }
 
 impl Report {
@@ -214,8 +269,10 @@ impl Report {
             dispatch_clients: f.dispatches.clients,
             dispatches_granted: f.dispatches.granted.len() as u64,
             fail_opens_ms: &fail_opens_ms,
+            service_acknowledged: f.service.as_ref().map(|s| s.log.acked.len() as u64),
         });
         Report {
+            service: f.service.map(|s| ServiceSummary::of(s, &verdict)),
             run: f.run,
             evidence_note: f.evidence.describe(),
             evidence: f.evidence,
@@ -375,6 +432,9 @@ impl Report {
         ];
         for (name, value) in rows {
             let _ = writeln!(t, "| {name} | {value} |");
+        }
+        if let Some(s) = &self.service {
+            s.write_rows(t);
         }
         for (kind, [n, longest]) in &self.unavailability_by_kind {
             let _ = writeln!(t, "| windows during {kind} | {n} (longest {longest} ms) |");

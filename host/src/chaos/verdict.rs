@@ -83,6 +83,9 @@ pub enum Failure {
     NoDispatchGranted {
         clients: usize,
     },
+    /// The run drove a service and it acknowledged no write: its table went
+    /// unjudged.
+    ServiceIdle,
 }
 
 impl std::fmt::Display for Failure {
@@ -99,6 +102,9 @@ impl std::fmt::Display for Failure {
             Failure::NodesExited { nodes } => write!(f, "nodes exited on their own: {}", nodes.join("; ")),
             Failure::NoDispatchGranted { clients } => {
                 write!(f, "{clients} dispatch clients ran and no dispatch was granted: target ownership went unjudged")
+            }
+            Failure::ServiceIdle => {
+                write!(f, "the service acknowledged no write: its table went unjudged (see its logs, service-*.log)")
             }
             Failure::DedupUnchecked { acknowledged } => {
                 write!(f, "none of {acknowledged} acknowledged requests was sent again: dedup under failover went unchecked")
@@ -133,6 +139,8 @@ pub struct Outcome<'a> {
     /// When each dispatch that failed open was sent (milliseconds since the
     /// run's start): a Redis fault must have made some fail open.
     pub fail_opens_ms: &'a [u64],
+    /// Writes the service acknowledged, when the run drove one.
+    pub service_acknowledged: Option<u64>,
 }
 
 /// Every reason the run failed; empty when it passed.
@@ -152,6 +160,9 @@ pub fn judge(o: &Outcome<'_>) -> Vec<Failure> {
     }
     if o.resent == 0 && o.acknowledged > 0 {
         failures.push(Failure::DedupUnchecked { acknowledged: o.acknowledged });
+    }
+    if o.service_acknowledged == Some(0) {
+        failures.push(Failure::ServiceIdle);
     }
     if o.dispatch_clients > 0 && o.dispatches_granted == 0 {
         failures.push(Failure::NoDispatchGranted { clients: o.dispatch_clients });
@@ -250,6 +261,7 @@ mod tests {
             dispatch_clients: 3,
             dispatches_granted: 2_000,
             fail_opens_ms: &[0],
+            service_acknowledged: None,
         };
         let redis_later = [fault(2, FaultKind::Redis, 0, None)].map(|f| FaultRecord { started_ms: 10, ended_ms: 20, ..f });
         let exited = ["node-02: panicked".to_string()];
@@ -262,6 +274,8 @@ mod tests {
         let cases: Vec<(&str, Outcome<'_>, Vec<&str>)> = vec![
             ("clean", Outcome { ..base }, vec![]),
             ("violations", Outcome { violations: 2, ..base }, vec!["violations"]),
+            ("a service that stored nothing", Outcome { service_acknowledged: Some(0), ..base }, vec!["service_idle"]),
+            ("a service that stored", Outcome { service_acknowledged: Some(1), ..base }, vec![]),
             ("rejected", Outcome { rejected: 1, ..base }, vec!["rejected"]),
             ("below the floor", Outcome { acknowledged: 1_199, ..base }, vec!["too_few_acknowledged"]),
             ("at the floor", Outcome { acknowledged: 1_200, ..base }, vec![]),
@@ -319,6 +333,7 @@ mod tests {
             dispatch_clients: 3,
             dispatches_granted: 10,
             fail_opens_ms: &[],
+            service_acknowledged: None,
         };
         let text = judge(&o)[0].to_string();
         assert_eq!(text, "fault 4 (kill of node-01) did not take effect: the node held 3 shards and no takeover was measured");

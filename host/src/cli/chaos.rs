@@ -89,6 +89,26 @@ pub struct ChaosArgs {
     /// (`--failpoints ''` arms none).
     #[arg(long)]
     failpoints: Option<String>,
+    /// Also drive an application's own service and judge its own table: the
+    /// program is started beside each node with `--listen <addr> --node
+    /// <node's gRPC address> --database <a fresh database>` and written to
+    /// with `POST /write?key=&request_id=` (examples/kv-service/README.md).
+    #[arg(long)]
+    service: Option<PathBuf>,
+    /// An argument added to every service instance's command line
+    /// (repeatable).
+    #[arg(long = "service-arg", allow_hyphen_values = true, requires = "service")]
+    service_args: Vec<String>,
+    /// The table the service records its writes in (columns seq,
+    /// request_id, item_key, shard, epoch).
+    #[arg(long, default_value = "kv_writes", requires = "service")]
+    service_table: String,
+    /// Concurrent writers to the service.
+    #[arg(long, default_value_t = 3, requires = "service")]
+    service_writers: usize,
+    /// Keys the service's writers spread over.
+    #[arg(long, default_value_t = 64, requires = "service")]
+    service_keys: u32,
 }
 
 fn parse_plant(name: &str) -> Result<Plant, String> {
@@ -191,6 +211,13 @@ fn options(args: &ChaosArgs, seed: u64, dir: PathBuf) -> anyhow::Result<ChaosOpt
         dir,
         plant: args.plant,
         failpoints: args.failpoints.clone().or(proof.map(|p| p.failpoints.to_string())),
+        service: args.service.clone().map(|program| chitin::chaos::service::ServiceOptions {
+            program,
+            args: args.service_args.clone(),
+            table: args.service_table.clone(),
+            writers: args.service_writers,
+            keys: args.service_keys,
+        }),
         progress: None,
     })
 }

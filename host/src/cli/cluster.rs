@@ -279,17 +279,12 @@ async fn snapshot(nodes: &Nodes) -> anyhow::Result<ExitCode> {
 
 /// A node of a status answer as a snapshot records it.
 fn snapshot_node(n: &proto::NodeStatus) -> chitin::topology::snapshot::SnapshotNode {
-    use chitin::policy::sdk::NodeState;
     chitin::topology::snapshot::SnapshotNode {
         name: n.name.clone(),
         id: n.uuid.clone(),
         address: n.address.clone(),
-        state: match n.state.as_str() {
-            "joining" => NodeState::Joining,
-            "active" => NodeState::Active,
-            "leaving" => NodeState::Leaving,
-            _ => NodeState::Down,
-        },
+        // A state this release does not know is no state to plan with.
+        state: n.state.parse::<chitin::lease::NodeState>().map_or(chitin::policy::sdk::NodeState::Down, Into::into),
         // Status lists the live registrations only.
         live: true,
         zone: None,

@@ -241,6 +241,18 @@ impl NodeState {
     }
 }
 
+/// A registration's state as the policies see it.
+impl From<NodeState> for chitin_policy_sdk::NodeState {
+    fn from(state: NodeState) -> Self {
+        match state {
+            NodeState::Joining => chitin_policy_sdk::NodeState::Joining,
+            NodeState::Active => chitin_policy_sdk::NodeState::Active,
+            NodeState::Leaving => chitin_policy_sdk::NodeState::Leaving,
+            NodeState::Down => chitin_policy_sdk::NodeState::Down,
+        }
+    }
+}
+
 impl FromStr for NodeState {
     type Err = LeaseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -73,7 +73,8 @@ impl Node {
         if self.take_up(&self.store.round_leases(self.uuid, &[]).await?).await == super::round::Step::LockWait {
             // Its holder's session is stuck mid-transaction: the drain hands
             // over the rest, and the row is freed when this node deregisters.
-            tracing::warn!("a lease row of this node stayed locked for its whole bound; the drain goes on without it");
+            // (take_up named the shard.)
+            tracing::warn!("the drain goes on without the lease whose row stayed locked");
         }
         let held = self.leases.held_ids();
         let cap = self.settings.leases.max_handoffs_per_round;

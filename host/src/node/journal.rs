@@ -175,11 +175,22 @@ enum Forwarded {
     Ends(AppendError),
 }
 
-/// What a failed forward's answer means for the append, read as clients
-/// read it ([`chitin_client::outcome::classify`]). `planted`: the
-/// forward-once plant, which takes an unknown outcome for a bounce.
-fn judge_forward(attempt: Attempt, address: &str, planted: bool) -> Forwarded {
-    match attempt {
+/// A failed forward, judged: what it means for the append, and whether the
+/// channel to the holder is suspect (it failed to send or lost the answer;
+/// one whose holder answered is not), so the next forward dials again.
+#[derive(Debug)]
+struct ForwardJudgement {
+    forwarded: Forwarded,
+    forget_channel: bool,
+}
+
+/// Judges a failed forward's `status`, read as clients read it
+/// ([`chitin_client::outcome::classify`]). `planted`: the forward-once
+/// plant, which takes an unknown outcome for a bounce.
+fn judge_forward(status: &tonic::Status, address: &str, planted: bool) -> ForwardJudgement {
+    let attempt = classify(status);
+    let forget_channel = never_sent(status) || matches!(attempt, Attempt::Unknown(_));
+    let forwarded = match attempt {
         Attempt::NotApplied { holder, .. } => Forwarded::Bounced(holder),
         Attempt::Unknown(_) if planted => Forwarded::Bounced(None),
         Attempt::Unknown(why) => Forwarded::Ends(AppendError::OutcomeUnknown(format!("forwarded to {address}: {why}"))),
@@ -188,9 +199,22 @@ fn judge_forward(attempt: Attempt, address: &str, planted: bool) -> Forwarded {
         // Refused before anything ran (the guard, the protocol check):
         // certainly not applied, and not for this append to mend.
         Attempt::Refused { code, message } => Forwarded::Ends(AppendError::not_applied(format!(
-            "the holder at {address} refused this node's forward ({code:?}: {message}); every node of the cluster needs \
-             the same [cluster] peer_token and a protocol version in common"
+            "the holder at {address} refused this node's forward ({code:?}: {message}){}",
+            refusal_fix(code)
         ))),
+    };
+    ForwardJudgement { forwarded, forget_channel }
+}
+
+/// What to mend for a forward refused with `code`, by the cause that code
+/// stands for.
+fn refusal_fix(code: tonic::Code) -> &'static str {
+    match code {
+        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
+            "; every node of the cluster needs the same [cluster] peer_token"
+        }
+        tonic::Code::FailedPrecondition => "; the two nodes have no protocol version in common: finish or roll back the upgrade",
+        _ => "",
     }
 }
 
@@ -495,13 +519,11 @@ impl Node {
             }
             Err(status) => status,
         };
-        let attempt = classify(&status);
-        // A channel that failed to send or lost the answer is suspect; one
-        // whose holder answered is not.
-        if never_sent(&status) || matches!(attempt, Attempt::Unknown(_)) {
+        let judged = judge_forward(&status, address, crate::plant::active(crate::plant::Plant::ForwardOnce));
+        if judged.forget_channel {
             self.peers.forget(address);
         }
-        let forwarded = judge_forward(attempt, address, crate::plant::active(crate::plant::Plant::ForwardOnce));
+        let forwarded = judged.forwarded;
         if matches!(forwarded, Forwarded::Ends(AppendError::OutcomeUnknown(_))) {
             self.metrics.outcome_unknown.inc();
         }
@@ -570,28 +592,38 @@ mod tests {
             &[(keys::KEY, keys::NOT_APPLIED), (keys::HOLDER, "n3"), (keys::HOLDER_ADDRESS, "")],
         );
         let said_unknown = with(Status::unknown("db"), &[(keys::KEY, keys::UNKNOWN)]);
-        let cases: Vec<(Status, bool, &str)> = vec![
-            (bounced.clone(), false, "bounced to n3"),
-            (bounced, true, "bounced to n3"),
-            (nameless, false, "bounced"),
-            (empty, false, "bounced"),
-            (said_unknown, false, "unknown"),
-            (Status::deadline_exceeded("slow"), false, "unknown"),
-            (Status::deadline_exceeded("slow"), true, "bounced"),
-            (Status::invalid_argument("bad"), false, "invalid"),
-            (Status::already_exists("again"), false, "reused"),
-            (Status::unauthenticated("token"), false, "refused"),
-            (Status::permission_denied("peer"), false, "refused"),
-            (Status::failed_precondition("protocol"), false, "refused"),
+        let refused = || Status::from_error(Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)));
+        // (status, planted) → (what the append does, whether the channel is dropped)
+        let cases: Vec<(Status, bool, &str, bool)> = vec![
+            (bounced.clone(), false, "bounced to n3", false),
+            (bounced, true, "bounced to n3", false),
+            (nameless, false, "bounced", false),
+            (empty, false, "bounced", false),
+            (refused(), false, "bounced", true),
+            (said_unknown, false, "unknown", true),
+            (Status::deadline_exceeded("slow"), false, "unknown", true),
+            (Status::deadline_exceeded("slow"), true, "bounced", true),
+            (Status::invalid_argument("bad"), false, "invalid", false),
+            (Status::already_exists("again"), false, "reused", false),
+            (Status::unauthenticated("token"), false, "refused: the token", false),
+            (Status::permission_denied("peer"), false, "refused: the token", false),
+            (Status::failed_precondition("protocol"), false, "refused: the protocol", false),
         ];
-        for (status, planted, want) in cases {
-            let got = match judge_forward(classify(&status), "10.0.0.2:50051", planted) {
+        for (status, planted, want, forget) in cases {
+            let judged = judge_forward(&status, "10.0.0.2:50051", planted);
+            assert_eq!(judged.forget_channel, forget, "{status:?}, planted {planted}: the channel");
+            let got = match judged.forwarded {
                 Forwarded::Bounced(Some(h)) if h == next => "bounced to n3",
                 Forwarded::Bounced(None) => "bounced",
                 Forwarded::Ends(AppendError::OutcomeUnknown(m)) if m.contains("10.0.0.2:50051") => "unknown",
                 Forwarded::Ends(AppendError::Invalid(m)) if m == "bad" => "invalid",
                 Forwarded::Ends(AppendError::Reused(m)) if m == "again" => "reused",
-                Forwarded::Ends(AppendError::NotApplied { reason, holder: None }) if reason.contains("peer_token") => "refused",
+                Forwarded::Ends(AppendError::NotApplied { reason, holder: None }) if reason.contains("peer_token") => {
+                    "refused: the token"
+                }
+                Forwarded::Ends(AppendError::NotApplied { reason, holder: None }) if reason.contains("protocol version") => {
+                    "refused: the protocol"
+                }
                 other => panic!("{status:?}, planted {planted}: {other:?}"),
             };
             assert_eq!(got, want, "{status:?}, planted {planted}");

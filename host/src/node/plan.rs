@@ -110,12 +110,7 @@ pub fn node_state(id: &str, me: &str, mine: Lifecycle, registry: &[NodeRecord]) 
             Lifecycle::Leaving | Lifecycle::Drained => sdk::NodeState::Leaving,
         };
     }
-    match registry.iter().find(|r| r.name == id && r.live).map(|r| r.state) {
-        Some(NodeState::Joining) => sdk::NodeState::Joining,
-        Some(NodeState::Active) => sdk::NodeState::Active,
-        Some(NodeState::Leaving) => sdk::NodeState::Leaving,
-        Some(NodeState::Down) | None => sdk::NodeState::Down,
-    }
+    registry.iter().find(|r| r.name == id && r.live).map_or(sdk::NodeState::Down, |r| r.state.into())
 }
 
 /// Live registrations other than `me`, by name.

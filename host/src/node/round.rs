@@ -249,10 +249,11 @@ impl Node {
             match self.leases.adopt(self.own_lease(&row.shard, row.epoch)).await {
                 Ok(()) => tracing::info!(shard = %row.shard, epoch = row.epoch, "took up a lease handed to this node"),
                 Err(e) => {
-                    tracing::debug!(shard = %row.shard, error = %e, "cannot take up lease");
                     if Step::of(&e) == Step::LockWait {
+                        tracing::warn!(shard = %row.shard, "taking up a lease: its row stayed locked for the whole lock bound (a session holding it is stuck); left for later");
                         return Step::LockWait;
                     }
+                    tracing::debug!(shard = %row.shard, error = %e, "cannot take up lease");
                 }
             }
         }

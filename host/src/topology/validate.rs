@@ -90,6 +90,8 @@ struct Tree {
 /// grouped for one violation per node.
 struct NodeNumbers<'a, 'k> {
     known: &'k FastMap<&'a str, usize>,
+    /// The config's node count: unknown ids are numbered after it.
+    nodes: usize,
     /// Unknown node ids with their replicas' ids, in order of appearance.
     unknown: Vec<(&'a str, Vec<&'a str>)>,
     /// Each unknown node id's position in `unknown`.
@@ -97,7 +99,7 @@ struct NodeNumbers<'a, 'k> {
 }
 
 impl<'a> NodeNumbers<'a, '_> {
-    fn number(&mut self, node_id: &'a str, replica_id: &'a str, nodes: usize) -> u32 {
+    fn number(&mut self, node_id: &'a str, replica_id: &'a str) -> u32 {
         if let Some(&i) = self.known.get(node_id) {
             return i as u32;
         }
@@ -107,7 +109,7 @@ impl<'a> NodeNumbers<'a, '_> {
             unknown.len() - 1
         });
         unknown[g].1.push(replica_id);
-        (nodes + g) as u32
+        (self.nodes + g) as u32
     }
 }
 
@@ -298,7 +300,7 @@ impl Checker {
             all_conform: true,
             replica_id_empty: false,
         };
-        let mut numbers = NodeNumbers { known: node_ids, unknown: Vec::new(), index: fasthash::map(0) };
+        let mut numbers = NodeNumbers { known: node_ids, nodes: cfg.nodes.len(), unknown: Vec::new(), index: fasthash::map(0) };
         let mut shard_nodes: Vec<u32> = Vec::new();
         for (ai, a) in cfg.applications.iter().enumerate() {
             for s in &a.shards {
@@ -316,7 +318,7 @@ impl Checker {
                         out.all_conform &= conforms(&r.id, &s.id);
                         out.replicas.push((&r.id, idx));
                     }
-                    shard_nodes.push(numbers.number(&r.node_id, &r.id, cfg.nodes.len()));
+                    shard_nodes.push(numbers.number(&r.node_id, &r.id));
                     if !r.metadata.is_empty() {
                         self.metadata(&format!("replica `{}`", r.id), &r.metadata);
                     }

@@ -176,3 +176,31 @@ async fn postgres_single_statement_write_carries_the_check() {
     pool.close().await;
     db.drop_db().await.unwrap();
 }
+
+/// Instances that start together migrate at once: every one succeeds. (Two
+/// bare `CREATE TABLE IF NOT EXISTS` at once can fail on PostgreSQL's
+/// catalog; eight psql processes at once did in two rounds of five here.)
+#[tokio::test(flavor = "multi_thread")]
+async fn instances_starting_together_all_migrate_the_fence_on_postgres() {
+    for round in 0..6 {
+        let db = TestDb::create(Dialect::Postgres).await.unwrap();
+        let mut pools = Vec::new();
+        for _ in 0..8 {
+            pools.push(PgPool::connect(&db.url).await.unwrap());
+        }
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(pools.len()));
+        let tasks: Vec<_> = pools
+            .into_iter()
+            .map(|pool| {
+                let barrier = barrier.clone();
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    table::migrate_postgres(&pool).await
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap_or_else(|e| panic!("round {round}: a migration failed beside the others: {e}"));
+        }
+    }
+}

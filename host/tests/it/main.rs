@@ -11,6 +11,7 @@ mod support;
 mod api_bad_input;
 mod app_fence;
 mod chaos_plants;
+mod chaos_service;
 mod chaos_short;
 mod client_cases;
 mod container_image;

@@ -34,12 +34,20 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, PgConnection, PgPool, Postgres, Ro
 use super::{FenceError, LeaseToken};
 
 /// The fence table on PostgreSQL; idempotent (run it at start).
-pub const POSTGRES_MIGRATION: &str = "CREATE TABLE IF NOT EXISTS chitin_fence (
+///
+/// Instances that start together run it at once, and two `CREATE TABLE IF
+/// NOT EXISTS` at once can fail on PostgreSQL's catalog (a unique violation
+/// in `pg_type`), so it takes a transaction-scoped advisory lock first: they
+/// take turns, and the later ones find the table.
+pub const POSTGRES_MIGRATION: &str = "DO $$ BEGIN
+  PERFORM pg_advisory_xact_lock(27980661893770854);
+  CREATE TABLE IF NOT EXISTS chitin_fence (
     shard_id TEXT PRIMARY KEY,
     epoch BIGINT NOT NULL,
     holder UUID,
     retired BOOLEAN NOT NULL DEFAULT FALSE,
-    claimed_at TIMESTAMPTZ NOT NULL DEFAULT now())";
+    claimed_at TIMESTAMPTZ NOT NULL DEFAULT now());
+END $$";
 
 /// The fence table on MySQL/MariaDB; idempotent. The shard id is binary, so
 /// it compares byte for byte (no trailing-space padding).
@@ -90,7 +98,7 @@ pub const MYSQL_CHECK: &str =
 
 /// Creates the fence table if it is missing (PostgreSQL).
 pub async fn migrate_postgres(pool: &PgPool) -> Result<(), FenceError> {
-    sqlx::query(POSTGRES_MIGRATION).execute(pool).await?;
+    sqlx::raw_sql(POSTGRES_MIGRATION).execute(pool).await?;
     Ok(())
 }
 

@@ -1,0 +1,179 @@
+//! Which shards this instance serves.
+//!
+//! The node's ownership watch says what the node acquires, drains and
+//! loses; the instance takes part in each handoff (an acknowledging watch):
+//! - `ACQUIRED`: claim the shard's fence row (retiring a split parent's),
+//!   then serve, then answer `READY`;
+//! - `DRAINING`: stop taking writes, wait for those in flight, then answer
+//!   `RELEASED`, so the next holder's first write follows our last;
+//! - `LOST` or a gap in the stream: stop at once.
+//!
+//! Events can be missed (a node restarts), and a claim can fail (the
+//! database restarts), so the instance also reconciles with the node's
+//! `Held` list every [`RECONCILE_EVERY`]. A node that does not answer (it is
+//! paused or cut off) changes nothing: the instance keeps its tokens, and
+//! the fence refuses them once a newer holder claimed; that is exactly the
+//! window the fence exists for.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chitin_client::fence::LeaseToken;
+use chitin_client::proto::{HeldRequest, ShardLease, ownership_client::OwnershipClient};
+use chitin_client::{Client, WatchEvent};
+use tokio::sync::{OwnedRwLockReadGuard, RwLock};
+
+use crate::ledger::Db;
+
+/// How often the instance compares what it serves with its node's leases.
+const RECONCILE_EVERY: Duration = Duration::from_millis(500);
+
+/// The longest wait for the node's `Held` answer.
+const HELD_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The shards served, each with its claimed token; cheap to clone.
+#[derive(Clone, Default)]
+pub struct Owner(Arc<Mutex<Shards>>);
+
+#[derive(Default)]
+struct Shards {
+    /// Served shards: the token and a gate every write holds shared, which
+    /// a drain takes exclusively to wait for the writes in flight.
+    serving: HashMap<String, (LeaseToken, Arc<RwLock<()>>)>,
+    /// (shard, epoch) handed over or being handed over: not served again
+    /// even while the node's `Held` still lists them.
+    given_up: HashSet<(String, u64)>,
+}
+
+/// A write's permission: the token, and the shard's gate held until the
+/// write ends.
+pub struct Permit {
+    /// The token to write under.
+    pub token: LeaseToken,
+    _gate: OwnedRwLockReadGuard<()>,
+}
+
+impl Owner {
+    /// The permit to write shard `shard`, if this instance serves it.
+    pub fn permit(&self, shard: &str) -> Option<Permit> {
+        let (token, gate) = self.0.lock().unwrap().serving.get(shard).cloned()?;
+        // A drain holding the gate means the shard is going: not served.
+        let gate = gate.try_read_owned().ok()?;
+        Some(Permit { token, _gate: gate })
+    }
+
+    /// How many shards are served.
+    pub fn count(&self) -> usize {
+        self.0.lock().unwrap().serving.len()
+    }
+
+    /// Stops serving `token` (the fence refused it).
+    pub fn lost(&self, token: &LeaseToken) {
+        let mut shards = self.0.lock().unwrap();
+        if shards.serving.get(&token.shard).is_some_and(|(t, _)| t == token) {
+            shards.serving.remove(&token.shard);
+            shards.given_up.insert((token.shard.clone(), token.epoch));
+        }
+    }
+
+    /// Stops taking writes for `shard` and waits for those in flight.
+    async fn drain(&self, shard: &str, epoch: u64) {
+        let gate = {
+            let mut shards = self.0.lock().unwrap();
+            shards.given_up.insert((shard.to_owned(), epoch));
+            shards.serving.remove(shard).map(|(_, gate)| gate)
+        };
+        if let Some(gate) = gate {
+            drop(gate.write().await);
+        }
+    }
+
+    fn stop_all(&self) {
+        self.0.lock().unwrap().serving.clear();
+    }
+
+    /// Serves what `held` lists and stops serving what it does not: claims
+    /// each new lease's fence first. Returns the shards newly served.
+    async fn reconcile(&self, db: &Db, held: &[ShardLease]) -> Vec<(String, u64)> {
+        let wanted = {
+            let mut shards = self.0.lock().unwrap();
+            let live: HashSet<(String, u64)> = held.iter().map(|l| (l.shard.clone(), l.epoch)).collect();
+            shards.given_up.retain(|k| live.contains(k));
+            shards.serving.retain(|shard, (token, _)| live.contains(&(shard.clone(), token.epoch)));
+            let new = |l: &&ShardLease| {
+                !shards.given_up.contains(&(l.shard.clone(), l.epoch)) && !shards.serving.contains_key(&l.shard)
+            };
+            held.iter().filter(new).cloned().collect::<Vec<_>>()
+        };
+        let mut taken = Vec::new();
+        for lease in wanted {
+            let token = match LeaseToken::from_lease(&lease) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("chitin-example-kv: {e}");
+                    continue;
+                }
+            };
+            let parent = Some(lease.parent.as_str()).filter(|p| !p.is_empty());
+            match db.claim(&token, parent).await {
+                Ok(()) => {
+                    self.0.lock().unwrap().serving.insert(lease.shard.clone(), (token, Arc::default()));
+                    taken.push((lease.shard, lease.epoch));
+                }
+                // Tried again at the next reconcile while the node holds it.
+                Err(e) => eprintln!("chitin-example-kv: claiming {} at epoch {}: {e}", lease.shard, lease.epoch),
+            }
+        }
+        taken
+    }
+}
+
+/// Follows the node's ownership for the life of the process.
+pub async fn follow(client: Client, owner: Owner, db: Db) {
+    let mut watch = client.watch_ownership_acknowledging();
+    let mut tick = tokio::time::interval(RECONCILE_EVERY);
+    loop {
+        let event = tokio::select! {
+            event = watch.next() => Some(event),
+            _ = tick.tick() => None,
+        };
+        match event {
+            Some(WatchEvent::Subscribed { held, .. }) => {
+                owner.stop_all();
+                owner.reconcile(&db, &held).await;
+            }
+            Some(WatchEvent::Acquired { shard, epoch }) => {
+                let Some(held) = held(&client).await else { continue };
+                owner.reconcile(&db, &held).await;
+                if owner.permit(&shard).is_some_and(|p| p.token.epoch == epoch) {
+                    let _ = watch.ready(&shard, epoch).await;
+                }
+            }
+            Some(WatchEvent::Draining { shard, epoch }) => {
+                owner.drain(&shard, epoch).await;
+                let _ = watch.released(&shard, epoch).await;
+            }
+            Some(WatchEvent::Lost { shard, epoch }) => owner.drain(&shard, epoch).await,
+            Some(WatchEvent::Gap { node, reason }) => {
+                eprintln!("chitin-example-kv: the ownership stream of {node} ended ({reason}): serving nothing until it is back");
+                owner.stop_all();
+            }
+            None => {
+                if let Some(held) = held(&client).await {
+                    owner.reconcile(&db, &held).await;
+                }
+            }
+        }
+    }
+}
+
+/// The node's leases, or `None` when it does not answer in time.
+async fn held(client: &Client) -> Option<Vec<ShardLease>> {
+    let node = client.nodes().addresses().first()?.clone();
+    let ask = async {
+        let conn = client.conn(&node).await.ok()?;
+        OwnershipClient::new(conn).held(HeldRequest {}).await.ok().map(|r| r.into_inner().leases)
+    };
+    tokio::time::timeout(HELD_TIMEOUT, ask).await.ok().flatten()
+}
