@@ -26,8 +26,10 @@ use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 
 use crate::ledger::Db;
 
-/// How often the instance compares what it serves with its node's leases.
-const RECONCILE_EVERY: Duration = Duration::from_millis(500);
+/// How often the instance compares what it serves with its node's leases:
+/// after its node restarts, the watch may resubscribe a second later than
+/// the node takes its first shards, and a shard is not served until then.
+const RECONCILE_EVERY: Duration = Duration::from_millis(100);
 
 /// The longest wait for the node's `Held` answer.
 const HELD_TIMEOUT: Duration = Duration::from_secs(1);
@@ -160,8 +162,11 @@ pub async fn follow(client: Client, owner: Owner, db: Db) {
                 owner.stop_all();
             }
             None => {
-                if let Some(held) = held(&client).await {
-                    owner.reconcile(&db, &held).await;
+                let Some(held) = held(&client).await else { continue };
+                // The node may be waiting for these (it acquired them while
+                // the watch was away).
+                for (shard, epoch) in owner.reconcile(&db, &held).await {
+                    let _ = watch.ready(&shard, epoch).await;
                 }
             }
         }
