@@ -18,6 +18,9 @@
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 
+#[path = "common/phases.rs"]
+mod phases;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -110,41 +113,14 @@ async fn run() {
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..4).map(|k| tokio::spawn(client(apis.clone(), streams.clone(), k, stop.clone()))).collect();
 
-    let mut phases: Vec<(&str, Instant, Instant)> = Vec::new();
+    let mut phases: Vec<phases::Phase> = Vec::new();
     tokio::time::sleep(Duration::from_secs(1)).await; // connections warm
     let t = Instant::now();
     tokio::time::sleep(Duration::from_secs(5)).await;
     phases.push(("steady", t, Instant::now()));
 
-    let t = Instant::now();
-    let busiest = c.busiest(&status);
-    let drained = c.nodes[busiest].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap().into_inner();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    phases.push(("drain", t, Instant::now()));
-    // The drained node serves again once restarted; do it outside the phases.
-    c.nodes[busiest].terminate(Duration::from_secs(30)).unwrap();
-    c.nodes[busiest].start().unwrap();
-    c.nodes[busiest].wait_ready(Duration::from_secs(60)).await.unwrap();
-    c.wait_settled(Duration::from_secs(60)).await.unwrap();
-
-    let t = Instant::now();
-    let victim = (busiest + 1) % 3;
-    c.nodes[victim].terminate(Duration::from_secs(30)).unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    c.nodes[victim].start().unwrap();
-    c.nodes[victim].wait_ready(Duration::from_secs(60)).await.unwrap();
-    c.wait_settled(Duration::from_secs(60)).await.unwrap();
-    phases.push(("SIGTERM of one node, and its restart", t, Instant::now()));
-
-    let t = Instant::now();
-    for i in 0..c.nodes.len() {
-        c.nodes[i].terminate(Duration::from_secs(30)).unwrap();
-        c.nodes[i].start().unwrap();
-        c.nodes[i].wait_ready(Duration::from_secs(60)).await.unwrap();
-        c.wait_all_owned(Duration::from_secs(60)).await.unwrap();
-    }
-    c.wait_settled(Duration::from_secs(60)).await.unwrap();
-    phases.push(("rolling restart of every node", t, Instant::now()));
+    let (handoffs, drained) = phases::planned_handoffs(&mut c, &status).await;
+    phases.extend(handoffs);
     stop.store(true, Ordering::Relaxed);
     let mut samples = Vec::new();
     for k in clients {

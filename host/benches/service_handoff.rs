@@ -22,6 +22,9 @@
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 
+#[path = "common/phases.rs"]
+mod phases;
+
 mod common;
 
 use std::path::PathBuf;
@@ -30,7 +33,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chitin::chaos::service::{Answer, Service, ServiceOptions, next_instance, post};
-use chitin::proto;
 use chitin_client::{AssignmentMap, Client, Nodes};
 use support::cluster::*;
 
@@ -127,40 +129,14 @@ async fn run() {
     let clients: Vec<_> =
         (0..opts.writers).map(|k| tokio::spawn(client(instances.clone(), map.clone(), keys.clone(), k, stop.clone()))).collect();
 
-    let mut phases: Vec<(&str, Instant, Instant)> = Vec::new();
+    let mut phases: Vec<phases::Phase> = Vec::new();
     tokio::time::sleep(Duration::from_secs(2)).await; // every instance serving, connections warm
     let t = Instant::now();
     tokio::time::sleep(Duration::from_secs(5)).await;
     phases.push(("steady", t, Instant::now()));
 
-    let t = Instant::now();
-    let busiest = c.busiest(&status);
-    c.nodes[busiest].admin().await.unwrap().drain(proto::DrainRequest {}).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    phases.push(("drain", t, Instant::now()));
-    c.nodes[busiest].terminate(Duration::from_secs(30)).unwrap();
-    c.nodes[busiest].start().unwrap();
-    c.nodes[busiest].wait_ready(Duration::from_secs(60)).await.unwrap();
-    c.wait_settled(Duration::from_secs(60)).await.unwrap();
-
-    let t = Instant::now();
-    let victim = (busiest + 1) % 3;
-    c.nodes[victim].terminate(Duration::from_secs(30)).unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    c.nodes[victim].start().unwrap();
-    c.nodes[victim].wait_ready(Duration::from_secs(60)).await.unwrap();
-    c.wait_settled(Duration::from_secs(60)).await.unwrap();
-    phases.push(("SIGTERM of one node, and its restart", t, Instant::now()));
-
-    let t = Instant::now();
-    for i in 0..c.nodes.len() {
-        c.nodes[i].terminate(Duration::from_secs(30)).unwrap();
-        c.nodes[i].start().unwrap();
-        c.nodes[i].wait_ready(Duration::from_secs(60)).await.unwrap();
-        c.wait_all_owned(Duration::from_secs(60)).await.unwrap();
-    }
-    c.wait_settled(Duration::from_secs(60)).await.unwrap();
-    phases.push(("rolling restart of every node", t, Instant::now()));
+    let (handoffs, _) = phases::planned_handoffs(&mut c, &status).await;
+    phases.extend(handoffs);
     stop.store(true, Ordering::Relaxed);
     let mut samples = Vec::new();
     for k in clients {
