@@ -53,6 +53,10 @@ impl Drop for Reactivate<'_> {
     }
 }
 
+/// How often a drain takes up the leases its rows name, while a row stays
+/// locked (see [`Node::drain`]).
+const TAKE_UP_ATTEMPTS: usize = 3;
+
 impl Node {
     /// Hands every held shard over; the node takes nothing afterwards
     /// (`leaving`, then `drained` unless `stopping`).
@@ -70,11 +74,21 @@ impl Node {
         // right after a database outage longer than the TTL the node has
         // dropped leases its rows still name, and the round that takes them
         // up again may not have run yet.
-        if self.take_up(&self.store.round_leases(self.uuid, &[]).await?).await == super::round::Step::LockWait {
-            // Its holder's session is stuck mid-transaction: the drain hands
-            // over the rest, and the row is freed when this node deregisters.
-            // (take_up named the shard.)
-            tracing::warn!("the drain goes on without the lease whose row stayed locked");
+        // A take-up stops at the first row that stays locked for its whole
+        // bound, and the rows after it are not taken up. This node's own
+        // round handing a shard over holds its row only for that handover,
+        // so the drain reads and takes up again; a row of a session stuck
+        // mid-transaction stays locked: the drain then hands over the rest,
+        // and the row is freed when this node deregisters.
+        for attempt in 1..=TAKE_UP_ATTEMPTS {
+            let rows = self.store.round_leases(self.uuid, &[]).await?;
+            if self.take_up(&rows).await != super::round::Step::LockWait {
+                break;
+            }
+            if attempt == TAKE_UP_ATTEMPTS {
+                // (take_up named the shard.)
+                tracing::warn!("the drain goes on without the lease whose row stayed locked");
+            }
         }
         let held = self.leases.held_ids();
         let cap = self.settings.leases.max_handoffs_per_round;
