@@ -1,6 +1,7 @@
 //! The one rule for a node's name, wherever it comes from: the settings'
 //! `cluster.instance_id`, the id `Bootstrap` provisioned, an instance-id
-//! policy's answer, and the Redis instance ids named by callers.
+//! policy's answer, and the Redis instance ids named by callers; and the
+//! rule for a shard's id, which is a key of the lease table.
 
 /// Longest a node name may be: the registry's `VARCHAR(255)` on MySQL and
 /// MariaDB, counted in bytes so that every dialect stores it whole.
@@ -10,22 +11,27 @@ pub const MAX_NODE_NAME: usize = 255;
 /// that the answer needs no allocation; a test holds it to the constant).
 const TOO_LONG: &str = "is longer than 255 bytes";
 
-/// Why `name` may not be a node name, if it may not: empty or longer than
-/// [`MAX_NODE_NAME`] bytes; a `:` (store and Redis keys use it as their
-/// separator, and a claim's owner is a prefix test on `{name}:`); whitespace
-/// (operators' shell loops split on it, and MySQL compares names without
-/// trailing spaces); a control character such as NUL (PostgreSQL text
-/// refuses NUL, and logs and terminals would show the others raw).
+/// Why `name` may not be a node name, if it may not: [`id_problem`]'s
+/// reasons, or a `:` (store and Redis keys use it as their separator, and a
+/// claim's owner is a prefix test on `{name}:`).
 pub fn problem(name: &str) -> Option<&'static str> {
-    if name.is_empty() {
+    id_problem(name).or_else(|| name.contains(':').then_some("contains `:` (store keys use `:` as separator)"))
+}
+
+/// Why `id` may not be the key of a stored row (a node's name, a shard's
+/// id), if it may not: empty or longer than [`MAX_NODE_NAME`] bytes (the
+/// tables' `VARCHAR(255)`); whitespace (MySQL and MariaDB compare keys
+/// without trailing spaces, so `a` and `a ` would be one row, and operators'
+/// shell loops split on it); a control character such as NUL (PostgreSQL
+/// text refuses NUL, and logs and terminals would show the others raw).
+pub fn id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() {
         Some("is empty")
-    } else if name.len() > MAX_NODE_NAME {
+    } else if id.len() > MAX_NODE_NAME {
         Some(TOO_LONG)
-    } else if name.contains(':') {
-        Some("contains `:` (store keys use `:` as separator)")
-    } else if name.chars().any(char::is_whitespace) {
+    } else if id.chars().any(char::is_whitespace) {
         Some("contains whitespace")
-    } else if name.chars().any(char::is_control) {
+    } else if id.chars().any(char::is_control) {
         Some("contains a control character")
     } else {
         None

@@ -15,8 +15,9 @@ use std::sync::RwLock;
 pub const MASK: &str = "***";
 
 /// Secrets shorter than this are not registered: masking every occurrence of
-/// a two-letter string would garble logs and hide nothing worth hiding.
-const MIN_SECRET: usize = 4;
+/// a two-letter string would garble logs and hide nothing worth hiding. So
+/// the settings refuse tokens shorter than this: every token is masked.
+pub const MIN_SECRET: usize = 4;
 
 static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
@@ -202,6 +203,7 @@ mod tests {
         register_secret("tok-registered-1234");
         register_secret("ab");
         assert_eq!(redact("the token tok-registered-1234 was wrong"), "the token *** was wrong");
+        // The settings refuse such a token (`settings::well_formed`).
         assert_eq!(redact("ab stays"), "ab stays", "too short to register");
         register_url_password("postgres://u:pw-in-a-url-77@h/db");
         register_url_password("mysql://h/db?password=pw-param-88&x=1");

@@ -50,8 +50,10 @@ pub enum TokenFileError {
     Read { key: &'static str, path: PathBuf, source: std::io::Error },
     #[error(
         "`{key}` = {path} does not hold usable tokens: it must hold one token per line (the first is the one \
-         sent; more during a rotation), each printable ASCII without spaces (blank lines are ignored)",
-        path = .path.display()
+         sent; more during a rotation), each printable ASCII without spaces and at least {min} characters (blank \
+         lines are ignored)",
+        path = .path.display(),
+        min = crate::redact::MIN_SECRET
     )]
     Malformed { key: &'static str, path: PathBuf },
     #[error("{first} and {second} hold the same token; each plane needs its own, or a holder of one could act as the other")]
@@ -417,15 +419,18 @@ mod tests {
 
     #[test]
     fn a_token_file_holds_one_token_per_line() {
-        let cases: [(&str, Option<&[&str]>); 8] = [
-            ("t1\n", Some(&["t1"])),
-            ("t1", Some(&["t1"])),
+        let cases: [(&str, Option<&[&str]>); 10] = [
+            ("tok1\n", Some(&["tok1"])),
+            ("tok1", Some(&["tok1"])),
             ("  new-2 \r\n\n old-1\n", Some(&["new-2", "old-1"])),
-            ("\n\nt1\n\n", Some(&["t1"])),
+            ("\n\ntok1\n\n", Some(&["tok1"])),
             ("", None),
             ("\n  \n", None),
             ("two words\n", None),
-            ("ok\nnon-ascii-é\n", None),
+            ("okay\nnon-ascii-é\n", None),
+            // Too short to be masked in the logs, alone or in a rotation.
+            ("abc\n", None),
+            ("new-token\nold\n", None),
         ];
         for (text, want) in cases {
             let parsed = parse_tokens(text);

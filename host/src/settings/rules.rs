@@ -298,9 +298,11 @@ fn token_rules(settings: &Settings, bad: &mut impl FnMut(&str, String, String)) 
             bad(
                 key,
                 "(hidden)".into(),
-                "must be a token, or a list of tokens while one is rotated, each printable ASCII without spaces (unset \
-                 it to disable auth)"
-                    .into(),
+                format!(
+                    "must be a token, or a list of tokens while one is rotated, each printable ASCII without spaces and \
+                     at least {} characters (unset it to disable auth)",
+                    crate::redact::MIN_SECRET
+                ),
             );
         }
         if let Some(f) = file {

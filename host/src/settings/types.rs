@@ -9,9 +9,11 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
-/// Whether `token` is usable as a bearer token: printable ASCII, no spaces.
+/// Whether `token` is usable as a bearer token: printable ASCII, no spaces,
+/// at least [`MIN_SECRET`](crate::redact::MIN_SECRET) characters (a shorter
+/// one could not be masked in the logs).
 pub fn well_formed(token: &str) -> bool {
-    !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic())
+    token.len() >= crate::redact::MIN_SECRET && token.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// A token setting: one token, or several while one is rotated (`"t"` or

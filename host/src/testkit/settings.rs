@@ -149,9 +149,9 @@ mod tests {
         let path = dir.path().join("n.toml");
         let s = standalone(dir.path().join("s"), "127.0.0.1:5", "127.0.0.1:6");
         write(&path, &s).unwrap();
-        edit(&path, |s| s.api.admin_token = Some("t".into())).unwrap();
+        edit(&path, |s| s.api.admin_token = Some("tok1".into())).unwrap();
         let mut want = s;
-        want.api.admin_token = Some("t".into());
+        want.api.admin_token = Some("tok1".into());
         assert_eq!(read(&path).unwrap(), want);
     }
 }

@@ -42,6 +42,8 @@ rule_codes! {
     ReplicationFactorTooLow = "replication-factor-too-low",
     ApplicationNoShards = "application-no-shards",
     ShardIdEmpty = "shard-id-empty",
+    /// A shard id is a key of the lease table: the rule of [`crate::names::id_problem`].
+    ShardIdInvalid = "shard-id-invalid",
     /// Shard ids are unique across the whole config.
     ShardIdDuplicate = "shard-id-duplicate",
     /// Every shard has at least `replication_factor` replicas.

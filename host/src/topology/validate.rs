@@ -347,6 +347,17 @@ impl Checker {
         use RuleCode::*;
         if s.id.is_empty() {
             self.push(ShardIdEmpty, format!("a shard of application `{}` has an empty id; give it a unique id", a.name));
+        } else if let Some(why) = crate::names::id_problem(&s.id) {
+            self.push(
+                ShardIdInvalid,
+                format!(
+                    "shard id {:?} of application `{}` {why}; a shard id is a key of the lease table: 1 to {} bytes \
+                     without whitespace or control characters",
+                    s.id,
+                    a.name,
+                    crate::names::MAX_NODE_NAME
+                ),
+            );
         }
         if s.lower >= s.upper {
             self.push(
@@ -881,6 +892,8 @@ mod tests {
             &[ApplicationNoShards],
         ),
         ("empty shard id", |c| c.applications[0].shards[0].id.clear(), &[ShardIdEmpty]),
+        ("shard id with a trailing space", |c| c.applications[0].shards[0].id.push(' '), &[ShardIdInvalid]),
+        ("shard id with a NUL", |c| c.applications[0].shards[0].id.push('\0'), &[ShardIdInvalid]),
         ("duplicate shard id", |c| c.applications[0].shards[1].id = "A_00_3f".into(), &[ShardIdDuplicate]),
         (
             "duplicate shard id across applications",
