@@ -218,6 +218,17 @@ pub(super) fn pool_sizes(max_connections: u32) -> (u32, u32) {
     (control, max_connections.saturating_sub(control).max(1))
 }
 
+/// How long a statement of the control pool (the lease round's,
+/// registrations', the lease table's readers') or of the heartbeat waits for
+/// a connection: `database.acquire_timeout_secs`, but no longer than the
+/// lock bound (half a TTL, at least 500 ms), so that a round statement
+/// waits out one bound at most, for a row or for a connection, and then
+/// ends the round ([`LeaseError::Db`] of `PoolTimedOut`). The journal's
+/// pool keeps the setting.
+pub(super) fn control_acquire_timeout(options: &StoreOptions) -> std::time::Duration {
+    options.acquire_timeout.min((options.lease_ttl / 2).max(std::time::Duration::from_millis(500)))
+}
+
 /// The store over one dialect.
 #[derive(Debug)]
 pub struct Engine<B: Backend> {
@@ -1204,6 +1215,25 @@ fn required_time<B: Backend>(row: &DbRow<B>, col: &str) -> Result<DateTime<Utc>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_control_statement_waits_for_a_connection_one_lock_bound_at_most() {
+        // (acquire timeout ms, TTL ms) → the control pool's wait in ms
+        for (acquire_ms, ttl_ms, want) in
+            [(10_000, 2_000, 1_000), (10_000, 30_000, 10_000), (300, 2_000, 300), (10_000, 600, 500)]
+        {
+            let options = StoreOptions {
+                acquire_timeout: std::time::Duration::from_millis(acquire_ms),
+                lease_ttl: std::time::Duration::from_millis(ttl_ms),
+                ..StoreOptions::default()
+            };
+            assert_eq!(
+                control_acquire_timeout(&options),
+                std::time::Duration::from_millis(want),
+                "{acquire_ms} ms, TTL {ttl_ms} ms"
+            );
+        }
+    }
 
     /// (max_connections, control, data): the control plane always has a
     /// connection of its own, the data the rest, neither ever none.

@@ -229,15 +229,16 @@ pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<M
     let connect = MySqlConnectOptions::from_str(&url)?.timezone(Some("+00:00".to_owned()));
     let secs = bound_secs(&options);
     let (control, data) = super::engine::pool_sizes(options.max_connections);
-    let pool_of = |size| {
+    let pool_of = |size, wait| {
         super::engine::ping_when_idle(MySqlPoolOptions::new())
             .max_connections(size)
-            .acquire_timeout(options.acquire_timeout)
+            .acquire_timeout(wait)
             .after_connect(move |conn, _| Box::pin(bound_session(conn, secs)))
     };
-    let pool = pool_of(control).connect_with(connect.clone()).await?;
-    let data = pool_of(data).connect_lazy_with(connect.clone());
-    let heartbeat = pool_of(1).connect_lazy_with(connect);
+    let round_wait = super::engine::control_acquire_timeout(&options);
+    let pool = pool_of(control, round_wait).connect_with(connect.clone()).await?;
+    let data = pool_of(data, options.acquire_timeout).connect_lazy_with(connect.clone());
+    let heartbeat = pool_of(1, round_wait).connect_lazy_with(connect);
     Ok(Engine::new(pool, options).with_own_pools(data, heartbeat))
 }
 

@@ -296,10 +296,10 @@ pub(super) async fn connect(url: &str, options: StoreOptions) -> Result<Engine<P
         connect = connect.options([("idle_in_transaction_session_timeout", bound.as_str()), ("lock_timeout", bound.as_str())]);
     }
     let (control, data) = super::engine::pool_sizes(options.max_connections);
-    let pool_of =
-        |size| super::engine::ping_when_idle(PgPoolOptions::new()).max_connections(size).acquire_timeout(options.acquire_timeout);
-    let pool = pool_of(control).connect_with(connect.clone()).await?;
-    let data = pool_of(data).connect_lazy_with(connect.clone());
-    let heartbeat = pool_of(1).connect_lazy_with(connect);
+    let pool_of = |size, wait| super::engine::ping_when_idle(PgPoolOptions::new()).max_connections(size).acquire_timeout(wait);
+    let round_wait = super::engine::control_acquire_timeout(&options);
+    let pool = pool_of(control, round_wait).connect_with(connect.clone()).await?;
+    let data = pool_of(data, options.acquire_timeout).connect_lazy_with(connect.clone());
+    let heartbeat = pool_of(1, round_wait).connect_lazy_with(connect);
     Ok(Engine::new(pool, options).with_own_pools(data, heartbeat))
 }

@@ -82,7 +82,7 @@ impl Node {
         // and the row is freed when this node deregisters.
         for attempt in 1..=TAKE_UP_ATTEMPTS {
             let rows = self.store.round_leases(self.uuid, &[]).await?;
-            if self.take_up(&rows).await != super::round::Step::LockWait {
+            if self.take_up(&rows, None).await != super::round::Step::LockWait {
                 break;
             }
             if attempt == TAKE_UP_ATTEMPTS {

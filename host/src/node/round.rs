@@ -23,13 +23,21 @@ use crate::topology::policy_view;
 pub(super) enum Step {
     /// Done, or failed in a way the next round tries again at once.
     Done,
-    /// A statement waited out its lock bound ([`LeaseError::LockWait`]).
+    /// A statement waited out its bound: a row's lock
+    /// ([`LeaseError::LockWait`]), or a connection from the pool
+    /// (`database.acquire_timeout_secs`, every connection busy).
     LockWait,
+    /// The round is past its renew interval: the rest is the next round's
+    /// ([`plan::in_time`]).
+    Late,
 }
 
 impl Step {
     fn of(error: &LeaseError) -> Step {
-        if matches!(error, LeaseError::LockWait { .. }) { Step::LockWait } else { Step::Done }
+        match error {
+            LeaseError::LockWait { .. } | LeaseError::Db(sqlx::Error::PoolTimedOut) => Step::LockWait,
+            _ => Step::Done,
+        }
     }
 }
 
@@ -44,7 +52,13 @@ impl Node {
             }
             return Err(e.into());
         }
-        self.leases.renew_all().await;
+        // Before release 0.2 only; the shards that waited go last.
+        let waited = self.lock_waited.lock().expect("lock-waited shards poisoned").clone();
+        if let Some(shard) = self.leases.renew_all(&waited).await {
+            self.lock_waited.lock().expect("lock-waited shards poisoned").insert(shard);
+            self.leases.notify_change();
+            return Ok(());
+        }
         if !self.store.leases_on_liveness() {
             // Until the cluster is finalized at 0.2: the gate turns on within a round of it.
             crate::upgrade::apply_gates(&self.store, crate::upgrade::store::cluster_version(&self.store).await?);
@@ -90,8 +104,9 @@ impl Node {
         };
         // This node's own rows and those it could act on: never the whole table.
         let rows = self.store.round_leases(self.uuid, &plan::leases_to_read(&input)).await?;
-        // A lock wait ends the round's actions: see `act`.
-        let stuck = takes && self.take_up(&rows).await == Step::LockWait;
+        // A wait that ran out its bound ends the round's actions, and so
+        // does lateness: see `act`.
+        let stuck = takes && self.take_up(&rows, Some(next_renewal)).await != Step::Done;
         let leases: HashMap<String, LeaseView> =
             rows.into_iter().map(|r| (r.shard, LeaseView { live_holder: r.holder.filter(|_| r.live) })).collect();
         let held = self.leases.held_ids();
@@ -143,12 +158,13 @@ impl Node {
     }
 
     /// Applies a round's plan: only handovers when the node `takes` no
-    /// leases, handovers cut once the round is past `next_renewal`
-    /// ([`plan::in_time`]), and nothing more after a lock wait: the row is
-    /// locked by a session that is stuck, not racing (the wait ran its whole
-    /// bound), and every further wait would hold back the next heartbeat,
-    /// which renews every lease on liveness. The rest is the next round's,
-    /// with the rows that waited last ([`plan::defer_waited`]).
+    /// leases, nothing more but its first action once the round is past
+    /// `next_renewal` ([`plan::in_time`]), and nothing more after a
+    /// statement that waited out its bound: the row is locked by a session
+    /// that is stuck, not racing (the wait ran its whole bound), and every
+    /// further wait would hold back the next heartbeat, which renews every
+    /// lease on liveness. The rest is the next round's, with the rows that
+    /// waited last ([`plan::defer_waited`]).
     async fn act(&self, actions: Vec<Action>, takes: bool, next_renewal: std::time::Instant) {
         // Only the round task uses the set: taken for the round, put back after.
         let mut waited = std::mem::take(&mut *self.lock_waited.lock().expect("lock-waited shards poisoned"));
@@ -158,20 +174,21 @@ impl Node {
 
     /// [`Node::act`], with the shards whose rows waited out their bound.
     async fn act_on(&self, actions: Vec<Action>, takes: bool, next_renewal: std::time::Instant, waited: &mut HashSet<String>) {
-        let mut handed_over = 0;
+        let mut applied = 0;
         for action in plan::defer_waited(actions, waited) {
-            if !plan::in_time(&action, handed_over, std::time::Instant::now() >= next_renewal) {
-                tracing::debug!(?action, "round out of time; the other handovers wait for the next round");
-                return;
-            }
             let handover = matches!(action, Action::Handover { .. });
-            handed_over += usize::from(handover);
             if !(takes || handover) {
                 continue;
             }
+            if !plan::in_time(applied, std::time::Instant::now() >= next_renewal) {
+                tracing::debug!(?action, "round past its renew interval; its other actions wait for the next round");
+                return;
+            }
+            applied += 1;
             let shard = action.shard().to_owned();
             if self.apply(action).await == Step::LockWait {
-                tracing::warn!(%shard, "a lease row stayed locked for the whole lock bound (a session holding it is stuck); the round's other actions wait for the next round");
+                // (`apply` logged the error: a row locked by a stuck session, or no free connection.)
+                tracing::warn!(%shard, "a statement waited out its whole bound; the round's other actions wait for the next round");
                 waited.insert(shard);
                 return;
             }
@@ -243,14 +260,19 @@ impl Node {
     /// on, not from the first append that happens to arrive, and handed on
     /// by a drain of this node. Renewal is the check: it succeeds only for
     /// the current epoch, unexpired.
-    /// Stops at a lock wait, as [`Node::act`] does.
-    pub(super) async fn take_up(&self, rows: &[lease::LeaseRow]) -> Step {
-        for row in plan::handed_to_me(rows, self.uuid, &self.leases.held_ids()) {
+    /// Stops at a wait that ran out its bound, and after its first take-up
+    /// once past `next_renewal` (a round's; a drain has none), as
+    /// [`Node::act`] does.
+    pub(super) async fn take_up(&self, rows: &[lease::LeaseRow], next_renewal: Option<std::time::Instant>) -> Step {
+        for (k, row) in plan::handed_to_me(rows, self.uuid, &self.leases.held_ids()).into_iter().enumerate() {
+            if !plan::in_time(k, next_renewal.is_some_and(|at| std::time::Instant::now() >= at)) {
+                return Step::Late;
+            }
             match self.leases.adopt(self.own_lease(&row.shard, row.epoch)).await {
                 Ok(()) => tracing::info!(shard = %row.shard, epoch = row.epoch, "took up a lease handed to this node"),
                 Err(e) => {
                     if Step::of(&e) == Step::LockWait {
-                        tracing::warn!(shard = %row.shard, "taking up a lease: its row stayed locked for the whole lock bound (a session holding it is stuck); left for later");
+                        tracing::warn!(shard = %row.shard, error = %e, "taking up a lease waited out its whole bound (its row locked by a stuck session, or no free connection); left for later");
                         return Step::LockWait;
                     }
                     tracing::debug!(shard = %row.shard, error = %e, "cannot take up lease");

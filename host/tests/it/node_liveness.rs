@@ -477,6 +477,119 @@ fn ttl_4s(_: &str, s: &mut chitin::settings::Settings) {
     s.leases.renew_interval_secs = Some(1.0);
 }
 
+/// How old the survivor's heartbeat in the database is, in seconds.
+async fn heartbeat_age(conn: &mut sqlx::PgConnection, node: &str) -> f64 {
+    sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM clock_timestamp() - last_seen)::float8 FROM chitin_nodes WHERE name = $1 AND state <> 'down'",
+    )
+    .bind(node)
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
+/// The round's budget: a dead holder's lease rows (16) each locked by a
+/// session of its own, each let go 0.8 s after the survivor's round starts
+/// waiting for it, well inside the 2 s lock bound. No wait runs out its
+/// bound, so only the budget (past its renew interval a round starts
+/// nothing more) keeps the round from taking one row after another, 0.8 s
+/// each, past the 4 s TTL of the survivor's own leases before its next
+/// heartbeat. Without it (checked) the heartbeat got over 4 s old and the
+/// survivor stopped serving every shard it held.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_round_past_its_interval_starts_no_more_actions_before_the_next_heartbeat() {
+    use sqlx::Connection;
+    let _serial = SERIAL.lock().await;
+    // Without the liveness session a dead holder's rows are not freed by a
+    // peer's takeover (one statement, off the round) but taken by the
+    // survivor's round, one acquisition after another.
+    let mut c = Cluster::new(Dialect::Postgres, 2, 32, 2, |n, s| {
+        ttl_4s(n, s);
+        s.cluster.session_liveness = false;
+    })
+    .await
+    .unwrap();
+    let status = c.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let dead = c.busiest(&status);
+    let (dead_name, survivor) = (c.nodes[dead].name.clone(), c.nodes[1 - dead].name.clone());
+    let url = c.db.as_ref().unwrap().url.clone();
+
+    let mut watch = sqlx::PgConnection::connect(&url).await.unwrap();
+    let shards: Vec<String> = sqlx::query_scalar("SELECT shard_id FROM chitin_shard_leases WHERE holder_name = $1")
+        .bind(&dead_name)
+        .fetch_all(&mut watch)
+        .await
+        .unwrap();
+    assert!(shards.len() >= 10, "{dead_name} holds {shards:?}");
+    // One session per row, by its server process id.
+    let mut sessions = std::collections::HashMap::new();
+    for shard in &shards {
+        let mut s = sqlx::PgConnection::connect(&url).await.unwrap();
+        sqlx::query("BEGIN").execute(&mut s).await.unwrap();
+        sqlx::query("SELECT 1 FROM chitin_shard_leases WHERE shard_id = $1 FOR UPDATE")
+            .bind(shard)
+            .execute(&mut s)
+            .await
+            .unwrap();
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut s).await.unwrap();
+        sessions.insert(pid, s);
+    }
+    c.nodes[dead].kill9().unwrap();
+
+    let releaser = tokio::spawn({
+        let url = url.clone();
+        async move {
+            let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+            let (mut released, until) = (0, Instant::now() + Duration::from_secs(60));
+            while !sessions.is_empty() && Instant::now() < until {
+                let blocking: Vec<i32> = sqlx::query_scalar(
+                    "SELECT DISTINCT unnest(pg_blocking_pids(pid)) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .fetch_all(&mut admin)
+                .await
+                .unwrap();
+                match blocking.into_iter().find(|pid| sessions.contains_key(pid)) {
+                    Some(pid) => {
+                        tokio::time::sleep(Duration::from_millis(800)).await;
+                        let mut s = sessions.remove(&pid).unwrap();
+                        sqlx::query("ROLLBACK").execute(&mut s).await.unwrap();
+                        released += 1;
+                    }
+                    None => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+            released
+        }
+    });
+    let mut oldest = 0.0f64;
+    while !releaser.is_finished() {
+        oldest = oldest.max(heartbeat_age(&mut watch, &survivor).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let waited_for = releaser.await.unwrap();
+
+    let ttl = 4.0;
+    assert!(
+        waited_for >= 10,
+        "the survivor waited for only {waited_for} of {} locked rows; the test proved nothing\n{}",
+        shards.len(),
+        c.logs()
+    );
+    assert!(
+        oldest < ttl,
+        "the survivor's heartbeat got {oldest:.2} s old while it took {waited_for} rows 0.8 s apart (TTL {ttl} s): \
+         its leases lapsed\n{}",
+        c.logs()
+    );
+    let lapsed = c.nodes[1 - dead].log_text().matches("lease not renewed in time").count();
+    assert_eq!(lapsed, 0, "the survivor stopped serving {lapsed} leases for want of a heartbeat\n{}", c.logs());
+    c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    println!("{waited_for} rows taken 0.8 s apart: the survivor's heartbeat at most {oldest:.2} s old");
+    drop(watch);
+    c.teardown().await.unwrap();
+}
+
 /// A dead holder's lease rows locked by a session cut off mid-transaction
 /// (held here by an open `SELECT … FOR UPDATE`): the survivor's round tries
 /// to take a row and waits out its lock bound, half a TTL. Were the round to
@@ -509,18 +622,10 @@ async fn a_lock_wait_ends_the_round_before_the_survivors_leases_lapse() {
     let mut oldest = 0.0f64;
     let until = Instant::now() + Duration::from_secs(12);
     while Instant::now() < until {
-        let age: f64 = sqlx::query_scalar(
-            "SELECT EXTRACT(EPOCH FROM clock_timestamp() - last_seen)::float8 FROM chitin_nodes \
-             WHERE name = $1 AND state <> 'down'",
-        )
-        .bind(&survivor)
-        .fetch_one(&mut watch)
-        .await
-        .unwrap();
-        oldest = oldest.max(age);
+        oldest = oldest.max(heartbeat_age(&mut watch, &survivor).await);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let stuck_rounds = c.nodes[1 - dead].log_text().matches("stayed locked for the whole lock bound").count();
+    let stuck_rounds = c.nodes[1 - dead].log_text().matches("waited out its whole bound").count();
     sqlx::query("ROLLBACK").execute(&mut stuck).await.unwrap();
 
     let ttl = 4.0;
