@@ -21,6 +21,8 @@
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 
+mod figures;
+
 use std::time::{Duration, Instant};
 
 use chitin::lease::{Store, StoreOptions};
@@ -72,37 +74,8 @@ const BARE: &str = "CREATE TABLE bench_bare (id bigserial PRIMARY KEY, stream te
 
 /// `pgbench` inserting into `bench_bare`, one client, `N` transactions.
 fn pgbench(url: &str, n: usize) -> Result<Dist, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let script = dir.path().join("insert.sql");
-    std::fs::write(&script, "INSERT INTO bench_bare (stream, payload) VALUES ('pgbench', '\\x78');\n")
-        .map_err(|e| e.to_string())?;
-    let prefix = dir.path().join("log");
-    let out = std::process::Command::new("pgbench")
-        .args(["-n", "-c", "1", "-t", &n.to_string(), "-M", "prepared", "-l", "--log-prefix"])
-        .arg(&prefix)
-        .arg("-f")
-        .arg(&script)
-        .arg(url)
-        .output()
-        .map_err(|e| format!("cannot run pgbench: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("pgbench failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    // Each line: client, transaction, latency µs, script, epoch s, µs.
-    let mut took = Vec::new();
-    for entry in std::fs::read_dir(dir.path()).map_err(|e| e.to_string())? {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("log")) {
-            for line in std::fs::read_to_string(&path).map_err(|e| e.to_string())?.lines() {
-                if let Some(us) = line.split_whitespace().nth(2).and_then(|f| f.parse::<u64>().ok()) {
-                    took.push(Duration::from_micros(us));
-                }
-            }
-        }
-    }
-    if took.is_empty() {
-        return Err("pgbench wrote no per-transaction log".into());
-    }
+    let script = "INSERT INTO bench_bare (stream, payload) VALUES ('pgbench', '\\x78');\n";
+    let took = figures::pgbench(url, script, 1, &["-t", &n.to_string()])?;
     // One client: its wall time is the sum of its transactions (the
     // process's start and connection are not pgbench's rate).
     let wall = took.iter().sum();

@@ -21,21 +21,16 @@ mod support;
 #[path = "common/phases.rs"]
 mod phases;
 
+mod figures;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chitin::proto::{self, journal_client::JournalClient};
+use phases::{Figures, Sample};
 use support::cluster::*;
 use tonic::transport::Channel;
-
-/// One append as a client saw it.
-#[derive(Clone, Copy)]
-struct Sample {
-    started: Instant,
-    took: Duration,
-    ok: bool,
-}
 
 /// Appends to `streams` until `stop`, over one channel per node.
 async fn client(apis: Vec<String>, streams: Vec<String>, first: usize, stop: Arc<AtomicBool>) -> Vec<Sample> {
@@ -79,29 +74,6 @@ async fn client(apis: Vec<String>, streams: Vec<String>, first: usize, stop: Arc
         samples.push(Sample { started, took: started.elapsed(), ok });
     }
     samples
-}
-
-/// Latency figures of the appends started within `[from, to)`.
-struct Figures {
-    count: usize,
-    failed: usize,
-    p50: Duration,
-    p99: Duration,
-    max: Duration,
-}
-
-fn figures(samples: &[Sample], from: Instant, to: Instant) -> Figures {
-    let window: Vec<&Sample> = samples.iter().filter(|s| s.started >= from && s.started < to).collect();
-    let mut took: Vec<Duration> = window.iter().filter(|s| s.ok).map(|s| s.took).collect();
-    took.sort();
-    let at = |q: f64| took.get(((took.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or_default();
-    Figures {
-        count: window.len(),
-        failed: window.iter().filter(|s| !s.ok).count(),
-        p50: at(0.5),
-        p99: at(0.99),
-        max: took.last().copied().unwrap_or_default(),
-    }
 }
 
 async fn run() {
@@ -150,7 +122,7 @@ async fn run() {
     c.teardown().await.unwrap();
 
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let steady = figures(&samples, phases[0].1, phases[0].2);
+    let steady = Figures::of(&samples, phases[0].1, phases[0].2);
     println!(
         "drain of the busiest node: {} handed over in {} rounds, {} kept",
         drained.handed_over,
@@ -160,7 +132,7 @@ async fn run() {
     println!("| phase | appends | failed | p50 | p99 | max | p99 − steady p99 | max − steady p99 |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for (name, from, to) in &phases {
-        let f = figures(&samples, *from, *to);
+        let f = Figures::of(&samples, *from, *to);
         println!(
             "| {name} | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:+.1} ms | {:+.1} ms |",
             f.count,

@@ -12,7 +12,10 @@
 //! its restart; a rolling restart of every node. Each phase's latency (of
 //! the writes started in it) is printed against the steady phase's of the
 //! same run, with the share of writes that were sent to the wrong instance
-//! first (the routing map's miss rate).
+//! first (the routing map's miss rate); beside them the physical limit of
+//! the same server (`pgbench` running the write's transaction shape), and
+//! on stderr the phases' events and each phase's slowest write over 100 ms
+//! with every attempt that did not store.
 //!
 //! `cargo build -p chitin-example-kv && cargo bench -p chitin --bench
 //! service_handoff` (needs the local PostgreSQL and Redis).
@@ -25,25 +28,29 @@ mod support;
 #[path = "common/phases.rs"]
 mod phases;
 
+mod figures;
+
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chitin::chaos::service::{Answer, Service, ServiceOptions, next_instance, post};
 use chitin_client::{AssignmentMap, Client, Nodes};
+use phases::{Figures, Sample};
 use support::cluster::*;
 
 /// One write as a client saw it.
-#[derive(Clone, Copy)]
-struct Sample {
-    started: Instant,
-    took: Duration,
-    ok: bool,
+struct Write {
+    sample: Sample,
     /// The first instance asked was not the one serving the key.
     missed: bool,
+    /// The key, and each attempt that did not store: when it ended (since
+    /// the write started), the instance asked, its answer. Kept for the
+    /// slowest writes' account.
+    key: String,
+    attempts: Vec<(Duration, usize, Answer)>,
 }
 
 /// Writes to `keys` until `stop`, routing each by `map`.
@@ -53,7 +60,7 @@ async fn client(
     keys: Vec<String>,
     k: usize,
     stop: Arc<AtomicBool>,
-) -> Vec<Sample> {
+) -> Vec<Write> {
     let mut samples = Vec::new();
     let mut i = 0usize;
     while !stop.load(Ordering::Relaxed) {
@@ -62,13 +69,14 @@ async fn client(
         let path = format!("/write?key={key}&request_id=b{k}-{i}");
         let holder = map.current().route("journal", chitin_client::stream_key(key)).map(|a| a.holder_address.clone());
         let mut at = holder.and_then(|h| instances.iter().position(|(n, _)| *n == h)).unwrap_or(k % instances.len());
-        let (started, mut missed) = (Instant::now(), false);
+        let (started, mut missed, mut attempts) = (Instant::now(), false, Vec::new());
         let ok = loop {
             let answer = post(&instances[at].1, &path, Duration::from_secs(10)).await;
             if answer == Answer::Stored {
                 break true;
             }
             missed = true;
+            attempts.push((started.elapsed(), at, answer.clone()));
             if started.elapsed() > Duration::from_secs(30) {
                 break false;
             }
@@ -78,47 +86,24 @@ async fn client(
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         };
-        samples.push(Sample { started, took: started.elapsed(), ok, missed });
+        let sample = Sample { started, took: started.elapsed(), ok };
+        samples.push(Write { sample, missed, key: key.clone(), attempts });
     }
     samples
 }
 
-/// Latency figures of the writes started within `[from, to)`.
-struct Figures {
-    count: usize,
-    failed: usize,
-    missed: usize,
-    p50: Duration,
-    p99: Duration,
-    max: Duration,
-}
-
-fn figures(samples: &[Sample], from: Instant, to: Instant) -> Figures {
-    let window: Vec<&Sample> = samples.iter().filter(|s| s.started >= from && s.started < to).collect();
-    let mut took: Vec<Duration> = window.iter().filter(|s| s.ok).map(|s| s.took).collect();
-    took.sort();
-    let at = |q: f64| took.get(((took.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or_default();
-    Figures {
-        count: window.len(),
-        failed: window.iter().filter(|s| !s.ok).count(),
-        missed: window.iter().filter(|s| s.missed).count(),
-        p50: at(0.5),
-        p99: at(0.99),
-        max: took.last().copied().unwrap_or_default(),
-    }
-}
-
-fn example_service() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_chitin")).with_file_name("chitin-example-kv");
-    assert!(path.exists(), "{} is missing: run `cargo build -p chitin-example-kv` first", path.display());
-    path
-}
-
 async fn run() {
+    phases::ms(Instant::now()); // the clock's zero
     let mut c = Cluster::new(Dialect::Postgres, 3, 16, 3, |_, _| {}).await.unwrap();
     let status = c.wait_settled(Duration::from_secs(60)).await.unwrap();
     let apis: Vec<String> = c.nodes.iter().map(|n| n.api.clone()).collect();
-    let opts = ServiceOptions { program: example_service(), args: Vec::new(), table: "kv_writes".into(), writers: 4, keys: 256 };
+    let opts = ServiceOptions {
+        program: support::example_service(),
+        args: Vec::new(),
+        table: "kv_writes".into(),
+        writers: 4,
+        keys: 256,
+    };
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let service = Service::start(&opts, &apis, &common::admin_url(), c.dir.path(), &run_id[..12]).await.unwrap();
     let instances = service.instances();
@@ -138,33 +123,105 @@ async fn run() {
     let (handoffs, _) = phases::planned_handoffs(&mut c, &status).await;
     phases.extend(handoffs);
     stop.store(true, Ordering::Relaxed);
-    let mut samples = Vec::new();
+    let mut writes = Vec::new();
     for k in clients {
-        samples.extend(k.await.unwrap());
+        writes.extend(k.await.unwrap());
     }
-    let (rows, db) = service.finish(&opts.table).await.unwrap();
-    db.drop_db().await.unwrap();
+    let samples: Vec<Sample> = writes.iter().map(|w| w.sample).collect();
+    let limit = physical_limit(&common::admin_url(), opts.writers).await;
+    let rows = service.finish(&opts.table, true).await.unwrap();
     c.teardown().await.unwrap();
 
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let steady = figures(&samples, phases[0].1, phases[0].2);
+    let steady = Figures::of(&samples, phases[0].1, phases[0].2);
     println!("{} writes stored by the service", rows.len());
-    println!("| phase | writes | failed | sent to the wrong instance first | p50 | p99 | max | p99 − steady p99 | max |");
+    println!(
+        "| phase | writes | failed | sent to the wrong instance first | p50 | p99 | max | p99 − steady p99 | max − steady max |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (name, from, to) in &phases {
-        let f = figures(&samples, *from, *to);
+        let f = Figures::of(&samples, *from, *to);
+        let missed = writes.iter().filter(|w| w.missed && w.sample.started >= *from && w.sample.started < *to).count();
         println!(
-            "| {name} | {} | {} | {} ({:.2} %) | {:.1} ms | {:.1} ms | {:.1} ms | {:+.1} ms | {:.1} ms |",
+            "| {name} | {} | {} | {missed} ({:.2} %) | {:.1} ms | {:.1} ms | {:.1} ms | {:+.1} ms | {:+.1} ms |",
             f.count,
             f.failed,
-            f.missed,
-            100.0 * f.missed as f64 / f.count.max(1) as f64,
+            100.0 * missed as f64 / f.count.max(1) as f64,
             ms(f.p50),
             ms(f.p99),
             ms(f.max),
             ms(f.p99) - ms(steady.p99),
-            ms(f.max)
+            ms(f.max) - ms(steady.max),
         );
+    }
+    match limit {
+        Ok(mut took) => {
+            took.sort();
+            println!(
+                "| the limit: pgbench, {} clients, 5 s, a bare fenced write's transaction | {} | | | {:.1} ms | {:.1} ms | {:.1} ms | | |",
+                opts.writers,
+                took.len(),
+                ms(figures::pct(&took, 50.0)),
+                ms(figures::pct(&took, 99.0)),
+                ms(took[took.len() - 1])
+            );
+        }
+        Err(e) => println!("(the limit not measured: {e})"),
+    }
+    for (name, from, to) in &phases {
+        slowest(name, &writes, *from, *to);
+    }
+}
+
+/// The same-run physical limit of the service's write: `pgbench` running
+/// its transaction shape (a shared row lock, as the fence check takes, and
+/// an insert) on a fresh database of the same server, `clients` at once,
+/// with the cluster still up (its heartbeats and leases on that server).
+async fn physical_limit(admin: &str, clients: usize) -> Result<Vec<Duration>, String> {
+    let (name, url) = common::fresh_db_on(admin).await;
+    let setup = "CREATE TABLE fence (shard text PRIMARY KEY, epoch bigint); INSERT INTO fence VALUES ('s', 1); \
+                 CREATE TABLE writes (seq bigserial PRIMARY KEY, item_key text, epoch bigint)";
+    let created = std::process::Command::new("psql").args(["-q", "-v", "ON_ERROR_STOP=1", &url, "-c", setup]).output();
+    let script = "BEGIN;\nSELECT epoch FROM fence WHERE shard = 's' FOR SHARE;\n\
+                  INSERT INTO writes (item_key, epoch) VALUES ('k', 1);\nCOMMIT;\n";
+    let took = match created {
+        Ok(out) if out.status.success() => tokio::task::block_in_place(|| figures::pgbench(&url, script, clients, &["-T", "5"])),
+        Ok(out) => Err(format!("psql: {}", String::from_utf8_lossy(&out.stderr))),
+        Err(e) => Err(format!("cannot run psql: {e}")),
+    };
+    common::drop_db_on(admin, &name).await;
+    took
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Prints the phase's slowest write, if it took over 100 ms, with every
+/// attempt that did not store: where a tail comes from.
+fn slowest(phase: &str, writes: &[Write], from: Instant, to: Instant) {
+    let in_phase = writes.iter().filter(|w| w.sample.started >= from && w.sample.started < to);
+    let Some(s) = in_phase.max_by_key(|w| w.sample.took) else { return };
+    if s.sample.took <= Duration::from_millis(100) {
+        return;
+    }
+    eprintln!(
+        "{phase}: slowest write, of {}, started at [{:9.1} ms], took {:.1} ms:",
+        s.key,
+        phases::ms(s.sample.started),
+        s.sample.took.as_secs_f64() * 1000.0
+    );
+    // Runs of one answer from one instance print as one line.
+    let mut k = 0;
+    while k < s.attempts.len() {
+        let (first, at, answer) = &s.attempts[k];
+        let run = s.attempts[k..].iter().take_while(|(_, a, w)| a == at && w == answer).count();
+        let last = s.attempts[k + run - 1].0;
+        eprintln!(
+            "  +{:7.1} … {:7.1} ms instance {at} ×{run}: {answer:?}",
+            first.as_secs_f64() * 1000.0,
+            last.as_secs_f64() * 1000.0
+        );
+        k += run;
     }
 }
 

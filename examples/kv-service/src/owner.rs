@@ -6,7 +6,9 @@
 //!   then serve, then answer `READY`;
 //! - `DRAINING`: stop taking writes, wait for those in flight, then answer
 //!   `RELEASED`, so the next holder's first write follows our last;
-//! - `LOST` or a gap in the stream: stop at once.
+//! - `LOST` or a gap in the stream: stop at once;
+//! - `ACQUIRED` at the epoch of a shard given up: its handoff did not
+//!   happen (the node keeps it), so serve it again.
 //!
 //! Events can be missed (a node restarts), and a claim can fail (the
 //! database restarts), so the instance also reconciles with the node's
@@ -48,6 +50,20 @@ struct Shards {
     given_up: HashSet<(String, u64)>,
 }
 
+impl Shards {
+    /// Aligns what is served with the node's `held` leases: stops serving
+    /// a shard at an epoch the node no longer holds, forgets what was given
+    /// up once the node let it go, and returns the leases to claim (held,
+    /// not served, not given up at that epoch).
+    fn align(&mut self, held: &[ShardLease]) -> Vec<ShardLease> {
+        let live: HashSet<(String, u64)> = held.iter().map(|l| (l.shard.clone(), l.epoch)).collect();
+        self.given_up.retain(|k| live.contains(k));
+        self.serving.retain(|shard, (token, _)| live.contains(&(shard.clone(), token.epoch)));
+        let new = |l: &&ShardLease| !self.given_up.contains(&(l.shard.clone(), l.epoch)) && !self.serving.contains_key(&l.shard);
+        held.iter().filter(new).cloned().collect()
+    }
+}
+
 /// A write's permission: the token, and the shard's gate held until the
 /// write ends.
 pub struct Permit {
@@ -79,6 +95,12 @@ impl Owner {
         }
     }
 
+    /// `shard` stays at `epoch`: its node sent `ACQUIRED` again after a
+    /// handoff that did not happen, so what was given up is served again.
+    fn kept(&self, shard: &str, epoch: u64) {
+        self.0.lock().unwrap().given_up.remove(&(shard.to_owned(), epoch));
+    }
+
     /// Stops taking writes for `shard` and waits for those in flight.
     async fn drain(&self, shard: &str, epoch: u64) {
         let gate = {
@@ -98,16 +120,7 @@ impl Owner {
     /// Serves what `held` lists and stops serving what it does not: claims
     /// each new lease's fence first. Returns the shards newly served.
     async fn reconcile(&self, db: &Db, held: &[ShardLease]) -> Vec<(String, u64)> {
-        let wanted = {
-            let mut shards = self.0.lock().unwrap();
-            let live: HashSet<(String, u64)> = held.iter().map(|l| (l.shard.clone(), l.epoch)).collect();
-            shards.given_up.retain(|k| live.contains(k));
-            shards.serving.retain(|shard, (token, _)| live.contains(&(shard.clone(), token.epoch)));
-            let new = |l: &&ShardLease| {
-                !shards.given_up.contains(&(l.shard.clone(), l.epoch)) && !shards.serving.contains_key(&l.shard)
-            };
-            held.iter().filter(new).cloned().collect::<Vec<_>>()
-        };
+        let wanted = self.0.lock().unwrap().align(held);
         let mut taken = Vec::new();
         for lease in wanted {
             let token = match LeaseToken::from_lease(&lease) {
@@ -135,6 +148,7 @@ impl Owner {
 pub async fn follow(client: Client, owner: Owner, db: Db) {
     let mut watch = client.watch_ownership_acknowledging();
     let mut tick = tokio::time::interval(RECONCILE_EVERY);
+    let mut failing = false;
     loop {
         let event = tokio::select! {
             event = watch.next() => Some(event),
@@ -146,7 +160,8 @@ pub async fn follow(client: Client, owner: Owner, db: Db) {
                 owner.reconcile(&db, &held).await;
             }
             Some(WatchEvent::Acquired { shard, epoch }) => {
-                let Some(held) = held(&client).await else { continue };
+                owner.kept(&shard, epoch);
+                let Some(held) = held(&client, &mut failing).await else { continue };
                 owner.reconcile(&db, &held).await;
                 if owner.permit(&shard).is_some_and(|p| p.token.epoch == epoch) {
                     let _ = watch.ready(&shard, epoch).await;
@@ -162,7 +177,7 @@ pub async fn follow(client: Client, owner: Owner, db: Db) {
                 owner.stop_all();
             }
             None => {
-                let Some(held) = held(&client).await else { continue };
+                let Some(held) = held(&client, &mut failing).await else { continue };
                 // The node may be waiting for these (it acquired them while
                 // the watch was away).
                 for (shard, epoch) in owner.reconcile(&db, &held).await {
@@ -173,12 +188,84 @@ pub async fn follow(client: Client, owner: Owner, db: Db) {
     }
 }
 
-/// The node's leases, or `None` when it does not answer in time.
-async fn held(client: &Client) -> Option<Vec<ShardLease>> {
+/// The node's leases, or `None` when it does not answer in time. The first
+/// failure of a streak is logged (a node restarting, paused or cut off),
+/// and the first answer after it.
+async fn held(client: &Client, failing: &mut bool) -> Option<Vec<ShardLease>> {
     let node = client.nodes().addresses().first()?.clone();
     let ask = async {
-        let conn = client.conn(&node).await.ok()?;
-        OwnershipClient::new(conn).held(HeldRequest {}).await.ok().map(|r| r.into_inner().leases)
+        let conn = client.conn(&node).await.map_err(|e| e.to_string())?;
+        OwnershipClient::new(conn).held(HeldRequest {}).await.map(|r| r.into_inner().leases).map_err(|e| e.to_string())
     };
-    tokio::time::timeout(HELD_TIMEOUT, ask).await.ok().flatten()
+    let answer =
+        tokio::time::timeout(HELD_TIMEOUT, ask).await.unwrap_or_else(|_| Err(format!("no answer within {HELD_TIMEOUT:?}")));
+    match (&answer, *failing) {
+        (Err(e), false) => {
+            eprintln!("chitin-example-kv: {node} does not answer Held ({e}): serving what was served until it does")
+        }
+        (Ok(_), true) => eprintln!("chitin-example-kv: {node} answers Held again"),
+        _ => {}
+    }
+    *failing = answer.is_err();
+    answer.ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOLDER: &str = "7f3c2a9e-1d4b-4c8e-9a6f-2b5d8e1c4a70";
+
+    fn lease(shard: &str, epoch: u64) -> ShardLease {
+        ShardLease { shard: shard.into(), epoch, holder_uuid: HOLDER.into(), ..ShardLease::default() }
+    }
+
+    /// Shards at epochs.
+    type At = &'static [(&'static str, u64)];
+
+    struct Case {
+        name: &'static str,
+        served: At,
+        given_up: At,
+        held: At,
+        claim: &'static [&'static str],
+        served_after: &'static [&'static str],
+        given_up_after: At,
+    }
+
+    #[test]
+    fn what_is_served_follows_the_nodes_leases() {
+        let case = |name, served, given_up, held, claim, served_after, given_up_after| Case {
+            name,
+            served,
+            given_up,
+            held,
+            claim,
+            served_after,
+            given_up_after,
+        };
+        let cases = [
+            case("a new lease is claimed", &[], &[], &[("s1", 1)], &["s1"], &[], &[]),
+            case("a served lease stays, unclaimed", &[("s1", 1)], &[], &[("s1", 1)], &[], &["s1"], &[]),
+            case("a lease the node lost is not served", &[("s1", 1)], &[], &[], &[], &[], &[]),
+            case("a newer epoch replaces the old token", &[("s1", 1)], &[], &[("s1", 2)], &["s1"], &[], &[]),
+            case("a shard being handed over is not served again", &[], &[("s1", 1)], &[("s1", 1)], &[], &[], &[("s1", 1)]),
+            case("given up, then back at a newer epoch: claimed", &[], &[("s1", 1)], &[("s1", 3)], &["s1"], &[], &[]),
+        ];
+        let at = |a: At| -> HashSet<(String, u64)> { a.iter().map(|&(s, e)| (s.to_owned(), e)).collect() };
+        for c in cases {
+            let mut shards = Shards { given_up: at(c.given_up), ..Shards::default() };
+            for &(shard, epoch) in c.served {
+                let token = LeaseToken::from_lease(&lease(shard, epoch)).unwrap();
+                shards.serving.insert(shard.into(), (token, Arc::default()));
+            }
+            let held: Vec<ShardLease> = c.held.iter().map(|&(s, e)| lease(s, e)).collect();
+            let claimed: Vec<String> = shards.align(&held).into_iter().map(|l| l.shard).collect();
+            assert_eq!(claimed, c.claim, "{}: to claim", c.name);
+            let mut serving: Vec<&str> = shards.serving.keys().map(String::as_str).collect();
+            serving.sort();
+            assert_eq!(serving, c.served_after, "{}: served", c.name);
+            assert_eq!(shards.given_up, at(c.given_up_after), "{}: given up", c.name);
+        }
+    }
 }

@@ -367,38 +367,25 @@ async fn run_in(
     // Steady load after the last fault, then stop the clients.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let start = load.start;
-    let Stopped { log, dispatches, clock_steps, streams, service_log } = load.stop().await?;
+    let stopped = load.stop().await;
     let duration_ms = start.elapsed().as_millis() as u64;
+    // Read before anything can end the run, so that its database is
+    // dropped on every path.
+    let service_rows = match (service, &opts.service) {
+        (Some(running), Some(s)) => Some(running.finish(&s.table, matches!(opts.database, Database::Configured(_))).await),
+        _ => None,
+    };
+    let Stopped { log, dispatches, clock_steps, streams, service_log } = stopped?;
     if let Some(e) = failure {
         return Err(e);
     }
     let all_streams: Vec<String> = streams.iter().flatten().cloned().collect();
     let evidence = evidence::read(&store, &lab.database_url, &all_streams).await?;
     store.close().await;
-    let service = match (service, &opts.service) {
-        (Some(running), Some(s)) => Some(judged_service(running, s, service_log, &opts.database).await?),
-        _ => None,
-    };
+    let service = service_rows.transpose()?.map(|rows| (service_log, rows));
     let supervisor_restarts = std::mem::take(&mut lab.supervisor_restarts);
     let run = Run { faults, deaths, log, dispatches, clock_steps, duration_ms, supervisor_restarts };
     Ok(judge(opts, &lab, run, evidence, service))
-}
-
-/// Stops the service and reads its table; drops its database when the run
-/// made it in a server it does not own.
-async fn judged_service(
-    running: service::Service,
-    opts: &service::ServiceOptions,
-    log: service::ServiceLog,
-    database: &Database,
-) -> Result<(service::ServiceLog, Vec<ledger::LedgerRow>), ChaosError> {
-    let (rows, db) = running.finish(&opts.table).await?;
-    if matches!(database, Database::Configured(_))
-        && let Err(e) = db.drop_db().await
-    {
-        tracing::warn!(error = %e, "could not drop the service's database {}", db.name);
-    }
-    Ok((log, rows))
 }
 
 /// The run's nodes (started later) and the lab around them: the cluster

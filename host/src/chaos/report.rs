@@ -152,6 +152,12 @@ pub struct ServiceSummary {
     pub unacknowledged: usize,
     /// Attempts an instance sent to another with a `421`.
     pub redirected: u64,
+    /// Attempts answered otherwise (not now, or no answer), and the last
+    /// such answer.
+    #[serde(default)]
+    pub refused: u64,
+    #[serde(default)]
+    pub last_refusal: Option<String>,
     /// Rows of the service's table.
     pub stored: usize,
     pub lost: usize,
@@ -166,6 +172,8 @@ impl ServiceSummary {
             acknowledged: facts.log.acked.len(),
             unacknowledged: facts.log.unacknowledged,
             redirected: facts.log.redirected,
+            refused: facts.log.refused,
+            last_refusal: facts.log.last_refusal,
             stored: facts.stored,
             lost: verdict.service_lost,
             duplicates: verdict.service_duplicates,
@@ -176,9 +184,14 @@ impl ServiceSummary {
     /// Its rows of the checks' table.
     fn write_rows(&self, t: &mut String) {
         let acknowledged = format!("{} ({})", self.acknowledged, self.unacknowledged);
+        let refused = match &self.last_refusal {
+            Some(said) => format!("{} (last: {said})", self.refused),
+            None => self.refused.to_string(),
+        };
         let rows = [
             ("service: acknowledged writes (unacknowledged at the stop)", acknowledged),
             ("service: attempts sent to the holder's instance (421)", self.redirected.to_string()),
+            ("service: attempts answered not now, or not at all", refused),
             ("service: rows in its table", self.stored.to_string()),
             ("service: acknowledged writes lost", self.lost.to_string()),
             ("service: writes stored twice", self.duplicates.to_string()),
@@ -270,6 +283,7 @@ impl Report {
             dispatches_granted: f.dispatches.granted.len() as u64,
             fail_opens_ms: &fail_opens_ms,
             service_acknowledged: f.service.as_ref().map(|s| s.log.acked.len() as u64),
+            service_last_refusal: f.service.as_ref().and_then(|s| s.log.last_refusal.as_deref()),
         });
         Report {
             service: f.service.map(|s| ServiceSummary::of(s, &verdict)),

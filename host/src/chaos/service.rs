@@ -142,12 +142,17 @@ impl Service {
         Arc::new(self.instances.iter().map(|i| (i.node.clone(), i.address.clone())).collect())
     }
 
-    /// Stops the instances and reads the service's table.
-    pub async fn finish(self, table: &str) -> Result<(Vec<LedgerRow>, FreshDb), ChaosError> {
+    /// Stops the instances and reads the service's table; then drops its
+    /// database if `drop_database` (the run made it in a server that
+    /// outlives the run), whether the read succeeded or not.
+    pub async fn finish(self, table: &str, drop_database: bool) -> Result<Vec<LedgerRow>, ChaosError> {
         let Service { instances, database } = self;
         drop(instances);
-        let rows = read_table(&database.url, table).await?;
-        Ok((rows, database))
+        let rows = read_table(&database.url, table).await;
+        if drop_database && let Err(e) = database.drop_db().await {
+            tracing::warn!(error = %e, "could not drop the service's database {}", database.name);
+        }
+        rows
     }
 }
 
@@ -203,6 +208,11 @@ pub struct ServiceLog {
     pub unacknowledged: usize,
     /// Attempts an instance sent elsewhere with a `421`.
     pub redirected: u64,
+    /// Attempts answered otherwise (not now, or no answer).
+    pub refused: u64,
+    /// What the last of those said: the first thing to read when a
+    /// service stores nothing.
+    pub last_refusal: Option<String>,
 }
 
 impl ServiceLog {
@@ -212,6 +222,8 @@ impl ServiceLog {
             all.acked.extend(log.acked);
             all.unacknowledged += log.unacknowledged;
             all.redirected += log.redirected;
+            all.refused += log.refused;
+            all.last_refusal = log.last_refusal.or(all.last_refusal);
         }
         all
     }
@@ -224,8 +236,8 @@ pub enum Answer {
     Stored,
     /// `421`: the node at this address holds the key's shard.
     Elsewhere(String),
-    /// Any other answer, or none.
-    NotNow,
+    /// Any other answer (its status and body), or none (why).
+    NotNow(String),
 }
 
 /// The instance to try after `answer` from instance `at`, and whether to
@@ -269,8 +281,13 @@ pub(super) async fn run_writer(plan: WriterPlan, stop: watch::Receiver<bool>) ->
                 log.acked.insert(request_id.clone(), key.clone());
                 break;
             }
-            if matches!(answer, Answer::Elsewhere(_)) {
-                log.redirected += 1;
+            match &answer {
+                Answer::Elsewhere(_) => log.redirected += 1,
+                Answer::NotNow(why) => {
+                    log.refused += 1;
+                    log.last_refusal = Some(why.clone());
+                }
+                Answer::Stored => {}
             }
             let pause;
             (at, pause) = next_instance(&answer, &plan.instances, at);
@@ -296,7 +313,8 @@ pub async fn post(address: &str, path: &str, timeout: Duration) -> Answer {
     };
     match tokio::time::timeout(timeout, exchange).await {
         Ok(Ok(response)) => answer(&response),
-        _ => Answer::NotNow,
+        Ok(Err(e)) => Answer::NotNow(format!("no answer from {address}: {e}")),
+        Err(_) => Answer::NotNow(format!("no answer from {address} within {timeout:?}")),
     }
 }
 
@@ -307,7 +325,8 @@ fn answer(response: &str) -> Answer {
     match status {
         "200" => Answer::Stored,
         "421" if !body.is_empty() => Answer::Elsewhere(body.to_owned()),
-        _ => Answer::NotNow,
+        "" => Answer::NotNow("an empty or malformed response".into()),
+        _ => Answer::NotNow(format!("{status} {body}").trim_end().to_owned()),
     }
 }
 
@@ -320,9 +339,9 @@ mod tests {
         let cases = [
             ("HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\ns1 4", Answer::Stored),
             ("HTTP/1.1 421 Misdirected Request\r\n\r\n10.0.0.2:7400", Answer::Elsewhere("10.0.0.2:7400".into())),
-            ("HTTP/1.1 421 Misdirected Request\r\n\r\n", Answer::NotNow),
-            ("HTTP/1.1 503 Service Unavailable\r\n\r\nlease lost", Answer::NotNow),
-            ("", Answer::NotNow),
+            ("HTTP/1.1 421 Misdirected Request\r\n\r\n", Answer::NotNow("421".into())),
+            ("HTTP/1.1 503 Service Unavailable\r\n\r\nlease lost", Answer::NotNow("503 lease lost".into())),
+            ("", Answer::NotNow("an empty or malformed response".into())),
         ];
         for (response, want) in cases {
             assert_eq!(answer(response), want, "{response:?}");
@@ -338,8 +357,8 @@ mod tests {
             (elsewhere("10.0.0.3:7400"), 0, (2, false)),
             (elsewhere("10.0.0.1:7400"), 0, (1, true)),
             (elsewhere("10.9.9.9:7400"), 2, (0, true)),
-            (Answer::NotNow, 2, (0, true)),
-            (Answer::NotNow, 0, (1, true)),
+            (Answer::NotNow("503".into()), 2, (0, true)),
+            (Answer::NotNow("503".into()), 0, (1, true)),
         ];
         for (answer, at, want) in cases {
             assert_eq!(next_instance(&answer, &instances, at), want, "{answer:?} from {at}");

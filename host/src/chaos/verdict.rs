@@ -84,8 +84,10 @@ pub enum Failure {
         clients: usize,
     },
     /// The run drove a service and it acknowledged no write: its table went
-    /// unjudged.
-    ServiceIdle,
+    /// unjudged. With what the service last answered, if anything.
+    ServiceIdle {
+        last_refusal: Option<String>,
+    },
 }
 
 impl std::fmt::Display for Failure {
@@ -103,8 +105,12 @@ impl std::fmt::Display for Failure {
             Failure::NoDispatchGranted { clients } => {
                 write!(f, "{clients} dispatch clients ran and no dispatch was granted: target ownership went unjudged")
             }
-            Failure::ServiceIdle => {
-                write!(f, "the service acknowledged no write: its table went unjudged (see its logs, service-*.log)")
+            Failure::ServiceIdle { last_refusal } => {
+                write!(f, "the service acknowledged no write: its table went unjudged (see its logs, service-*.log)")?;
+                match last_refusal {
+                    Some(said) => write!(f, "; its last answer: {said}"),
+                    None => Ok(()),
+                }
             }
             Failure::DedupUnchecked { acknowledged } => {
                 write!(f, "none of {acknowledged} acknowledged requests was sent again: dedup under failover went unchecked")
@@ -141,6 +147,8 @@ pub struct Outcome<'a> {
     pub fail_opens_ms: &'a [u64],
     /// Writes the service acknowledged, when the run drove one.
     pub service_acknowledged: Option<u64>,
+    /// What the service answered last to a write it did not store.
+    pub service_last_refusal: Option<&'a str>,
 }
 
 /// Every reason the run failed; empty when it passed.
@@ -162,7 +170,7 @@ pub fn judge(o: &Outcome<'_>) -> Vec<Failure> {
         failures.push(Failure::DedupUnchecked { acknowledged: o.acknowledged });
     }
     if o.service_acknowledged == Some(0) {
-        failures.push(Failure::ServiceIdle);
+        failures.push(Failure::ServiceIdle { last_refusal: o.service_last_refusal.map(str::to_owned) });
     }
     if o.dispatch_clients > 0 && o.dispatches_granted == 0 {
         failures.push(Failure::NoDispatchGranted { clients: o.dispatch_clients });
@@ -262,6 +270,7 @@ mod tests {
             dispatches_granted: 2_000,
             fail_opens_ms: &[0],
             service_acknowledged: None,
+            service_last_refusal: None,
         };
         let redis_later = [fault(2, FaultKind::Redis, 0, None)].map(|f| FaultRecord { started_ms: 10, ended_ms: 20, ..f });
         let exited = ["node-02: panicked".to_string()];
@@ -275,6 +284,11 @@ mod tests {
             ("clean", Outcome { ..base }, vec![]),
             ("violations", Outcome { violations: 2, ..base }, vec!["violations"]),
             ("a service that stored nothing", Outcome { service_acknowledged: Some(0), ..base }, vec!["service_idle"]),
+            (
+                "a service that refused everything",
+                Outcome { service_acknowledged: Some(0), service_last_refusal: Some("503 lease lost"), ..base },
+                vec!["service_idle"],
+            ),
             ("a service that stored", Outcome { service_acknowledged: Some(1), ..base }, vec![]),
             ("rejected", Outcome { rejected: 1, ..base }, vec!["rejected"]),
             ("below the floor", Outcome { acknowledged: 1_199, ..base }, vec!["too_few_acknowledged"]),
@@ -334,6 +348,7 @@ mod tests {
             dispatches_granted: 10,
             fail_opens_ms: &[],
             service_acknowledged: None,
+            service_last_refusal: None,
         };
         let text = judge(&o)[0].to_string();
         assert_eq!(text, "fault 4 (kill of node-01) did not take effect: the node held 3 shards and no takeover was measured");

@@ -23,7 +23,7 @@
 //! the node bumps it too when it learns of a change elsewhere (a new config,
 //! a round's fresh read of the database, a peer's notice).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -107,6 +107,8 @@ struct Undrain<'a> {
     leases: &'a Leases,
     shard: &'a str,
     epoch: i64,
+    /// The application was sent DRAINING (a handoff; a split sends none).
+    announced: bool,
     armed: bool,
 }
 
@@ -114,7 +116,7 @@ impl Drop for Undrain<'_> {
     fn drop(&mut self) {
         if self.armed {
             tracing::warn!(shard = %self.shard, "handoff cancelled; serving the shard again");
-            self.leases.undrain(self.shard, self.epoch);
+            self.leases.undrain(self.shard, self.epoch, self.announced);
         }
     }
 }
@@ -231,7 +233,7 @@ impl Leases {
     }
 
     /// Ids of every shard held, draining ones included.
-    pub fn held_ids(&self) -> std::collections::HashSet<String> {
+    pub fn held_ids(&self) -> HashSet<String> {
         self.lock().keys().cloned().collect()
     }
 
@@ -386,14 +388,19 @@ impl Leases {
     }
 
     /// Renews every held lease with its own expiry that is not draining
-    /// (the heartbeat renews those on liveness).
-    pub async fn renew_all(&self) {
-        let leases: Vec<Lease> = self
+    /// (the heartbeat renews those on liveness: a cluster before release
+    /// 0.2 has the others), those of `last` last. Stops at a renewal that
+    /// waited out its bound (a row locked by a stuck session, no free
+    /// connection) and returns its shard: each further wait would hold back
+    /// the round, and the round ends there, as at any such wait.
+    pub async fn renew_all(&self, last: &HashSet<String>) -> Option<String> {
+        let mut leases: Vec<Lease> = self
             .lock()
             .values()
             .filter(|h| h.stage != Stage::Draining && h.lease.liveness_epoch.is_none())
             .map(|h| h.lease.clone())
             .collect();
+        leases.sort_by_key(|l| last.contains(&l.shard));
         for lease in leases {
             let sent = Instant::now();
             match self.store.renew(&lease).await {
@@ -408,10 +415,16 @@ impl Leases {
                     tracing::warn!(error = %e, "lease lost at renewal");
                     self.forget(&lease.shard, Some(lease.epoch));
                 }
+                Err(e @ (LeaseError::LockWait { .. } | LeaseError::Db(sqlx::Error::PoolTimedOut))) => {
+                    tracing::warn!(shard = %lease.shard, error = %e, "renewal waited out its bound; the round ends here");
+                    self.expire_overdue();
+                    return Some(lease.shard);
+                }
                 Err(e) => tracing::warn!(shard = %lease.shard, error = %e, "cannot renew lease; will retry"),
             }
         }
         self.expire_overdue();
+        None
     }
 
     /// Drains `shard` and hands its lease to `to` with a new epoch: no new
@@ -437,7 +450,7 @@ impl Leases {
             .ok_or_else(|| LeaseError::InvalidArgument(format!("shard `{shard}` is not held by this node")))?;
         // Dropped before the outcome is known (the caller was cancelled):
         // serve the shard again rather than leave it draining for good.
-        let mut undrain = Undrain { leases: self, shard, epoch: lease.epoch, armed: true };
+        let mut undrain = Undrain { leases: self, shard, epoch: lease.epoch, announced: true, armed: true };
         self.emit(OwnershipEvent::Draining { shard: shard.to_string(), epoch: lease.epoch });
         // The application finishes and flushes (its writes still served)
         // while it takes part; then no new write starts.
@@ -459,7 +472,7 @@ impl Leases {
                 if e.is_lease_lost() {
                     self.forget(shard, Some(lease.epoch));
                 } else {
-                    self.undrain(shard, lease.epoch);
+                    self.undrain(shard, lease.epoch, true);
                 }
                 Err(e)
             }
@@ -493,10 +506,23 @@ impl Leases {
         self.lock().get(shard).is_some_and(|h| h.stage != Stage::Serving && h.lease.epoch == epoch)
     }
 
-    /// Serves a shard whose handoff did not happen.
-    fn undrain(&self, shard: &str, epoch: i64) {
-        if let Some(h) = self.lock().get_mut(shard).filter(|h| h.lease.epoch == epoch) {
-            h.stage = Stage::Serving;
+    /// Serves a shard whose handoff did not happen (the handover failed or
+    /// was refused, the handoff budget spent by another node in the
+    /// meantime). An application that was sent DRAINING (`announced`) and
+    /// gave the shard up is told it stays: ACQUIRED again at the same epoch,
+    /// to serve it again (its fence claim at that epoch still holds);
+    /// otherwise it would stop serving a shard its node keeps until the
+    /// next handoff.
+    fn undrain(&self, shard: &str, epoch: i64, announced: bool) {
+        let kept = match self.lock().get_mut(shard).filter(|h| h.lease.epoch == epoch) {
+            Some(h) => {
+                h.stage = Stage::Serving;
+                true
+            }
+            None => false,
+        };
+        if kept && announced {
+            self.emit(OwnershipEvent::Acquired { shard: shard.to_owned(), epoch });
         }
         self.notify_change();
     }
@@ -510,7 +536,8 @@ impl Leases {
         if let Some((_, l)) = &held {
             self.start_draining(parent, l.epoch);
         }
-        let mut undrain = held.as_ref().map(|(_, l)| Undrain { leases: self, shard: parent, epoch: l.epoch, armed: true });
+        let mut undrain =
+            held.as_ref().map(|(_, l)| Undrain { leases: self, shard: parent, epoch: l.epoch, announced: false, armed: true });
         let _exclusive = match &held {
             Some((gate, _)) => Some(gate.clone().write_owned().await),
             None => None,
@@ -535,7 +562,7 @@ impl Leases {
             }
             Err(e) => {
                 if let Some((_, l)) = &held {
-                    self.undrain(parent, l.epoch);
+                    self.undrain(parent, l.epoch, false);
                 }
                 Err(e)
             }

@@ -5,21 +5,12 @@
 //! fence check taken out (its planted bug) the same kind of run fails with
 //! exactly that violation.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
 /// One run at a time, as in `chaos_short`.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// The example service's binary, built beside `chitin` by the workspace's
-/// test build (its own package's test makes cargo build it).
-fn example_service() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_chitin")).with_file_name("chitin-example-kv");
-    assert!(path.exists(), "{} is missing: build it with `cargo build -p chitin-example-kv`", path.display());
-    path
-}
 
 /// One `chitin chaos --service` run; returns whether it passed, its report
 /// and its printed table.
@@ -28,7 +19,7 @@ fn run(args: &[&str]) -> (bool, Value, String) {
     let dir = tempfile::Builder::new().prefix("chitin-chaos-service-").tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let (run, report) = (dir.path().join("run"), dir.path().join("run.json"));
-    let service = example_service();
+    let service = crate::support::example_service();
     let mut all = vec!["chaos", "--dir", run.to_str().unwrap(), "--report", report.to_str().unwrap()];
     all.extend(["--service", service.to_str().unwrap()]);
     all.extend(args);
@@ -42,8 +33,10 @@ fn run(args: &[&str]) -> (bool, Value, String) {
 
 /// Passed, with the service's writes judged on at least `min_acked`, none
 /// lost, none stored twice, none under a deposed token; the writers were
-/// sent to the holder's instance at least once.
-fn assert_service_clean(passed: bool, r: &Value, stdout: &str, min_acked: u64) {
+/// sent to the holder's instance at least once; every one of `kinds` was
+/// drawn (the draw deals each kind once per stretch of as many faults) and
+/// took effect.
+fn assert_service_clean(passed: bool, r: &Value, stdout: &str, min_acked: u64, kinds: &str) {
     assert!(passed, "{stdout}");
     let s = &r["service"];
     for zero in ["lost", "duplicates", "interleaved"] {
@@ -56,33 +49,37 @@ fn assert_service_clean(passed: bool, r: &Value, stdout: &str, min_acked: u64) {
     for f in r["faults"].as_array().unwrap() {
         assert!(f["ineffective"].is_null(), "a fault did not take effect: {f}\n{stdout}");
     }
+    let by_kind = r["faults_by_kind"].as_object().unwrap();
+    for kind in kinds.split(',') {
+        assert!(by_kind.contains_key(kind), "the run drew no {kind}:\n{stdout}");
+    }
 }
 
 #[test]
 fn the_example_service_keeps_every_acknowledged_write_in_its_own_postgres_through_faults() {
     let kinds = "kill,pause,restart,drain,database,partition,split-shard";
     let (passed, r, stdout) = run(&["--faults", "12", "--seed", "20261207", "--private-postgres", "--kinds", kinds]);
-    assert_service_clean(passed, &r, &stdout, 500);
+    assert_service_clean(passed, &r, &stdout, 500, kinds);
     assert!(stdout.contains("| service: writes under an older token after a newer one | 0 |"), "{stdout}");
-    let by_kind = r["faults_by_kind"].as_object().unwrap();
-    for kind in ["pause", "split-shard", "database"] {
-        assert!(by_kind.contains_key(kind), "the seed drew no {kind}:\n{stdout}");
-    }
 }
 
 #[test]
 fn the_example_service_keeps_every_acknowledged_write_in_its_own_mariadb_through_faults() {
-    let (passed, r, stdout) =
-        run(&["--faults", "6", "--seed", "20261208", "--private-mariadb", "--kinds", "kill,pause,drain,database"]);
-    assert_service_clean(passed, &r, &stdout, 200);
+    let kinds = "kill,pause,drain,database";
+    let (passed, r, stdout) = run(&["--faults", "6", "--seed", "20261208", "--private-mariadb", "--kinds", kinds]);
+    assert_service_clean(passed, &r, &stdout, 200, kinds);
 }
 
 /// The service's planted bug: writes skip the fence's check. A paused node's
 /// instance keeps its tokens and keeps writing while the shards' new holders
 /// write too, so keys are written under the deposed token after the new one.
+/// The same run with the check in place is the control: clean.
 #[test]
 fn the_example_service_without_its_fence_check_is_caught_writing_under_a_deposed_token() {
     let args = ["--faults", "3", "--seed", "7", "--private-postgres", "--kinds", "pause", "--service-keys", "8"];
+    let (passed, control, stdout) = run(&args);
+    assert_service_clean(passed, &control, &stdout, 100, "pause");
+
     let mut all = args.to_vec();
     all.push("--service-arg=--plant-unfenced");
     let (passed, r, stdout) = run(&all);

@@ -418,6 +418,66 @@ async fn an_acknowledging_application_writes_until_it_releases_and_only_then_the
     c.teardown().await.unwrap();
 }
 
+/// A handoff that does not happen after the application released the shard
+/// (here its handover waits out the lock bound behind the lease row, locked
+/// from outside) is followed by ACQUIRED at the same epoch: the node keeps
+/// the shard, so the application serves it again. Without it the
+/// application stays given up while its node serves the shard, until some
+/// later handoff: its writes to that shard go nowhere meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handoff_that_did_not_happen_is_announced_as_acquired_again() {
+    use sqlx::Connection;
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, s| {
+        s.leases.ttl_secs = Some(4.0);
+        s.leases.renew_interval_secs = Some(1.0);
+    })
+    .await
+    .unwrap();
+    let status = c.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let w = c.busiest(&status);
+    let api = c.nodes[w].api.clone();
+    let url = c.db.as_ref().unwrap().url.clone();
+    let client = chitin_client::Client::builder(api.parse().unwrap()).build().unwrap();
+    let mut watch = client.watch_ownership_acknowledging();
+    match watch.next().await {
+        chitin_client::WatchEvent::Subscribed { held, .. } => assert!(!held.is_empty()),
+        other => panic!("first event {other:?}"),
+    }
+    let mut admin = c.nodes[w].admin().await.unwrap();
+    let drain = tokio::spawn(async move { admin.drain(proto::DrainRequest {}).await });
+
+    // The first shard to drain: its row locked before the RELEASED.
+    let mut locked: Option<(String, u64, sqlx::PgConnection)> = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let again = loop {
+        match tokio::time::timeout_at(deadline.into(), watch.next()).await.expect("an event within 60 s") {
+            chitin_client::WatchEvent::Draining { shard, epoch } => {
+                if locked.is_none() {
+                    let mut s = sqlx::PgConnection::connect(&url).await.unwrap();
+                    sqlx::query("BEGIN").execute(&mut s).await.unwrap();
+                    sqlx::query("SELECT 1 FROM chitin_shard_leases WHERE shard_id = $1 FOR UPDATE")
+                        .bind(&shard)
+                        .execute(&mut s)
+                        .await
+                        .unwrap();
+                    locked = Some((shard.clone(), epoch, s));
+                }
+                watch.released(&shard, epoch).await.unwrap();
+            }
+            chitin_client::WatchEvent::Acquired { shard, epoch } => break (shard, epoch),
+            chitin_client::WatchEvent::Lost { .. } => {}
+            other => panic!("unexpected event {other:?}"),
+        }
+    };
+    let (shard, epoch, mut s) = locked.expect("a DRAINING came first");
+    assert_eq!(again, (shard.clone(), epoch), "the shard whose handover failed is announced again at its epoch");
+    sqlx::query("ROLLBACK").execute(&mut s).await.unwrap();
+    // The drain itself ends, keeping the shard or handing it over later.
+    drain.await.unwrap().unwrap();
+    c.teardown().await.unwrap();
+}
+
 /// An application that readies the shards its node takes (a watch with
 /// `acknowledges` answering ACQUIRED with READY once it claimed its fence):
 /// writes to a shard its node just took, forwarded by another node or sent

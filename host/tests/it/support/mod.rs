@@ -34,3 +34,12 @@ pub fn tool(name: &str) -> bool {
     }
     out.status.success()
 }
+
+/// The example service's binary (`examples/kv-service`), built beside
+/// `chitin` by the workspace's build (its own package's test makes cargo
+/// build it for the suite).
+pub fn example_service() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_chitin")).with_file_name("chitin-example-kv");
+    assert!(path.exists(), "{} is missing: build it with `cargo build -p chitin-example-kv`", path.display());
+    path
+}
