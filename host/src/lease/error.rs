@@ -147,4 +147,11 @@ impl LeaseError {
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, LeaseError::LeaseLost { .. })
     }
+
+    /// A statement waited out its bound: a row's lock (a session holding
+    /// it is stuck), or a connection from the pool (every one busy). A
+    /// lease round ends at such a wait.
+    pub fn waited_out(&self) -> bool {
+        matches!(self, LeaseError::LockWait { .. } | LeaseError::Db(sqlx::Error::PoolTimedOut))
+    }
 }

@@ -415,7 +415,7 @@ impl Leases {
                     tracing::warn!(error = %e, "lease lost at renewal");
                     self.forget(&lease.shard, Some(lease.epoch));
                 }
-                Err(e @ (LeaseError::LockWait { .. } | LeaseError::Db(sqlx::Error::PoolTimedOut))) => {
+                Err(e) if e.waited_out() => {
                     tracing::warn!(shard = %lease.shard, error = %e, "renewal waited out its bound; the round ends here");
                     self.expire_overdue();
                     return Some(lease.shard);

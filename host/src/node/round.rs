@@ -34,10 +34,7 @@ pub(super) enum Step {
 
 impl Step {
     fn of(error: &LeaseError) -> Step {
-        match error {
-            LeaseError::LockWait { .. } | LeaseError::Db(sqlx::Error::PoolTimedOut) => Step::LockWait,
-            _ => Step::Done,
-        }
+        if error.waited_out() { Step::LockWait } else { Step::Done }
     }
 }
 
