@@ -62,6 +62,11 @@ impl Shards {
         let new = |l: &&ShardLease| !self.given_up.contains(&(l.shard.clone(), l.epoch)) && !self.serving.contains_key(&l.shard);
         held.iter().filter(new).cloned().collect()
     }
+
+    /// `shard` at `epoch` is no longer given up ([`Owner::kept`]).
+    fn kept(&mut self, shard: &str, epoch: u64) {
+        self.given_up.remove(&(shard.to_owned(), epoch));
+    }
 }
 
 /// A write's permission: the token, and the shard's gate held until the
@@ -98,7 +103,7 @@ impl Owner {
     /// `shard` stays at `epoch`: its node sent `ACQUIRED` again after a
     /// handoff that did not happen, so what was given up is served again.
     fn kept(&self, shard: &str, epoch: u64) {
-        self.0.lock().unwrap().given_up.remove(&(shard.to_owned(), epoch));
+        self.0.lock().unwrap().kept(shard, epoch);
     }
 
     /// Stops taking writes for `shard` and waits for those in flight.
@@ -267,5 +272,20 @@ mod tests {
             assert_eq!(serving, c.served_after, "{}: served", c.name);
             assert_eq!(shards.given_up, at(c.given_up_after), "{}: given up", c.name);
         }
+    }
+
+    /// A handoff that did not happen: the node sends `ACQUIRED` again at the
+    /// epoch given up, and the shard is claimed and served again (without
+    /// `kept` it stays given up while the node keeps it).
+    #[test]
+    fn a_shard_announced_again_at_its_given_up_epoch_is_served_again() {
+        let mut shards = Shards { given_up: [("s1".to_owned(), 4)].into(), ..Shards::default() };
+        let held = [lease("s1", 4)];
+        assert!(shards.align(&held).is_empty(), "given up: not claimed");
+        shards.kept("s1", 3);
+        assert!(shards.align(&held).is_empty(), "another epoch's ACQUIRED changes nothing");
+        shards.kept("s1", 4);
+        let claimed: Vec<String> = shards.align(&held).into_iter().map(|l| l.shard).collect();
+        assert_eq!(claimed, ["s1"]);
     }
 }

@@ -353,4 +353,16 @@ mod tests {
         let text = judge(&o)[0].to_string();
         assert_eq!(text, "fault 4 (kill of node-01) did not take effect: the node held 3 shards and no takeover was measured");
     }
+
+    #[test]
+    fn an_idle_service_is_reported_with_its_last_answer() {
+        let idle =
+            |last_refusal: Option<&str>| Failure::ServiceIdle { last_refusal: last_refusal.map(str::to_owned) }.to_string();
+        assert_eq!(
+            idle(Some("503 shard journal_00_0f has no holder now")),
+            "the service acknowledged no write: its table went unjudged (see its logs, service-*.log); its last answer: \
+             503 shard journal_00_0f has no holder now"
+        );
+        assert_eq!(idle(None), "the service acknowledged no write: its table went unjudged (see its logs, service-*.log)");
+    }
 }
