@@ -31,6 +31,7 @@ fn main() {
 
     let test_guests = [
         "bad_trap",
+        "bad_drain",
         "bad_loop",
         "bad_alloc",
         "bad_foreign",

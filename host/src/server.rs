@@ -153,8 +153,7 @@ where
     let mut server = tonic::transport::Server::builder()
         .max_concurrent_streams(limits.max_streams_per_connection)
         .http2_keepalive_interval(Some(ping))
-        .http2_keepalive_timeout(Some(ping.min(Duration::from_secs(20))))
-        .timeout(limits.request_timeout());
+        .http2_keepalive_timeout(Some(ping.min(Duration::from_secs(20))));
     let mut stop = control.shutdown_signal();
     tokio::spawn(async move {
         let result = server
@@ -171,8 +170,8 @@ where
 
 /// The HTTP/1.1 server on `incoming` (plain or TLS connections) until the
 /// stop, then until every open connection has finished its request. A
-/// request's headers must arrive within the handshake deadline and the
-/// request must be answered within the request timeout (else 408).
+/// request's headers must arrive within the handshake deadline (the request
+/// timeout is the router's: [`api::http::router`]).
 fn serve_http<IO>(router: axum::Router, mut incoming: Incoming<IO>, control: &Control) -> tokio::task::JoinHandle<()>
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -180,16 +179,6 @@ where
     let limits = &control.settings.limits;
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.handshake_timeout());
-    let request_timeout = limits.request_timeout();
-    let router = router.layer(axum::middleware::from_fn(move |req, next: axum::middleware::Next| async move {
-        use axum::response::IntoResponse;
-        match tokio::time::timeout(request_timeout, next.run(req)).await {
-            Ok(response) => response,
-            Err(_) => {
-                (axum::http::StatusCode::REQUEST_TIMEOUT, "request timed out ([limits] request_timeout_secs)\n").into_response()
-            }
-        }
-    }));
     let service = hyper_util::service::TowerToHyperService::new(router);
     let mut stop = control.shutdown_signal();
     tokio::spawn(async move {

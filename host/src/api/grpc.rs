@@ -36,6 +36,7 @@ pub fn router(control: Arc<Control>) -> tonic::service::Routes {
     let peer = peer_server::PeerServer::new(Api(control.clone()));
     let coordination = proto::coordination_server::CoordinationServer::new(super::coordination::Coordination(control.clone()));
     let protocol = super::versions::ProtocolCheck::new(control.clone());
+    let request_timeout = control.settings.limits.request_timeout();
     let (health, follow) = super::health::service(control.clone());
     control.keep(follow);
     let router = tonic::service::Routes::new(journal)
@@ -45,6 +46,7 @@ pub fn router(control: Arc<Control>) -> tonic::service::Routes {
         .add_service(admin)
         .add_service(coordination)
         .into_axum_router()
+        .layer(axum::middleware::from_fn_with_state(request_timeout, within_request_timeout))
         .layer(axum::middleware::from_fn(crate::telemetry::traced_call))
         .layer(axum::middleware::from_fn_with_state(protocol, super::versions::check_protocol))
         .layer(axum::middleware::from_fn_with_state(doors, authenticate))
@@ -120,6 +122,26 @@ const SERVICES: &str = "chitin.v1.Journal, chitin.v1.Ownership, chitin.v1.Admin,
 ///
 /// Only trailers-only answers (the status in the headers) are looked at;
 /// a handler's own errors never carry these messages.
+/// A call whose answer takes longer than `[limits] request_timeout_secs`
+/// ends with DEADLINE_EXCEEDED naming the setting (the library's own timeout
+/// says CANCELLED, "Timeout expired", which a client takes for its own
+/// cancellation). A stream's answer is its first headers: its messages are
+/// not bounded.
+async fn within_request_timeout(
+    axum::extract::State(limit): axum::extract::State<std::time::Duration>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => Status::deadline_exceeded(format!(
+            "the call ran longer than {:.1} s, the node's [limits] request_timeout_secs",
+            limit.as_secs_f64()
+        ))
+        .into_http(),
+    }
+}
+
 async fn clarify_library_errors(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
     let path = req.uri().path().to_owned();
     let mut response = next.run(req).await;

@@ -34,7 +34,21 @@ pub fn router(control: Arc<Control>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(unknown_path)
         .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn_with_state(control.settings.limits.request_timeout(), within_request_timeout))
         .with_state(control)
+}
+
+/// A request whose answer takes longer than `[limits] request_timeout_secs`
+/// is answered 408, naming the setting.
+async fn within_request_timeout(
+    State(limit): State<std::time::Duration>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => (StatusCode::REQUEST_TIMEOUT, "request timed out ([limits] request_timeout_secs)\n").into_response(),
+    }
 }
 
 async fn unknown_path(uri: Uri) -> Response {
@@ -205,4 +219,34 @@ async fn metrics(State(control): State<Arc<Control>>, headers: HeaderMap) -> Res
     }
     let text = metrics::exposition(control.node().as_deref(), &control.counts).await;
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// Without the bound the route's late answer would come, 200 after 30 s.
+    #[tokio::test]
+    async fn a_request_answered_later_than_the_request_timeout_gets_408_naming_the_setting() {
+        let slow = Router::new()
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    "late"
+                }),
+            )
+            .layer(axum::middleware::from_fn_with_state(Duration::from_millis(200), within_request_timeout));
+        let started = Instant::now();
+        let request = axum::http::Request::get("/slow").body(axum::body::Body::empty()).unwrap();
+        let response = slow.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        let body = axum::body::to_bytes(response.into_body(), 1024).await.unwrap();
+        assert_eq!(&body[..], b"request timed out ([limits] request_timeout_secs)\n");
+    }
 }

@@ -2,13 +2,14 @@
 //! before everything else, against a real node process: a flood of idle
 //! and slow connections costs bounded descriptors and is closed by the
 //! deadlines while an established client keeps appending; a quiet client
-//! that answers the server's pings is not taken for an idle one; an
-//! unauthenticated call is refused before the protocol check and leaves no
-//! log line per call.
+//! that answers the server's pings is not taken for an idle one; a
+//! connection carries no more calls at once than its stream limit; a call
+//! that outlasts the request timeout ends; an unauthenticated call is
+//! refused before the protocol check and leaves no log line per call.
 
 use std::time::{Duration, Instant};
 
-use chitin::api::proto::{self, journal_client::JournalClient, peer_client::PeerClient};
+use chitin::api::proto::{self, journal_client::JournalClient, ownership_client::OwnershipClient, peer_client::PeerClient};
 use chitin::testkit::http_get;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -132,6 +133,64 @@ async fn a_quiet_client_that_answers_pings_is_not_closed_as_idle() {
     let (_, text) = http_get(&node.metrics, "/metrics", None).await.unwrap();
     let timed_out = sample(&text, "chitin_connections_timed_out_total{listener=\"api\"}");
     assert_eq!(timed_out, 0.0, "the quiet client's connection was closed as idle");
+}
+
+/// `[limits] max_streams_per_connection`: with two watches open on a
+/// connection limited to two streams, a third call on it waits until one
+/// ends (without the limit it is answered at once), while a call on another
+/// connection is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_carries_no_more_calls_at_once_than_its_stream_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = standalone_node(dir.path(), "streams", |s| s.limits.max_streams_per_connection = 2).unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.api)).unwrap().connect().await.unwrap();
+    let mut ownership = OwnershipClient::new(channel.clone());
+    let first = ownership.watch_ownership(proto::WatchRequest::default()).await.unwrap().into_inner();
+    let _second = ownership.watch_ownership(proto::WatchRequest::default()).await.unwrap().into_inner();
+
+    let third = tokio::spawn(async move { ownership.held(proto::HeldRequest {}).await });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!third.is_finished(), "a third call was answered beside two open streams: {:?}", third.await);
+    let mut elsewhere = OwnershipClient::connect(format!("http://{}", node.api)).await.unwrap();
+    elsewhere.held(proto::HeldRequest {}).await.expect("a call on another connection");
+
+    drop(first);
+    let answered =
+        tokio::time::timeout(Duration::from_secs(30), third).await.expect("the third call still waits after a stream ended");
+    answered.unwrap().expect("the third call, once a stream ended");
+}
+
+/// `[limits] request_timeout_secs`: an append that waits behind another
+/// process' write lock on the node's database (which it would wait out for
+/// the database's 30 s busy timeout) ends after the request timeout with
+/// DEADLINE_EXCEEDED naming the setting, and the next append is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_longer_than_the_request_timeout_ends_with_deadline_exceeded() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = standalone_node(dir.path(), "timed", |s| s.limits.request_timeout_secs = 1.0).unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let mut journal = node.journal().await.unwrap();
+    append(&mut journal, "before").await;
+
+    let url = format!("sqlite://{}", dir.path().join("data/chitin.db").display());
+    let mut lock = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN EXCLUSIVE").execute(&mut lock).await.unwrap();
+    let started = Instant::now();
+    let req = proto::AppendRequest {
+        stream: "flood".into(),
+        payload: b"late".to_vec(),
+        request_id: "late".into(),
+        ..Default::default()
+    };
+    let status = journal.append(req).await.unwrap_err();
+    let took = started.elapsed();
+    sqlx::query("ROLLBACK").execute(&mut lock).await.unwrap();
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert!(status.message().contains("request_timeout_secs"), "{status:?}");
+    assert!(took < Duration::from_secs(15), "the call ended after {took:?}");
+    append(&mut journal, "after").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

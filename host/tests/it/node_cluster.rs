@@ -1,7 +1,8 @@
 //! Nodes as real processes sharing one real database: fencing of a paused
 //! holder, drain and graceful stop under load, a write parked after its
 //! COMMIT that must hold no handover back, a drain meeting its own rounds'
-//! handovers, and `examples/stale-instances.sh` against the cluster's Redis registry.
+//! handovers, `examples/stale-instances.sh` against the cluster's Redis
+//! registry, and a config push stored off the async threads.
 //! Lease timing: a 2 s TTL renewed every 0.5 s.
 
 use std::collections::{HashMap, HashSet};
@@ -829,5 +830,83 @@ async fn a_node_without_lease_timing_takes_the_clusters_and_one_with_another_is_
     for needle in ["leases.ttl_secs", "15", "leave leases.ttl_secs and leases.renew_interval_secs both unset"] {
         assert!(log.contains(needle), "no `{needle}` in:\n{}", c.nodes[2].log_tail(30));
     }
+    c.teardown().await.unwrap();
+}
+
+/// A pushed config is stored off the node's async threads and its
+/// directory is synced after the rename. The node runs on one worker
+/// thread and strace slows each fsync of the config's temporary file and of
+/// its directory to 3 s: the trace shows the directory's fsync after the
+/// rename, and `/livez` answers all along (stored on the worker thread, the
+/// node would answer nothing for the 6 s).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pushed_config_is_stored_off_the_async_threads_and_its_directory_synced() {
+    use std::io::{BufRead, BufReader};
+    if !crate::support::tool("strace") {
+        return;
+    }
+    // One node of three started: a config push needs no quorum.
+    let mut c = Cluster::new(Dialect::Postgres, 3, 4, 0, |_, _| {}).await.unwrap();
+    let node = &mut c.nodes[0];
+    node.set_env("TOKIO_WORKER_THREADS", "1");
+    node.start().unwrap();
+    node.wait_ready(Duration::from_secs(60)).await.unwrap();
+    let settings = chitin::settings::Settings::load(Some(&node.settings), std::iter::empty::<(String, String)>()).unwrap();
+    let data = std::fs::canonicalize(&settings.node.data_dir).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let trace = scratch.path().join("strace.out");
+    let pid = node.pid().unwrap();
+    let mut strace = std::process::Command::new("strace")
+        .args(["-f", "-y", "-e", "trace=fsync,rename,renameat,renameat2", "-e", "inject=fsync:delay_enter=3s", "-o"])
+        .arg(&trace)
+        .arg("-P")
+        .arg(&data)
+        .arg("-P")
+        .arg(data.join(format!(".cluster_config.json.tmp-{pid}")))
+        .args(["-p", &pid.to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = BufReader::new(strace.stderr.take().unwrap()).lines();
+    let attached = said.next().and_then(Result::ok).unwrap_or_default();
+    assert!(attached.contains("attached"), "strace did not attach: {attached}");
+
+    let mut admin = node.admin().await.unwrap();
+    let served = admin.get_config(proto::GetConfigRequest {}).await.unwrap().into_inner().config_json;
+    let mut newer: serde_json::Value = serde_json::from_str(&served).unwrap();
+    newer["version"] = (newer["version"].as_u64().unwrap() + 1).into();
+
+    let metrics = node.metrics.clone();
+    let (done, mut stop) = tokio::sync::oneshot::channel::<()>();
+    let probe = tokio::spawn(async move {
+        let (mut last, mut longest) = (Instant::now(), Duration::ZERO);
+        while stop.try_recv().is_err() {
+            // A probe that gets no answer (the client gives up after 3 s)
+            // leaves the gap growing.
+            if let Ok((200, _)) = chitin::testkit::http_get(&metrics, "/livez", None).await {
+                longest = longest.max(last.elapsed());
+                last = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        longest.max(last.elapsed())
+    });
+    let request = proto::UpdateConfigRequest { config_json: newer.to_string() };
+    admin.update_config(request).await.unwrap();
+    done.send(()).unwrap();
+    let longest = probe.await.unwrap();
+    std::process::Command::new("kill").args(["-INT", &strace.id().to_string()]).status().unwrap();
+    strace.wait().unwrap();
+
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let renamed = lines.iter().position(|l| l.contains("rename") && l.contains("cluster_config.json\""));
+    let dir_fd = format!("<{}>)", data.display());
+    let synced = lines.iter().rposition(|l| l.contains(" fsync(") && l.contains(&dir_fd));
+    assert!(
+        matches!((renamed, synced), (Some(r), Some(s)) if r < s),
+        "no fsync of the data dir after the config's rename:\n{text}"
+    );
+    assert!(longest < Duration::from_millis(2500), "/livez went unanswered for {longest:?} during the push");
     c.teardown().await.unwrap();
 }

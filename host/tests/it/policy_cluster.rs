@@ -3,7 +3,8 @@
 //! record takes no lease and says so (Status, /health, /metrics), a control
 //! sequence planned with other components than the cluster's is refused,
 //! a drain of another node hands it nothing, and `policies.allow_mismatch`
-//! lets the node take leases anyway.
+//! lets the node take leases anyway; components that trap on every call
+//! leave the embedded default to rank and to plan a drain.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -99,14 +100,21 @@ async fn a_node_running_another_component_takes_no_lease_unless_allowed() {
     c.teardown().await.unwrap();
 }
 
-/// A placement component that traps on every call stops no takeover: the
-/// embedded default ranks instead, loudly (the node's status, a metric, one
-/// warning per streak), and a killed holder's shards are writable
-/// elsewhere. Before, no round could rank, so no node ever took a lease.
+/// Components that trap on every call stop no takeover and no drain: the
+/// embedded default ranks and plans instead, loudly (the node's status, a
+/// metric, one warning per streak), a killed holder's shards are writable
+/// elsewhere, and a drain hands every shard over. Before, no round could
+/// rank, so no node ever took a lease, and a drain failed.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_placement_component_that_always_traps_leaves_the_default_ranking_and_takeovers_go_on() {
-    let guest = PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR")).join("bad_trap.wasm").display().to_string();
-    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, s| s.policies.placement = guest.clone()).await.unwrap();
+async fn components_that_always_trap_leave_the_default_to_rank_and_drain_and_takeovers_go_on() {
+    let guests = PathBuf::from(env!("CHITIN_TEST_GUESTS_DIR"));
+    let (placement, drain) = (guests.join("bad_trap.wasm"), guests.join("bad_drain.wasm"));
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 3, |_, s| {
+        s.policies.placement = placement.display().to_string();
+        s.policies.drain = drain.display().to_string();
+    })
+    .await
+    .unwrap();
     let status = c.wait_settled(Duration::from_secs(60)).await.unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
     assert!(status.unowned.is_empty(), "{:?}", status.unowned);
     let fallbacks = &status.policy_fallbacks;
@@ -131,5 +139,22 @@ async fn a_placement_component_that_always_traps_leaves_the_default_ranking_and_
             .await
             .unwrap_or_else(|e| panic!("{}: {e}\n{}", lease.shard, c.logs()));
     }
+
+    // The survivor holding more drains: the default plans it, and every
+    // shard goes to the other one (a shard its own round was handing over
+    // at that moment is kept by the drain, and goes there too).
+    let status = c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    let held = |name: &str| status.leases.iter().filter(|l| l.holder == name).count();
+    let mut survivors: Vec<usize> = (0..c.nodes.len()).filter(|i| *i != v).collect();
+    survivors.sort_by_key(|i| std::cmp::Reverse(held(&c.nodes[*i].name)));
+    let (leaving, staying) = (survivors[0], c.nodes[survivors[1]].name.clone());
+    let mut admin = c.nodes[leaving].admin().await.unwrap();
+    let report = admin.drain(proto::DrainRequest {}).await.unwrap_or_else(|e| panic!("{e}\n{}", c.logs())).into_inner();
+    let racing = |why: &str| why.contains("already being handed over");
+    assert!(report.handed_over > 0 && report.kept.iter().all(|k| racing(&k.why)), "{report:?}");
+    let fallbacks = admin.status(proto::StatusRequest {}).await.unwrap().into_inner().policy_fallbacks;
+    assert!(fallbacks.iter().any(|f| f.starts_with("drain: ") && f.contains("bad_drain always panics")), "{fallbacks:?}");
+    let status = c.wait_all_owned(Duration::from_secs(30)).await.unwrap();
+    assert!(status.leases.iter().all(|l| l.holder == staying), "{:?}", status.leases);
     c.teardown().await.unwrap();
 }
