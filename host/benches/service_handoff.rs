@@ -46,10 +46,11 @@ struct Write {
     sample: Sample,
     /// The first instance asked was not the one serving the key.
     missed: bool,
-    /// The key, and each attempt that did not store: when it ended (since
-    /// the write started), the instance asked, its answer. Kept for the
-    /// slowest writes' account.
+    /// The key and the request id, and each attempt that did not store:
+    /// when it ended (since the write started), the instance asked, its
+    /// answer. Kept for the slowest writes' account.
     key: String,
+    request_id: String,
     attempts: Vec<(Duration, usize, Answer)>,
 }
 
@@ -66,7 +67,8 @@ async fn client(
     while !stop.load(Ordering::Relaxed) {
         i += 1;
         let key = &keys[(i * 7 + k) % keys.len()];
-        let path = format!("/write?key={key}&request_id=b{k}-{i}");
+        let request_id = format!("b{k}-{i}");
+        let path = format!("/write?key={key}&request_id={request_id}");
         let holder = map.current().route("journal", chitin_client::stream_key(key)).map(|a| a.holder_address.clone());
         let mut at = holder.and_then(|h| instances.iter().position(|(n, _)| *n == h)).unwrap_or(k % instances.len());
         let (started, mut missed, mut attempts) = (Instant::now(), false, Vec::new());
@@ -87,7 +89,7 @@ async fn client(
             }
         };
         let sample = Sample { started, took: started.elapsed(), ok };
-        samples.push(Write { sample, missed, key: key.clone(), attempts });
+        samples.push(Write { sample, missed, key: key.clone(), request_id, attempts });
     }
     samples
 }
@@ -129,6 +131,7 @@ async fn run() {
     }
     let samples: Vec<Sample> = writes.iter().map(|w| w.sample).collect();
     let limit = physical_limit(&common::admin_url(), opts.writers).await;
+    let slow_logged = slow_writes_logged(c.dir.path());
     let rows = service.finish(&opts.table, true).await.unwrap();
     c.teardown().await.unwrap();
 
@@ -167,9 +170,23 @@ async fn run() {
         }
         Err(e) => println!("(the limit not measured: {e})"),
     }
+    eprintln!("{} writes took 50 ms or more inside an instance (its database steps)", slow_logged.len());
     for (name, from, to) in &phases {
-        slowest(name, &writes, *from, *to);
+        slowest(name, &writes, *from, *to, &slow_logged);
     }
+}
+
+/// The instances' log lines of writes that took 50 ms or more from the
+/// start of their transaction to its commit.
+fn slow_writes_logged(dir: &std::path::Path) -> Vec<String> {
+    let logs = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("service-"));
+    logs.flat_map(|e| std::fs::read_to_string(e.path()).unwrap_or_default().lines().map(str::to_owned).collect::<Vec<_>>())
+        .filter(|l| l.contains("slow write"))
+        .collect()
 }
 
 /// The same-run physical limit of the service's write: `pgbench` running
@@ -197,8 +214,9 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Prints the phase's slowest write, if it took over 100 ms, with every
-/// attempt that did not store: where a tail comes from.
-fn slowest(phase: &str, writes: &[Write], from: Instant, to: Instant) {
+/// attempt that did not store and the instance's account of its database
+/// steps when they took 50 ms or more: where a tail comes from.
+fn slowest(phase: &str, writes: &[Write], from: Instant, to: Instant, slow_logged: &[String]) {
     let in_phase = writes.iter().filter(|w| w.sample.started >= from && w.sample.started < to);
     let Some(s) = in_phase.max_by_key(|w| w.sample.took) else { return };
     if s.sample.took <= Duration::from_millis(100) {
@@ -222,6 +240,11 @@ fn slowest(phase: &str, writes: &[Write], from: Instant, to: Instant) {
             last.as_secs_f64() * 1000.0
         );
         k += run;
+    }
+    let mine = format!("slow write {} ", s.request_id);
+    match slow_logged.iter().find(|l| l.contains(&mine)) {
+        Some(line) => eprintln!("  the instance: {line}"),
+        None => eprintln!("  the instance stored it in under 50 ms: the rest was outside its database steps"),
     }
 }
 

@@ -8,8 +8,14 @@
 //! --service` checks exactly that, and that every acknowledged write is
 //! stored once.
 
+use std::time::{Duration, Instant};
+
 use chitin_client::fence::{FenceError, LeaseToken, table};
 use sqlx::{MySqlPool, PgPool};
+
+/// A write that takes longer than this is logged with its steps, so that a
+/// latency tail can be placed: in the database's steps, or outside them.
+const SLOW_WRITE: Duration = Duration::from_millis(50);
 
 /// PostgreSQL: the table (created at start; idempotent). Instances start
 /// together, and two `CREATE TABLE IF NOT EXISTS` at once can fail on the
@@ -105,20 +111,48 @@ impl Db {
     pub async fn write(&self, token: &LeaseToken, check_fence: bool, w: &Write<'_>) -> Result<(), WriteError> {
         let epoch =
             i64::try_from(token.epoch).map_err(|_| FenceError::Lost { shard: token.shard.clone(), epoch: token.epoch })?;
+        let started = Instant::now();
+        // When the transaction had begun (and checked the fence), and when
+        // the row was inserted.
+        let mut marks = [Duration::ZERO; 2];
         match self {
             Db::Postgres(pool) => {
                 let mut tx = if check_fence { table::begin_postgres(pool, token).await? } else { pool.begin().await? };
+                marks[0] = started.elapsed();
                 let insert = sqlx::query(POSTGRES_WRITE).bind(w.request_id).bind(w.key).bind(w.value).bind(&token.shard);
                 insert.bind(epoch).execute(&mut *tx).await?;
+                marks[1] = started.elapsed();
                 tx.commit().await?;
             }
             Db::Mysql(pool) => {
                 let mut tx = if check_fence { table::begin_mysql(pool, token).await? } else { pool.begin().await? };
+                marks[0] = started.elapsed();
                 let insert = sqlx::query(MYSQL_WRITE).bind(w.request_id).bind(w.key).bind(w.value).bind(&token.shard);
                 insert.bind(epoch).execute(&mut *tx).await?;
+                marks[1] = started.elapsed();
                 tx.commit().await?;
             }
         }
+        log_if_slow(w, token, started.elapsed(), marks);
         Ok(())
     }
+}
+
+/// Logs a stored write that took [`SLOW_WRITE`] or longer, step by step.
+fn log_if_slow(w: &Write<'_>, token: &LeaseToken, took: Duration, [begun, inserted]: [Duration; 2]) {
+    if took < SLOW_WRITE {
+        return;
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    eprintln!(
+        "chitin-example-kv: slow write {} ({} at epoch {}): {:.1} ms: begin and fence check {:.1} ms, insert {:.1} ms, \
+         commit {:.1} ms",
+        w.request_id,
+        token.shard,
+        token.epoch,
+        ms(took),
+        ms(begun),
+        ms(inserted - begun),
+        ms(took - inserted)
+    );
 }
