@@ -173,7 +173,7 @@ impl ServiceSummary {
             unacknowledged: facts.log.unacknowledged,
             redirected: facts.log.redirected,
             refused: facts.log.refused,
-            last_refusal: facts.log.last_refusal,
+            last_refusal: facts.log.last_refusal.map(|r| r.said),
             stored: facts.stored,
             lost: verdict.service_lost,
             duplicates: verdict.service_duplicates,
@@ -283,7 +283,7 @@ impl Report {
             dispatches_granted: f.dispatches.granted.len() as u64,
             fail_opens_ms: &fail_opens_ms,
             service_acknowledged: f.service.as_ref().map(|s| s.log.acked.len() as u64),
-            service_last_refusal: f.service.as_ref().and_then(|s| s.log.last_refusal.as_deref()),
+            service_last_refusal: f.service.as_ref().and_then(|s| s.log.last_refusal.as_ref()).map(|r| r.said.as_str()),
         });
         Report {
             service: f.service.map(|s| ServiceSummary::of(s, &verdict)),

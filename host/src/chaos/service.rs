@@ -210,9 +210,19 @@ pub struct ServiceLog {
     pub redirected: u64,
     /// Attempts answered otherwise (not now, or no answer).
     pub refused: u64,
-    /// What the last of those said: the first thing to read when a
-    /// service stores nothing.
-    pub last_refusal: Option<String>,
+    /// The last of those: the first thing to read when a service stores
+    /// nothing.
+    pub last_refusal: Option<Refusal>,
+}
+
+/// One attempt that an instance refused, or that got no answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// When it ended, in milliseconds since the Unix epoch: the last of
+    /// all writers' is the latest, whichever writer saw it.
+    pub at_ms: u64,
+    /// What the instance said, or why there was no answer.
+    pub said: String,
 }
 
 impl ServiceLog {
@@ -223,7 +233,7 @@ impl ServiceLog {
             all.unacknowledged += log.unacknowledged;
             all.redirected += log.redirected;
             all.refused += log.refused;
-            all.last_refusal = log.last_refusal.or(all.last_refusal);
+            all.last_refusal = [all.last_refusal, log.last_refusal].into_iter().flatten().max_by_key(|r| r.at_ms);
         }
         all
     }
@@ -285,7 +295,9 @@ pub(super) async fn run_writer(plan: WriterPlan, stop: watch::Receiver<bool>) ->
                 Answer::Elsewhere(_) => log.redirected += 1,
                 Answer::NotNow(why) => {
                     log.refused += 1;
-                    log.last_refusal = Some(why.clone());
+                    let at_ms =
+                        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+                    log.last_refusal = Some(Refusal { at_ms, said: why.clone() });
                 }
                 Answer::Stored => {}
             }
@@ -318,6 +330,10 @@ pub async fn post(address: &str, path: &str, timeout: Duration) -> Answer {
     }
 }
 
+/// A `421` without a body: the instance does not serve the key and says
+/// nowhere else to send it.
+const NO_HOLDER: &str = "421 without a holder's address: a 421's body must name the node holding the key's shard";
+
 /// Reads an HTTP response's status and, for a `421`, its body.
 fn answer(response: &str) -> Answer {
     let status = response.split(' ').nth(1).unwrap_or_default();
@@ -325,6 +341,7 @@ fn answer(response: &str) -> Answer {
     match status {
         "200" => Answer::Stored,
         "421" if !body.is_empty() => Answer::Elsewhere(body.to_owned()),
+        "421" => Answer::NotNow(NO_HOLDER.into()),
         "" => Answer::NotNow("an empty or malformed response".into()),
         _ => Answer::NotNow(format!("{status} {body}").trim_end().to_owned()),
     }
@@ -339,13 +356,28 @@ mod tests {
         let cases = [
             ("HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\ns1 4", Answer::Stored),
             ("HTTP/1.1 421 Misdirected Request\r\n\r\n10.0.0.2:7400", Answer::Elsewhere("10.0.0.2:7400".into())),
-            ("HTTP/1.1 421 Misdirected Request\r\n\r\n", Answer::NotNow("421".into())),
+            ("HTTP/1.1 421 Misdirected Request\r\n\r\n", Answer::NotNow(NO_HOLDER.into())),
             ("HTTP/1.1 503 Service Unavailable\r\n\r\nlease lost", Answer::NotNow("503 lease lost".into())),
             ("", Answer::NotNow("an empty or malformed response".into())),
         ];
         for (response, want) in cases {
             assert_eq!(answer(response), want, "{response:?}");
         }
+    }
+
+    /// The writers' logs add up, and the last refusal is the latest of
+    /// any writer's, not the last writer's.
+    #[test]
+    fn merged_logs_add_up_and_keep_the_latest_refusal() {
+        let refused = |at_ms, said: &str| ServiceLog {
+            refused: 1,
+            last_refusal: Some(Refusal { at_ms, said: said.into() }),
+            ..ServiceLog::default()
+        };
+        let quiet = ServiceLog { acked: [("w0-1".into(), "key-1".into())].into(), redirected: 2, ..ServiceLog::default() };
+        let all = ServiceLog::merge(vec![refused(30, "latest"), quiet, refused(10, "earlier")]);
+        assert_eq!((all.acked.len(), all.redirected, all.refused), (1, 2, 2));
+        assert_eq!(all.last_refusal.map(|r| r.said).as_deref(), Some("latest"));
     }
 
     #[test]
