@@ -92,6 +92,9 @@ fn micros(expr: &str) -> String {
     format!("(EXTRACT(EPOCH FROM {expr}) * 1000000)::bigint")
 }
 
+/// The lease history's `via` of a grant its holder wrote as it handed over.
+const HANDOVER: &str = "handover";
+
 async fn read_commit_times(url: &str, streams: &[String]) -> Result<Evidence, ChaosError> {
     let mut c = sqlx::PgConnection::connect(url).await.map_err(sql_error("connect to the run's database"))?;
     let commit = micros("pg_xact_commit_timestamp(xmin)");
@@ -105,8 +108,8 @@ async fn read_commit_times(url: &str, streams: &[String]) -> Result<Evidence, Ch
         .await
         .map_err(sql_error("read the journal with commit times"))?;
     let grants_sql =
-        format!("SELECT shard_id, epoch, holder_name, {}, {commit} FROM chitin_lease_history", micros("acquired_at"));
-    let granted: Vec<(String, i64, String, i64, Option<i64>)> = sqlx::query_as(sqlx::AssertSqlSafe(grants_sql))
+        format!("SELECT shard_id, epoch, holder_name, via, {}, {commit} FROM chitin_lease_history", micros("acquired_at"));
+    let granted: Vec<(String, i64, String, String, i64, Option<i64>)> = sqlx::query_as(sqlx::AssertSqlSafe(grants_sql))
         .fetch_all(&mut c)
         .await
         .map_err(sql_error("read the lease history with commit times"))?;
@@ -134,7 +137,13 @@ async fn read_commit_times(url: &str, streams: &[String]) -> Result<Evidence, Ch
         .collect();
     let grants = granted
         .into_iter()
-        .map(|(shard, epoch, holder, statement, commit)| Grant { shard, epoch, holder, acquired_us: at(statement, commit) })
+        .map(|(shard, epoch, holder, via, statement, commit)| Grant {
+            shard,
+            epoch,
+            holder,
+            acquired_us: at(statement, commit),
+            via_handover: via == HANDOVER,
+        })
         .collect();
     let retirements = retired
         .into_iter()
@@ -165,7 +174,13 @@ async fn read_statement_times(store: &Store, streams: &[String], why: String) ->
         .history(None)
         .await?
         .into_iter()
-        .map(|h| Grant { shard: h.shard, epoch: h.epoch, holder: h.holder_name, acquired_us: h.acquired_at.timestamp_micros() })
+        .map(|h| Grant {
+            via_handover: h.via == HANDOVER,
+            shard: h.shard,
+            epoch: h.epoch,
+            holder: h.holder_name,
+            acquired_us: h.acquired_at.timestamp_micros(),
+        })
         .collect();
     let retirements = store
         .retirements()
