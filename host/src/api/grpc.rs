@@ -45,8 +45,8 @@ pub fn router(control: Arc<Control>) -> tonic::service::Routes {
         .add_service(peer)
         .add_service(admin)
         .add_service(coordination)
-        .into_axum_router()
-        .layer(axum::middleware::from_fn_with_state(request_timeout, within_request_timeout))
+        .into_axum_router();
+    let router = super::deadline::bounded(router, request_timeout, timed_out)
         .layer(axum::middleware::from_fn(crate::telemetry::traced_call))
         .layer(axum::middleware::from_fn_with_state(protocol, super::versions::check_protocol))
         .layer(axum::middleware::from_fn_with_state(doors, authenticate))
@@ -112,6 +112,22 @@ fn may_forward(caller: Caller, settings: &crate::settings::Settings) -> Result<(
 /// The gRPC services this node serves, for the answer to an unknown method.
 const SERVICES: &str = "chitin.v1.Journal, chitin.v1.Ownership, chitin.v1.Admin, chitin.v1.Coordination, chitin.v1.Peer";
 
+/// A call whose answer took longer than `[limits] request_timeout_secs`
+/// ends with DEADLINE_EXCEEDED naming the setting (the library's own timeout
+/// says CANCELLED, "Timeout expired", which a client takes for its own
+/// cancellation). The call's work is dropped where it was, so an append may
+/// have been applied all the same: the message says to send it again with
+/// the same request id, whose answer is then the stored one. A stream's
+/// answer is its first headers: its messages are not bounded.
+fn timed_out(limit: std::time::Duration) -> axum::response::Response {
+    Status::deadline_exceeded(format!(
+        "the call ran longer than {:.1} s, the node's [limits] request_timeout_secs; an append may have been \
+         applied all the same: send it again with the same request id",
+        limit.as_secs_f64()
+    ))
+    .into_http()
+}
+
 /// Rewrites the answers tonic itself gives to a bad request, before any
 /// handler runs, into ones that say what was wrong:
 /// - an undecodable request (wrong wire types, invalid UTF-8, truncated):
@@ -122,26 +138,6 @@ const SERVICES: &str = "chitin.v1.Journal, chitin.v1.Ownership, chitin.v1.Admin,
 ///
 /// Only trailers-only answers (the status in the headers) are looked at;
 /// a handler's own errors never carry these messages.
-/// A call whose answer takes longer than `[limits] request_timeout_secs`
-/// ends with DEADLINE_EXCEEDED naming the setting (the library's own timeout
-/// says CANCELLED, "Timeout expired", which a client takes for its own
-/// cancellation). A stream's answer is its first headers: its messages are
-/// not bounded.
-async fn within_request_timeout(
-    axum::extract::State(limit): axum::extract::State<std::time::Duration>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    match tokio::time::timeout(limit, next.run(req)).await {
-        Ok(response) => response,
-        Err(_) => Status::deadline_exceeded(format!(
-            "the call ran longer than {:.1} s, the node's [limits] request_timeout_secs",
-            limit.as_secs_f64()
-        ))
-        .into_http(),
-    }
-}
-
 async fn clarify_library_errors(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
     let path = req.uri().path().to_owned();
     let mut response = next.run(req).await;

@@ -22,33 +22,25 @@ use serde_json::json;
 use crate::node::control::Control;
 use crate::node::metrics;
 
+use super::deadline;
 use super::grpc::UNPROVISIONED;
 use super::status_page;
 
 pub fn router(control: Arc<Control>) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/", get(status_page))
         .route("/health", get(health))
         .route("/readyz", get(readyz))
         .route("/livez", get(livez))
         .route("/metrics", get(metrics))
         .fallback(unknown_path)
-        .method_not_allowed_fallback(wrong_method)
-        .layer(axum::middleware::from_fn_with_state(control.settings.limits.request_timeout(), within_request_timeout))
-        .with_state(control)
+        .method_not_allowed_fallback(wrong_method);
+    deadline::bounded(routes, control.settings.limits.request_timeout(), timed_out).with_state(control)
 }
 
-/// A request whose answer takes longer than `[limits] request_timeout_secs`
-/// is answered 408, naming the setting.
-async fn within_request_timeout(
-    State(limit): State<std::time::Duration>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    match tokio::time::timeout(limit, next.run(req)).await {
-        Ok(response) => response,
-        Err(_) => (StatusCode::REQUEST_TIMEOUT, "request timed out ([limits] request_timeout_secs)\n").into_response(),
-    }
+/// A request whose answer took longer than `[limits] request_timeout_secs`.
+fn timed_out(_: std::time::Duration) -> Response {
+    (StatusCode::REQUEST_TIMEOUT, "request timed out ([limits] request_timeout_secs)\n").into_response()
 }
 
 async fn unknown_path(uri: Uri) -> Response {
@@ -232,15 +224,14 @@ mod tests {
     /// Without the bound the route's late answer would come, 200 after 30 s.
     #[tokio::test]
     async fn a_request_answered_later_than_the_request_timeout_gets_408_naming_the_setting() {
-        let slow = Router::new()
-            .route(
-                "/slow",
-                get(|| async {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                    "late"
-                }),
-            )
-            .layer(axum::middleware::from_fn_with_state(Duration::from_millis(200), within_request_timeout));
+        let slow = Router::new().route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                "late"
+            }),
+        );
+        let slow = deadline::bounded(slow, Duration::from_millis(200), timed_out);
         let started = Instant::now();
         let request = axum::http::Request::get("/slow").body(axum::body::Body::empty()).unwrap();
         let response = slow.oneshot(request).await.unwrap();

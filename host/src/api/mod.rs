@@ -9,12 +9,14 @@
 //!   node's readiness;
 //! - [`http`]: `/health`, `/readyz`, `/metrics` and the status page on
 //!   `[metrics] listen`;
+//! - [`deadline`]: `[limits] request_timeout_secs` on both listeners;
 //! - [`outcome`]: an append's answer as a gRPC status and its trailers;
 //! - [`status_page`]: the HTML of the status page at `/`;
 //! - [`versions`]: the protocol check every gRPC call passes first, and the
 //!   Admin calls of upgrades (status, finalize).
 
 pub mod coordination;
+mod deadline;
 pub mod grpc;
 pub mod health;
 pub mod http;

@@ -189,6 +189,7 @@ async fn a_call_longer_than_the_request_timeout_ends_with_deadline_exceeded() {
     sqlx::query("ROLLBACK").execute(&mut lock).await.unwrap();
     assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
     assert!(status.message().contains("request_timeout_secs"), "{status:?}");
+    assert!(status.message().contains("send it again with the same request id"), "{status:?}");
     assert!(took < Duration::from_secs(15), "the call ended after {took:?}");
     append(&mut journal, "after").await;
 }
