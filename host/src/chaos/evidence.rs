@@ -14,7 +14,7 @@
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
-use crate::lease::{Dialect, Store};
+use crate::lease::{Dialect, Store, Via};
 
 use super::ChaosError;
 use super::checker::{Grant, Retired, Row};
@@ -92,9 +92,6 @@ fn micros(expr: &str) -> String {
     format!("(EXTRACT(EPOCH FROM {expr}) * 1000000)::bigint")
 }
 
-/// The lease history's `via` of a grant its holder wrote as it handed over.
-const HANDOVER: &str = "handover";
-
 async fn read_commit_times(url: &str, streams: &[String]) -> Result<Evidence, ChaosError> {
     let mut c = sqlx::PgConnection::connect(url).await.map_err(sql_error("connect to the run's database"))?;
     let commit = micros("pg_xact_commit_timestamp(xmin)");
@@ -142,7 +139,7 @@ async fn read_commit_times(url: &str, streams: &[String]) -> Result<Evidence, Ch
             epoch,
             holder,
             acquired_us: at(statement, commit),
-            via_handover: via == HANDOVER,
+            via_handover: via == Via::Handover.as_str(),
         })
         .collect();
     let retirements = retired
@@ -175,7 +172,7 @@ async fn read_statement_times(store: &Store, streams: &[String], why: String) ->
         .await?
         .into_iter()
         .map(|h| Grant {
-            via_handover: h.via == HANDOVER,
+            via_handover: h.via == Via::Handover,
             shard: h.shard,
             epoch: h.epoch,
             holder: h.holder_name,

@@ -17,7 +17,7 @@ use crate::plant::{self, Plant};
 
 use super::{
     Appended, HistoryEntry, JournalEntry, Lease, LeaseError, LeaseRow, LeaseToken, LostReason, NewEntry, NodeRecord, NodeState,
-    Retirement, SplitSeed, StoreOptions, lost, lost_reason, micros, parse_uuid, unique_violation,
+    Retirement, SplitSeed, StoreOptions, Via, lost, lost_reason, micros, parse_uuid, unique_violation,
 };
 
 /// What kind of contention ended a transaction.
@@ -459,7 +459,7 @@ where
         shard: &str,
         node: Uuid,
         taker: &Taker,
-        via: &str,
+        via: Via,
     ) -> Result<Lease, LeaseError> {
         let holder = node.to_string();
         let grant = sqlx::query(if self.on_liveness() { B::SQL.grant_on_liveness } else { B::SQL.grant })
@@ -476,7 +476,7 @@ where
                 .bind(row.epoch)
                 .bind(holder.as_str())
                 .bind(taker.name.as_str())
-                .bind(via)
+                .bind(via.as_str())
                 .execute(&mut *conn)
                 .await?;
         }
@@ -715,7 +715,7 @@ where
                 return Ok(None);
             }
             self.end_lapsed_liveness(&mut tx, &cur).await?;
-            let lease = self.grant_in(&mut tx, shard, node, &taker, "acquire").await?;
+            let lease = self.grant_in(&mut tx, shard, node, &taker, Via::Acquire).await?;
             tx.commit().await?;
             Ok(Some(lease))
         })
@@ -792,7 +792,7 @@ where
                 tx.rollback().await?;
                 return Err(lost(&token, reason).into());
             }
-            let theirs = self.grant_in(&mut tx, &lease.shard, to, &recipient, "handover").await?;
+            let theirs = self.grant_in(&mut tx, &lease.shard, to, &recipient, Via::Handover).await?;
             crate::failpoint::hit("handover.before_commit").await;
             tx.commit().await?;
             Ok(theirs)
@@ -909,7 +909,10 @@ where
                     epoch: r.try_get("epoch")?,
                     holder: B::uuid(r, "holder")?.ok_or_else(|| LeaseError::Corrupt("history without holder".into()))?,
                     holder_name: r.try_get("holder_name")?,
-                    via: r.try_get("via")?,
+                    via: {
+                        let word: String = r.try_get("via")?;
+                        Via::from_column(&word).ok_or_else(|| LeaseError::Corrupt(format!("a grant via `{word}`")))?
+                    },
                     acquired_at: required_time::<B>(r, "acquired_at")?,
                 })
             })
@@ -1155,7 +1158,7 @@ where
 #[derive(Debug, PartialEq)]
 enum SeedStep {
     /// Retire it and grant the children, recorded in the history as `via`.
-    Retire { via: &'static str },
+    Retire { via: Via },
     /// Leave everything as it is and answer this.
     Refuse(SplitSeed),
 }
@@ -1170,8 +1173,8 @@ fn seed_step(parent: &LeaseRow, retired: bool, node: Uuid, held: Option<&LeaseTo
     let ours = held.is_some_and(|t| parent.holder == Some(t.holder) && parent.epoch == t.epoch);
     match parent.holder {
         Some(holder) if parent.live && !ours => SeedStep::Refuse(SplitSeed::HeldElsewhere { holder, epoch: parent.epoch }),
-        Some(holder) if parent.live && holder == node => SeedStep::Retire { via: "handover" },
-        _ => SeedStep::Retire { via: "acquire" },
+        Some(holder) if parent.live && holder == node => SeedStep::Retire { via: Via::Handover },
+        _ => SeedStep::Retire { via: Via::Acquire },
     }
 }
 
@@ -1307,16 +1310,16 @@ mod tests {
         let elsewhere = |holder, epoch| SeedStep::Refuse(SplitSeed::HeldElsewhere { holder, epoch });
         // (parent row, retired, held token, expected)
         let cases = [
-            (row(None, 0, false), false, None, retire("acquire")),
+            (row(None, 0, false), false, None, retire(Via::Acquire)),
             (row(None, 3, false), true, None, SeedStep::Refuse(SplitSeed::AlreadyRetired)),
             (row(Some(me), 3, true), true, Some(token(me, 3)), SeedStep::Refuse(SplitSeed::AlreadyRetired)),
-            (row(Some(me), 3, true), false, Some(token(me, 3)), retire("handover")),
+            (row(Some(me), 3, true), false, Some(token(me, 3)), retire(Via::Handover)),
             (row(Some(me), 3, true), false, None, elsewhere(me, 3)),
             (row(Some(me), 3, true), false, Some(token(me, 2)), elsewhere(me, 3)),
             (row(Some(other), 3, true), false, Some(token(me, 3)), elsewhere(other, 3)),
-            (row(Some(other), 3, true), false, Some(token(other, 3)), retire("acquire")),
-            (row(Some(other), 3, false), false, None, retire("acquire")),
-            (row(Some(me), 3, false), false, Some(token(me, 3)), retire("acquire")),
+            (row(Some(other), 3, true), false, Some(token(other, 3)), retire(Via::Acquire)),
+            (row(Some(other), 3, false), false, None, retire(Via::Acquire)),
+            (row(Some(me), 3, false), false, Some(token(me, 3)), retire(Via::Acquire)),
         ];
         for (parent, retired, held, want) in cases {
             assert_eq!(seed_step(&parent, retired, me, held.as_ref()), want, "{parent:?} retired {retired} held {held:?}");

@@ -375,9 +375,36 @@ pub struct HistoryEntry {
     pub epoch: i64,
     pub holder: Uuid,
     pub holder_name: String,
-    /// `acquire` or `handover`.
-    pub via: String,
+    /// Taken or given.
+    pub via: Via,
     pub acquired_at: DateTime<Utc>,
+}
+
+/// How a lease was granted, as `chitin_lease_history.via` records it (the
+/// migrations' CHECK holds the same words; a test compares them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// Taken: a free or expired lease, or a split's children seeded by a
+    /// node that did not hold their parent live.
+    Acquire,
+    /// Given by its live holder: a handover, or a split's children seeded by
+    /// the parent's holder. Only the holder writes one.
+    Handover,
+}
+
+impl Via {
+    /// The word in the history's `via` column.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Via::Acquire => "acquire",
+            Via::Handover => "handover",
+        }
+    }
+
+    /// The grant a `via` column names; `None` for a word no migration allows.
+    pub fn from_column(word: &str) -> Option<Via> {
+        [Via::Acquire, Via::Handover].into_iter().find(|v| v.as_str() == word)
+    }
 }
 
 /// What the cluster recorded at its first start.

@@ -2,7 +2,7 @@
 
 use uuid::Uuid;
 
-use super::LeaseRow;
+use super::{LeaseRow, Via};
 
 #[test]
 fn only_a_held_lease_on_liveness_that_is_not_live_has_its_holders_epoch_ended() {
@@ -25,4 +25,22 @@ fn only_a_held_lease_on_liveness_that_is_not_live_has_its_holders_epoch_ended() 
     for (row, ended, why) in cases {
         assert_eq!(row.lapsed_liveness(), ended, "{why}");
     }
+}
+
+/// The history's `via` words are the ones every dialect's first migration
+/// allows, and each reads back as the grant it was written for.
+#[test]
+fn a_grants_via_is_a_word_every_dialects_migration_allows() {
+    let check = format!("CHECK (via IN ('{}', '{}'))", Via::Acquire.as_str(), Via::Handover.as_str());
+    for migration in [
+        include_str!("../../migrations/postgres/0001_init.sql"),
+        include_str!("../../migrations/mysql/0001_init.sql"),
+        include_str!("../../migrations/sqlite/0001_init.sql"),
+    ] {
+        assert!(migration.contains(&check), "a migration's CHECK differs from `Via`: {check}");
+    }
+    for via in [Via::Acquire, Via::Handover] {
+        assert_eq!(Via::from_column(via.as_str()), Some(via));
+    }
+    assert_eq!(Via::from_column("stolen"), None);
 }

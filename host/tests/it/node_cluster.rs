@@ -290,16 +290,22 @@ async fn a_joining_node_receives_at_most_four_shards_per_round_across_the_databa
     let history = store.history(None).await.unwrap();
     // Each handover to node-03, with the holder it came from (the previous epoch's).
     let mut from_holder: HashMap<String, Vec<chrono::DateTime<chrono::Utc>>> = HashMap::new();
-    for h in history.iter().filter(|h| h.via == "handover" && h.holder_name == "node-03" && h.acquired_at > joined_at) {
+    for h in history
+        .iter()
+        .filter(|h| h.via == chitin::lease::Via::Handover && h.holder_name == "node-03" && h.acquired_at > joined_at)
+    {
         let previous = history.iter().filter(|p| p.shard == h.shard && p.epoch < h.epoch).max_by_key(|p| p.epoch).unwrap();
         from_holder.entry(previous.holder_name.clone()).or_default().push(h.acquired_at);
     }
     // node-03 took up each lease handed to it in its next round: none lapsed
     // unserved and had to be acquired again under the next epoch.
-    for h in history.iter().filter(|h| h.via == "handover" && h.holder_name == "node-03" && h.acquired_at > joined_at) {
-        let lapsed = history
-            .iter()
-            .any(|n| n.shard == h.shard && n.epoch == h.epoch + 1 && n.via == "acquire" && n.holder_name == "node-03");
+    for h in history
+        .iter()
+        .filter(|h| h.via == chitin::lease::Via::Handover && h.holder_name == "node-03" && h.acquired_at > joined_at)
+    {
+        let lapsed = history.iter().any(|n| {
+            n.shard == h.shard && n.epoch == h.epoch + 1 && n.via == chitin::lease::Via::Acquire && n.holder_name == "node-03"
+        });
         assert!(!lapsed, "{} was handed to node-03 at epoch {} but lapsed unserved\n{}", h.shard, h.epoch, c.logs());
     }
     let total: usize = from_holder.values().map(Vec::len).sum();

@@ -398,7 +398,7 @@ async fn handover_times(store: &Store, since: chrono::DateTime<chrono::Utc>) -> 
         .await
         .unwrap()
         .into_iter()
-        .filter(|h| h.via == "handover" && h.acquired_at > since)
+        .filter(|h| h.via == chitin::lease::Via::Handover && h.acquired_at > since)
         .map(|h| h.acquired_at)
         .collect();
     times.sort();

@@ -1102,7 +1102,7 @@ pub async fn split_retires_parent(url: String) -> Result<()> {
     for l in &leases {
         ensure!(passes_fence(&url, dialect, &l.token()).await?, "a child's token passes");
         let h = s.history(Some(&l.shard)).await?;
-        ensure!(h.len() == 1 && h[0].holder == n1 && h[0].via == "handover", "{h:?}");
+        ensure!(h.len() == 1 && h[0].holder == n1 && h[0].via == chitin::lease::Via::Handover, "{h:?}");
     }
     let parent = s.lease("p").await?.context("parent row")?;
     ensure!(parent.holder.is_none() && !parent.live && parent.epoch == p.epoch + 1, "{parent:?}");
@@ -1125,7 +1125,7 @@ pub async fn split_retires_parent(url: String) -> Result<()> {
     let SplitSeed::Seeded(q) = s.split_seed("q", &names(&["q.0"]), n2, None).await? else {
         bail!("a free parent is seeded");
     };
-    ensure!(q[0].holder == n2 && s.history(Some("q.0")).await?[0].via == "acquire");
+    ensure!(q[0].holder == n2 && s.history(Some("q.0")).await?[0].via == chitin::lease::Via::Acquire);
     match s.split_seed("r", &names(&["p.1"]), n2, None).await {
         Err(LeaseError::Corrupt(m)) => ensure!(m.contains("p.1"), "{m}"),
         other => bail!("expected Corrupt for a live child, got {other:?}"),
