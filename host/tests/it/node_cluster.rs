@@ -873,9 +873,18 @@ async fn a_pushed_config_is_stored_off_the_async_threads_and_its_directory_synce
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // strace may warn before it says it attached. `said` keeps its stderr
+    // open to the end: a closed pipe would end strace at its next line.
     let mut said = BufReader::new(strace.stderr.take().unwrap()).lines();
-    let attached = said.next().and_then(Result::ok).unwrap_or_default();
-    assert!(attached.contains("attached"), "strace did not attach: {attached}");
+    let mut before = Vec::new();
+    let attached = loop {
+        match said.next() {
+            Some(Ok(line)) if line.contains("attached") => break true,
+            Some(Ok(line)) => before.push(line),
+            _ => break false,
+        }
+    };
+    assert!(attached, "strace did not attach: {before:?}");
 
     let mut admin = node.admin().await.unwrap();
     let served = admin.get_config(proto::GetConfigRequest {}).await.unwrap().into_inner().config_json;
