@@ -80,6 +80,10 @@ pub struct ChaosArgs {
     /// append failpoints, 8 clients, a private PostgreSQL.
     #[arg(long, conflicts_with = "plant")]
     plant_matrix: bool,
+    /// The plants the matrix runs after its control (comma-separated).
+    /// Default: all of them.
+    #[arg(long, value_parser = parse_plant, value_delimiter = ',', requires = "plant_matrix")]
+    matrix_plants: Vec<Plant>,
     /// List the planted bugs and exit.
     #[arg(long)]
     list_plants: bool,
@@ -147,7 +151,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     let opts = options(&args, seed, dir.clone())?;
     eprintln!("chaos: seed {seed}; logs and data in {}", dir.display());
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let runs = if args.plant_matrix { Plant::ALL.len() + 1 } else { 1 };
+    let plants = if args.matrix_plants.is_empty() { Plant::ALL.to_vec() } else { args.matrix_plants.clone() };
+    let runs = if args.plant_matrix { plants.len() + 1 } else { 1 };
     let (passed, table, json) = runtime.block_on(async {
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
         let opts = ChaosOptions { progress: Some(done_tx), ..opts };
@@ -159,7 +164,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
             progress.finish("done");
         });
         let outcome = if args.plant_matrix {
-            let matrix = until_interrupted(chitin::chaos::matrix::run(opts, &Plant::ALL)).await??;
+            let matrix = until_interrupted(chitin::chaos::matrix::run(opts, &plants)).await??;
             (matrix.passed(), matrix.table(), serde_json::to_string_pretty(&matrix)?)
         } else {
             let report = until_interrupted(chitin::chaos::run(opts)).await??;

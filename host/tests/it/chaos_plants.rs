@@ -300,21 +300,38 @@ fn plants_are_listed_and_unknown_ones_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--plant-matrix", "--plant", "fence"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_chitin")).args(["chaos", "--matrix-plants", "fence"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--plant-matrix"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_chitin"))
+        .args(["chaos", "--plant-matrix", "--matrix-plants", "fence,meteor"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no plant `meteor`"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// `chitin chaos --plant-matrix`: the control and every plant on one seed
-/// in the proof's general configuration (every fault kind, the three
-/// append failpoints, 8 clients, a private PostgreSQL): the control passes
-/// and each plant is caught by a violation of its own, but those only
-/// chance lets the matrix catch ([`CAUGHT_BY_CHANCE`]), which must fail by
-/// nothing else.
+/// The plants the suite's matrix runs after its control: two whose catch the
+/// general configuration makes certain (3 to 14 stale-epoch commits and 70
+/// to 96 mismatched acknowledgements per run on every recorded seed). Each
+/// plant's catch is asserted on purpose by its own test above; the whole
+/// matrix, ten minutes on two cores, is the recorded run of
+/// docs/reliability.md, not a test.
+const MATRIX_PLANTS: &str = "fence,dedup";
+
+/// `chitin chaos --plant-matrix --matrix-plants …`: the control and the
+/// given plants on one seed in the proof's general configuration (every
+/// fault kind, the three append failpoints, 8 clients, a private
+/// PostgreSQL): the control passes, each plant is caught by a violation of
+/// its own, and the exit status and summary say so.
 #[test]
-fn the_plant_matrix_passes_its_control_and_catches_each_certain_plant_by_its_own_violation() {
+fn the_plant_matrix_passes_its_control_and_catches_each_plant_it_runs_by_its_own_violation() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::Builder::new().prefix("chitin-matrix-").tempdir().unwrap();
     let report = dir.path().join("matrix.json");
     let out = Command::new(env!("CARGO_BIN_EXE_chitin"))
-        .args(["chaos", "--plant-matrix", "--seed", MATRIX_SEED, "--takeover-slack", MATRIX_SLACK, "--dir"])
+        .args(["chaos", "--plant-matrix", "--matrix-plants", MATRIX_PLANTS])
+        .args(["--seed", MATRIX_SEED, "--takeover-slack", MATRIX_SLACK, "--dir"])
         .arg(dir.path().join("runs"))
         .arg("--report")
         .arg(&report)
@@ -327,29 +344,11 @@ fn the_plant_matrix_passes_its_control_and_catches_each_certain_plant_by_its_own
     let m: Value = serde_json::from_str(&text).unwrap();
     let rows = m["rows"].as_array().unwrap();
     let runs: Vec<&str> = rows.iter().map(|r| r["run"].as_str().unwrap()).collect();
-    assert_eq!(runs[0], "control");
-    assert_eq!(runs[1..], PLANTS);
+    assert_eq!(runs, ["control", "fence", "dedup"], "{stdout}");
     assert_eq!(rows[0]["outcome"]["outcome"], "passed", "{stdout}");
     for r in &rows[1..] {
-        let (run, outcome) = (r["run"].as_str().unwrap(), r["outcome"]["outcome"].as_str().unwrap());
-        if CAUGHT_BY_CHANCE.iter().any(|(plant, _)| *plant == run) {
-            assert!(matches!(outcome, "caught" | "not_caught"), "{run} failed by something else: {outcome}\n{stdout}");
-        } else {
-            assert_eq!(outcome, "caught", "{run}:\n{stdout}");
-        }
+        assert_eq!(r["outcome"]["outcome"], "caught", "{}:\n{stdout}", r["run"]);
     }
-    let all = rows[1..].iter().all(|r| r["outcome"]["outcome"] == "caught");
-    assert_eq!(out.status.success(), all, "the exit status must say whether every plant was caught:\n{stdout}");
-    assert_eq!(stdout.contains("PASSED: 8 of 8 plants caught by their own violations"), all, "{stdout}");
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("PASSED: 2 of 2 plants caught by their own violations"), "{stdout}");
 }
-
-/// Plants whose catch in the matrix's general configuration needs a fault
-/// to land on a moment the run gives only by chance, each with the test
-/// that catches it on purpose. In the matrix their rows are reported, and
-/// must not fail by anything else; asserting the catch there made the suite
-/// fail about one run in twenty on the chance alone.
-const CAUGHT_BY_CHANCE: &[(&str, &str)] = &[(
-    "idle-bound",
-    "on_postgres_a_holder_stuck_mid_append_does_not_stall_the_taker: the pause must land on a holder with an \
-     append parked mid-transaction (seed 90 missed it in one CI run: every takeover under 2.6 s)",
-)];
