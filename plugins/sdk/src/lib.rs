@@ -87,6 +87,8 @@
 //! (always zero) and no files, network or environment beyond the request, and
 //! a warm instance serves many calls, so keep no state between calls.
 
+#![deny(missing_docs)]
+
 mod conv;
 pub mod range;
 pub mod rank;
