@@ -7,7 +7,8 @@
 //! → `testkit` → `server` → `api` → `rollout` → `node` → `upgrade` →
 //! `lease` / `coord` / `policy` / `topology` → `telemetry` → `security` → `settings` →
 //! `proto` / `failpoint` / `plant` / `names` / `redact`.
-//! `host/tests/it/module_graph.rs` fails on an import against it.
+//! `host/tests/it/module_graph.rs` fails on an import against it, and on a
+//! circle between the modules one level down inside any of them.
 //!
 //! - [`policy`]: the wasmtime host that loads and calls policy components;
 //! - [`topology`]: the cluster config, its invariants and transition rules;

@@ -55,9 +55,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::checker::{Verdict, Violation};
 use super::dispatch::{Grant, Granted};
-use super::nemesis::{FaultKind, FaultRecord};
+use super::fault::{FaultKind, FaultRecord};
+use super::violation::{TargetOwner, Verdict, Violation};
 
 /// Taken off the end of every certain interval: Redis counts the TTL on
 /// its own clock, the clients on theirs.
@@ -96,15 +96,6 @@ pub fn disturbances(faults: &[FaultRecord], ttl: Duration, heartbeat: Duration) 
             FaultKind::Database | FaultKind::SplitShard | FaultKind::MoveShard | FaultKind::AddNode => None,
         })
         .collect()
-}
-
-/// One owner's span of certain ownership of a target.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TargetOwner {
-    pub node: String,
-    pub instance: String,
-    pub from_ms: u64,
-    pub until_ms: u64,
 }
 
 /// What the dispatch evidence held, for the report.

@@ -15,7 +15,7 @@ use crate::topology::model::ClusterConfig;
 
 use super::ChaosError;
 use super::checker::Ranges;
-use super::nemesis::FaultKind;
+use super::fault::FaultKind;
 use super::network::Network;
 use super::rng::Rng;
 

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::checker::{Verdict, Violation};
+use super::violation::{Verdict, Violation, Written};
 
 /// One row of the service's table.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,21 +37,9 @@ pub struct LedgerRow {
     pub epoch: i64,
 }
 
-/// A token a row was written under, as a violation names it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Written {
-    /// The row's `seq`.
-    pub seq: i64,
-    /// The token's shard.
-    pub shard: String,
-    /// The token's epoch.
-    pub epoch: i64,
-}
-
-impl Written {
-    fn of(row: &LedgerRow) -> Written {
-        Written { seq: row.seq, shard: row.shard.clone(), epoch: row.epoch }
-    }
+/// The token `row` was written under.
+fn written(row: &LedgerRow) -> Written {
+    Written { seq: row.seq, shard: row.shard.clone(), epoch: row.epoch }
 }
 
 /// Judges the service's `rows` against the request ids its callers were
@@ -102,8 +90,8 @@ fn check_order(rows: &[LedgerRow], v: &mut Verdict) {
             v.violations.push(Violation::ServiceInterleaved {
                 key: row.key.clone(),
                 request_id: row.request_id.clone(),
-                written: Written::of(row),
-                after: Written::of(newer),
+                written: written(row),
+                after: written(newer),
             });
             continue;
         }

@@ -323,12 +323,12 @@ mod tests {
     fn every_plant_is_caught_by_violations_the_checker_reports() {
         for p in Plant::ALL {
             for kind in own_violations(p) {
-                let e = serde_json::from_str::<super::super::checker::Violation>(&format!(r#"{{"kind":"{kind}"}}"#))
+                let e = serde_json::from_str::<super::super::violation::Violation>(&format!(r#"{{"kind":"{kind}"}}"#))
                     .expect_err("no violation is only a kind");
                 assert!(!e.to_string().contains("unknown variant"), "{}: `{kind}` is no violation kind: {e}", p.name());
             }
         }
-        let e = serde_json::from_str::<super::super::checker::Violation>(r#"{"kind":"meteor"}"#).unwrap_err();
+        let e = serde_json::from_str::<super::super::violation::Violation>(r#"{"kind":"meteor"}"#).unwrap_err();
         assert!(e.to_string().contains("unknown variant"), "{e}");
     }
 }

@@ -17,11 +17,14 @@
 //! - [`clients`]: journal clients and their acknowledgement logs;
 //! - [`dispatch`]: dispatch clients, which contend for targets' affinity
 //!   claims through `Coordination.Dispatch`;
-//! - [`nemesis`]: the faults;
+//! - [`fault`]: the fault kinds and the record of each injected fault
+//!   (plain data), and [`nemesis`], which draws and injects them;
 //! - [`evidence`]: the stored rows and grants, by commit time where the
 //!   database records it;
 //! - [`clock`]: the steps of the wall clock against the monotonic clock,
 //!   which the checker takes out of what it measures across them;
+//! - [`violation`]: what the judgement found (plain data: each broken
+//!   rule, the takeovers measured, the verdict's counts);
 //! - [`checker`]: the pure rules a run is judged by, and [`claims`], the
 //!   one its dispatches are;
 //! - [`verdict`]: the pure rules a run passes by;
@@ -37,6 +40,7 @@ pub mod clients;
 pub mod clock;
 pub mod dispatch;
 pub mod evidence;
+pub mod fault;
 pub mod lab;
 pub mod ledger;
 pub mod matrix;
@@ -46,6 +50,7 @@ pub mod report;
 pub mod rng;
 pub mod service;
 pub mod verdict;
+pub mod violation;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -56,8 +61,8 @@ use tokio::sync::watch;
 use crate::lease::{LeaseError, Store};
 use crate::plant::Plant;
 use crate::testkit::{self, FreshDb, KitError, NodeProc, PrivateMariadb, PrivatePostgres, PrivateRedis, settings};
+pub use fault::FaultKind;
 use lab::PrivateServer;
-pub use nemesis::FaultKind;
 use network::Network;
 pub use report::Report;
 
@@ -348,7 +353,7 @@ async fn run_in(
     local_db_url: String,
     server_host: String,
     run_id: &str,
-) -> Result<(report::RunFacts, checker::Verdict), ChaosError> {
+) -> Result<(report::RunFacts, violation::Verdict), ChaosError> {
     let mut lab = assemble(opts, redis, server, network, &node_db_url, local_db_url, &server_host)?;
     let store = Store::connect(&lab.database_url).await?;
     bring_up(&mut lab).await?;
@@ -588,7 +593,7 @@ async fn inject_faults(
     kinds: &[FaultKind],
     lab: &mut lab::Lab,
     start: Instant,
-) -> (Vec<nemesis::FaultRecord>, Vec<checker::Death>, Option<ChaosError>) {
+) -> (Vec<fault::FaultRecord>, Vec<checker::Death>, Option<ChaosError>) {
     let mut rng = rng::Rng::new(opts.seed);
     let mut faults = Vec::new();
     let mut deaths = Vec::new();
@@ -621,7 +626,7 @@ async fn inject_faults(
 
 /// What a run saw, for [`judge`].
 struct Run {
-    faults: Vec<nemesis::FaultRecord>,
+    faults: Vec<fault::FaultRecord>,
     deaths: Vec<checker::Death>,
     log: clients::ClientLog,
     dispatches: dispatch::DispatchLog,
@@ -639,7 +644,7 @@ fn judge(
     run: Run,
     evidence: evidence::Evidence,
     service: Option<(service::ServiceLog, Vec<ledger::LedgerRow>)>,
-) -> (report::RunFacts, checker::Verdict) {
+) -> (report::RunFacts, violation::Verdict) {
     let Run { faults, deaths, log, dispatches, clock_steps, duration_ms, supervisor_restarts } = run;
     let bounds = checker::Bounds::of(opts.lease_ttl, opts.renew_interval, opts.takeover_slack, opts.failpoints.is_some());
     let answers: Vec<clients::Ack> = log.acks.iter().chain(&log.resends).cloned().collect();

@@ -5,14 +5,15 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::checker::{Verdict, Violation, percentile, unavailability};
+use super::checker::{percentile, unavailability};
 use super::claims::DispatchSummary;
 use super::clients::ClientLog;
 use super::clock::Step;
 use super::dispatch::{DispatchLog, Granted};
 use super::evidence::Basis;
-use super::nemesis::FaultRecord;
+use super::fault::FaultRecord;
 use super::verdict::{self, Failure, Outcome};
+use super::violation::{Verdict, Violation};
 
 /// What was run: the same in the facts and in the report.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -217,7 +218,7 @@ pub struct FaultTakeover {
     pub max_ms: u64,
 }
 
-fn by_fault(takeovers: &[super::checker::Takeover]) -> Vec<FaultTakeover> {
+fn by_fault(takeovers: &[super::violation::Takeover]) -> Vec<FaultTakeover> {
     let mut out: BTreeMap<usize, FaultTakeover> = BTreeMap::new();
     for t in takeovers {
         let e =

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::checker::Takeover;
-use super::nemesis::{FaultKind, FaultRecord};
+use super::fault::{FaultKind, FaultRecord};
+use super::violation::Takeover;
 
 /// A client's append rate the floor assumes, as the latency of one append
 /// added to the client's pause: 40 ms. Measured on 2 cores (dev profile,

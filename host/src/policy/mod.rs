@@ -15,9 +15,10 @@
 //!   instance-id policy sees;
 //! - [`plugin`]: loading a component (file or embedded default), checking its exports;
 //! - [`wit`]: the supported interface versions, an enum arm each, and the
-//!   `latest` alias; [`since_v0_1_0`]: the bindings of version 0.1.0 and its
-//!   calls in the SDK's plain types (one module per supported version; the
-//!   record conversions come from the SDK's `__policy_conversions!`);
+//!   `latest` alias, with one private module per supported version nested
+//!   inside it (`wit::since_v0_1_0`: the bindings of version 0.1.0 and its
+//!   calls in the SDK's plain types; the record conversions come from the
+//!   SDK's `__policy_conversions!`), frozen once released;
 //! - [`slot`]: a loaded slot: a warm instance, deadlines and error mapping;
 //! - [`fixture`]: the fixture runner behind `chitin policy test`;
 //! - `metrics`: the policy calls' latency family, which the node registers.
@@ -38,7 +39,6 @@ pub mod fixture;
 pub(crate) mod metrics;
 pub mod plugin;
 pub mod sandbox;
-pub mod since_v0_1_0;
 pub mod slot;
 pub mod wit;
 

@@ -69,7 +69,7 @@ fn the_cli_names_both_versions_too() {
 
 /// Each supported version `X.Y.Z` has its frozen WIT in `wit/since_vX.Y.Z/`
 /// (declaring `package chitin:policy@X.Y.Z;`) and its bindings module
-/// `host/src/policy/since_vX_Y_Z.rs`; the newest is first.
+/// `host/src/policy/wit/since_vX_Y_Z.rs`; the newest is first.
 #[test]
 fn every_supported_version_has_its_frozen_wit_and_host_module() {
     assert!(!SUPPORTED_VERSIONS.is_empty());
@@ -81,7 +81,7 @@ fn every_supported_version_has_its_frozen_wit_and_host_module() {
             "{} does not declare {PACKAGE}@{version}",
             wit.display()
         );
-        let module = crate::support::repo_root().join(format!("host/src/policy/since_v{}.rs", version.replace('.', "_")));
+        let module = crate::support::repo_root().join(format!("host/src/policy/wit/since_v{}.rs", version.replace('.', "_")));
         assert!(module.is_file(), "no host module {}", module.display());
     }
     // Every frozen folder is a version the host still supports.

@@ -1,15 +1,15 @@
 //! Interface version 0.1.0 (`wit/since_v0.1.0`): the generated bindings, the
 //! exports of each slot, and calls in the SDK's plain types. A later
 //! interface version gets a module of its own beside this one and an arm in
-//! [`super::wit`]; the rest of the host only sees the SDK types.
+//! [`super`]; the rest of the host only sees the SDK types.
 
 use chitin_policy_sdk as sdk;
 use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre};
 
-use super::Slot;
-use super::sandbox::State;
-use super::wit::{Answer, wrong_slot};
+use super::{Answer, wrong_slot};
+use crate::policy::Slot;
+use crate::policy::sandbox::State;
 
 wasmtime::component::bindgen!({
     path: "../wit/since_v0.1.0",

@@ -8,14 +8,16 @@ use chitin_policy_sdk as sdk;
 use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre};
 
+use super::Slot;
 use super::sandbox::State;
-use super::{Slot, since_v0_1_0};
+
+mod since_v0_1_0;
 
 /// The newest supported interface version.
-pub use super::since_v0_1_0 as latest;
+use since_v0_1_0 as latest;
 
 /// Interface versions this host can call, newest first.
-pub const SUPPORTED_VERSIONS: &[&str] = &[since_v0_1_0::VERSION];
+pub const SUPPORTED_VERSIONS: &[&str] = &[latest::VERSION];
 
 /// A call's outcome: `Err` is a trap (or a host error), `Ok(Err)` the
 /// policy's refusal.
