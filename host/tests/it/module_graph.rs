@@ -9,7 +9,7 @@
 //! not an edge, so a version module nested under `policy::wit` may use it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The top-level modules from the top down: each may import those after
 /// it, never those before it. Modules on one line form one layer, whose
@@ -40,35 +40,40 @@ fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
 }
 
-/// Every (importing module, imported module) pair under `src`.
-fn imports(src: &Path) -> BTreeMap<(String, String), BTreeSet<String>> {
-    let mut edges: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+/// Every `.rs` file under `src`, as a path relative to it.
+fn rust_files(src: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
     let mut stack = vec![src.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 stack.push(path);
-                continue;
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path.strip_prefix(src).unwrap().to_path_buf());
             }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let rel = path.strip_prefix(src).unwrap();
-            let top = rel.components().next().unwrap().as_os_str().to_str().unwrap().trim_end_matches(".rs").to_string();
-            // `cli` and `main.rs` are the binary, a crate of its own above
-            // the library (its `crate::` is itself).
-            if top == "cli" || top == "main" || rel.file_name().unwrap().to_str().unwrap().ends_with("_tests.rs") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
-            let code = text.split("#[cfg(test)]").next().unwrap();
-            for (i, _) in code.match_indices("crate::") {
-                let name: String =
-                    code[i + "crate::".len()..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-                if !name.is_empty() && name != top && layer_of(&name).is_some() {
-                    edges.entry((top.clone(), name)).or_default().insert(rel.display().to_string());
-                }
+        }
+    }
+    files
+}
+
+/// Every (importing module, imported module) pair under `src`.
+fn imports(src: &Path) -> BTreeMap<(String, String), BTreeSet<String>> {
+    let mut edges: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for rel in rust_files(src) {
+        let top = rel.components().next().unwrap().as_os_str().to_str().unwrap().trim_end_matches(".rs").to_string();
+        // `cli` and `main.rs` are the binary, a crate of its own above
+        // the library (its `crate::` is itself).
+        if top == "cli" || top == "main" || rel.file_name().unwrap().to_str().unwrap().ends_with("_tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(src.join(&rel)).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        for (i, _) in code.match_indices("crate::") {
+            let name: String =
+                code[i + "crate::".len()..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if !name.is_empty() && name != top && layer_of(&name).is_some() {
+                edges.entry((top.clone(), name)).or_default().insert(rel.display().to_string());
             }
         }
     }
@@ -138,18 +143,7 @@ fn module_path(rel: &Path) -> Vec<String> {
 /// (`(chaos, checker) -> (chaos, claims)`), from `super::` and
 /// `crate::<top>::` paths outside comments and test blocks.
 fn inner_imports(src: &Path) -> BTreeMap<(String, String), BTreeSet<(String, String)>> {
-    let mut files = Vec::new();
-    let mut stack = vec![src.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path.strip_prefix(src).unwrap().to_path_buf());
-            }
-        }
-    }
+    let files = rust_files(src);
     let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(f)).collect();
     let second = |path: &[String]| -> Option<(String, String)> {
         (path.len() >= 2 && modules.contains(&path[..2])).then(|| (path[0].clone(), path[1].clone()))
