@@ -32,6 +32,10 @@
 //! - [`testkit`]: node processes, private servers and fresh databases for
 //!   `chitin chaos` and the test suite.
 
+// An item in a `pub(crate)` module is `pub(crate)` unless it is re-exported
+// (CI turns the warning into an error).
+#![warn(unreachable_pub)]
+
 pub mod api;
 pub mod chaos;
 pub mod coord;

@@ -21,7 +21,7 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(250);
 
 /// The health service, and the task that keeps its answers current until
 /// the stop (after which everything is NOT_SERVING).
-pub fn service(
+pub(crate) fn service(
     control: Arc<Control>,
 ) -> (tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>, tokio::task::JoinHandle<()>) {
     let (reporter, server) = tonic_health::server::health_reporter();

@@ -26,7 +26,7 @@ use super::deadline;
 use super::grpc::UNPROVISIONED;
 use super::status_page;
 
-pub fn router(control: Arc<Control>) -> Router {
+pub(crate) fn router(control: Arc<Control>) -> Router {
     let routes = Router::new()
         .route("/", get(status_page))
         .route("/health", get(health))

@@ -18,10 +18,10 @@
 pub mod coordination;
 mod deadline;
 pub mod grpc;
-pub mod health;
-pub mod http;
+pub(crate) mod health;
+pub(crate) mod http;
 mod outcome;
 pub mod status_page;
-pub mod versions;
+pub(crate) mod versions;
 
 pub use crate::proto;

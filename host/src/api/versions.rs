@@ -19,13 +19,13 @@ use crate::upgrade::{self, PROTOCOL, Release, gates};
 const CLUSTER_VERSION_TTL: Duration = Duration::from_secs(2);
 
 /// The state of the protocol layer.
-pub struct ProtocolCheck {
+pub(crate) struct ProtocolCheck {
     control: Arc<Control>,
     cluster: Mutex<Option<(Release, Instant)>>,
 }
 
 impl ProtocolCheck {
-    pub fn new(control: Arc<Control>) -> Arc<ProtocolCheck> {
+    pub(crate) fn new(control: Arc<Control>) -> Arc<ProtocolCheck> {
         Arc::new(ProtocolCheck { control, cluster: Mutex::new(None) })
     }
 
@@ -67,7 +67,7 @@ impl ProtocolCheck {
 /// Refuses a call whose protocol is outside this node's window
 /// (FAILED_PRECONDITION naming both versions) or whose protocol metadata is
 /// malformed (INVALID_ARGUMENT), before any service sees it.
-pub async fn check_protocol(
+pub(crate) async fn check_protocol(
     State(check): State<Arc<ProtocolCheck>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
@@ -96,7 +96,7 @@ async fn read(node: &Node) -> Result<(Vec<upgrade::Member>, Release), Status> {
 }
 
 /// `UpgradeStatus`.
-pub async fn upgrade_status(node: &Node) -> Result<proto::UpgradeStatusResponse, Status> {
+pub(crate) async fn upgrade_status(node: &Node) -> Result<proto::UpgradeStatusResponse, Status> {
     let (live, cluster) = read(node).await?;
     let binary = Release::binary();
     let target = upgrade::finalize_target(cluster, binary);
@@ -132,7 +132,7 @@ pub async fn upgrade_status(node: &Node) -> Result<proto::UpgradeStatusResponse,
 }
 
 /// `FinalizeUpgrade`.
-pub async fn finalize_upgrade(node: &Node, requested: &str) -> Result<proto::FinalizeUpgradeResponse, Status> {
+pub(crate) async fn finalize_upgrade(node: &Node, requested: &str) -> Result<proto::FinalizeUpgradeResponse, Status> {
     let binary = Release::binary();
     let target = if requested.is_empty() {
         binary

@@ -34,7 +34,7 @@ use super::violation::{Owner, Takeover, Verdict, Violation};
 /// A stored journal entry. Times are microseconds since the Unix epoch by
 /// the database clock.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Row {
+pub(crate) struct Row {
     pub stream: String,
     pub seq: i64,
     pub request_id: String,
@@ -45,7 +45,7 @@ pub struct Row {
 
 /// One entry of the lease history: `epoch` of `shard` granted to `holder`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Grant {
+pub(crate) struct Grant {
     pub shard: String,
     pub epoch: i64,
     pub holder: String,
@@ -60,7 +60,7 @@ pub struct Grant {
 /// is the parent's epoch after it (a retirement moves the epoch past every
 /// grant, so no token of the parent passes the fence again).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Retired {
+pub(crate) struct Retired {
     pub shard: String,
     pub epoch: i64,
     pub retired_us: i64,
@@ -68,11 +68,11 @@ pub struct Retired {
 
 /// Every shard's key range (inclusive bounds), from every config the run
 /// pushed: a split's parent keeps its range, its children cover parts of it.
-pub type Ranges = BTreeMap<String, (u32, u32)>;
+pub(crate) type Ranges = BTreeMap<String, (u32, u32)>;
 
 /// A node that stopped serving at `at_us` (database clock) while holding `shards`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Death {
+pub(crate) struct Death {
     pub fault: usize,
     pub node: String,
     pub at_us: i64,
@@ -118,7 +118,7 @@ impl Bounds {
 
 /// Judges a run; `steps` are the wall clock's steps on the database clock
 /// ([`super::clock`]), taken out of every takeover measured across one.
-pub fn check(
+pub(crate) fn check(
     acks: &[Ack],
     abandoned: &[Abandoned],
     rows: &[Row],
@@ -288,7 +288,14 @@ fn check_takeovers(grants: &[Grant], deaths: &[Death], bounds: Bounds, steps: &[
 /// first-attempt commits that were not re-sent name the holder that
 /// committed them (a repeated request is answered by whichever holder finds
 /// it stored, with the original epoch).
-pub fn check_ownership(acks: &[Ack], rows: &[Row], grants: &[Grant], retirements: &[Retired], ranges: &Ranges, v: &mut Verdict) {
+pub(crate) fn check_ownership(
+    acks: &[Ack],
+    rows: &[Row],
+    grants: &[Grant],
+    retirements: &[Retired],
+    ranges: &Ranges,
+    v: &mut Verdict,
+) {
     check_overlaps(grants, retirements, ranges, v);
     check_retired_writes(rows, retirements, v);
     check_epoch_reuse(acks, grants, v);
@@ -396,7 +403,7 @@ fn check_epoch_reuse(acks: &[Ack], grants: &[Grant], v: &mut Verdict) {
 
 /// Stretches during which some client waited longer than `threshold_ms`
 /// for an acknowledgement, merged across clients: `(start_ms, end_ms)`.
-pub fn unavailability(acks: &[Ack], threshold_ms: u64) -> Vec<(u64, u64)> {
+pub(crate) fn unavailability(acks: &[Ack], threshold_ms: u64) -> Vec<(u64, u64)> {
     let mut spans: Vec<(u64, u64)> =
         acks.iter().filter(|a| a.acked_ms - a.first_try_ms > threshold_ms).map(|a| (a.first_try_ms, a.acked_ms)).collect();
     spans.sort();
@@ -411,7 +418,7 @@ pub fn unavailability(acks: &[Ack], threshold_ms: u64) -> Vec<(u64, u64)> {
 }
 
 /// The `p`-th percentile (0–100) of `values` by nearest rank.
-pub fn percentile(values: &[u64], p: f64) -> Option<u64> {
+pub(crate) fn percentile(values: &[u64], p: f64) -> Option<u64> {
     if values.is_empty() {
         return None;
     }

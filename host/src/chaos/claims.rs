@@ -70,7 +70,7 @@ const WINDOW_TOLERANCE_MS: u64 = 250;
 /// A stretch in which claims may vanish before their TTL: of one node, or
 /// of every node (`node` is `None`: Redis restarted).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Disturbance {
+pub(crate) struct Disturbance {
     pub node: Option<String>,
     /// Milliseconds since the run's start.
     pub from_ms: u64,
@@ -84,7 +84,7 @@ pub struct Disturbance {
 /// (a comeback's claims are swept, if at all, within a heartbeat of its
 /// instance key's lapse), and Redis restarts. Database faults and topology
 /// changes touch no claim.
-pub fn disturbances(faults: &[FaultRecord], ttl: Duration, heartbeat: Duration) -> Vec<Disturbance> {
+pub(crate) fn disturbances(faults: &[FaultRecord], ttl: Duration, heartbeat: Duration) -> Vec<Disturbance> {
     let settle = (ttl + heartbeat).as_millis() as u64;
     faults
         .iter()
@@ -126,7 +126,12 @@ fn certain(g: &Grant, ttl_ms: u64, disturbances: &[Disturbance]) -> Option<(u64,
 }
 
 /// Judges the grants (see the module docs); adds violations to `v`.
-pub fn check_dispatches(grants: &[Grant], disturbances: &[Disturbance], ttl: Duration, v: &mut Verdict) -> DispatchSummary {
+pub(crate) fn check_dispatches(
+    grants: &[Grant],
+    disturbances: &[Disturbance],
+    ttl: Duration,
+    v: &mut Verdict,
+) -> DispatchSummary {
     let ttl_ms = ttl.as_millis() as u64;
     let mut summary = DispatchSummary::default();
     let windows: BTreeSet<(&str, u64)> =

@@ -59,7 +59,7 @@ pub struct Abandoned {
     pub request_id: String,
 }
 
-pub struct ClientPlan {
+pub(crate) struct ClientPlan {
     pub id: usize,
     pub streams: Vec<String>,
     /// gRPC addresses of every node, in the client's preference order.
@@ -76,7 +76,7 @@ pub struct ClientPlan {
 /// Every this many appends, a client sends an acknowledged request again
 /// to another node, as a client that lost the answer would: it must get
 /// the same sequence back (dedup under failover).
-pub const RESEND_EVERY: u64 = 16;
+pub(crate) const RESEND_EVERY: u64 = 16;
 
 /// Whether a client sends its `n`-th append (counted from 1), just
 /// acknowledged, again: its first acknowledged one always, so that a slow
@@ -88,7 +88,7 @@ fn resend(n: u64, resent_before: bool) -> bool {
 
 /// Runs until `stop` turns true, then finishes (or gives up on) the append
 /// in flight within the grace period.
-pub async fn run(plan: ClientPlan, mut stop: watch::Receiver<bool>) -> ClientLog {
+pub(crate) async fn run(plan: ClientPlan, mut stop: watch::Receiver<bool>) -> ClientLog {
     let client = match journal_client(&plan) {
         Ok(c) => c,
         Err(e) => {
@@ -219,7 +219,7 @@ impl Runner<'_> {
 }
 
 /// Every client's log, merged.
-pub fn merge(logs: Vec<ClientLog>) -> ClientLog {
+pub(crate) fn merge(logs: Vec<ClientLog>) -> ClientLog {
     let mut all = ClientLog::default();
     for l in logs {
         all.acks.extend(l.acks);
@@ -232,7 +232,7 @@ pub fn merge(logs: Vec<ClientLog>) -> ClientLog {
 }
 
 /// Each client's streams (the checker reads them all).
-pub fn streams(clients: usize, per_client: usize) -> Vec<Vec<String>> {
+pub(crate) fn streams(clients: usize, per_client: usize) -> Vec<Vec<String>> {
     (0..clients).map(|c| (0..per_client).map(|k| format!("chaos-{c}-{k}")).collect()).collect()
 }
 

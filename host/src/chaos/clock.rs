@@ -32,7 +32,7 @@ fn wall_minus_monotonic_us(origin: Instant) -> i64 {
 }
 
 /// Samples both clocks until `stop` turns true; returns the steps seen.
-pub async fn watch(mut stop: watch::Receiver<bool>) -> Vec<Step> {
+pub(crate) async fn watch(mut stop: watch::Receiver<bool>) -> Vec<Step> {
     let origin = Instant::now();
     let mut base = wall_minus_monotonic_us(origin);
     let mut steps = Vec::new();
@@ -56,7 +56,7 @@ pub async fn watch(mut stop: watch::Receiver<bool>) -> Vec<Step> {
 /// One sample of wall minus monotonic (`offset_us`, taken at `wall_us`)
 /// against `base`, the offset after the last step: a step when they differ
 /// by more than [`STEP_US`], which becomes the new base.
-pub fn detect(base: &mut i64, offset_us: i64, wall_us: i64) -> Option<Step> {
+pub(crate) fn detect(base: &mut i64, offset_us: i64, wall_us: i64) -> Option<Step> {
     let step_us = offset_us - *base;
     if step_us.abs() <= STEP_US {
         return None;
@@ -68,21 +68,21 @@ pub fn detect(base: &mut i64, offset_us: i64, wall_us: i64) -> Option<Step> {
 /// `wall_us` on a wall clock that never stepped: less every step at or
 /// before it. Keeps order, so differences of unstepped times are monotonic
 /// durations.
-pub fn unstep_us(steps: &[Step], wall_us: i64) -> i64 {
+pub(crate) fn unstep_us(steps: &[Step], wall_us: i64) -> i64 {
     wall_us - steps.iter().filter(|s| s.wall_us <= wall_us).map(|s| s.step_us).sum::<i64>()
 }
 
 /// A time `wall_ms` after `start_unix_ms` by the wall clock (a node's
 /// fail-open window), as milliseconds since the run's start on its
 /// monotonic clock: the steps before it taken out.
-pub fn run_ms(steps: &[Step], start_unix_ms: u64, wall_ms: u64) -> u64 {
+pub(crate) fn run_ms(steps: &[Step], start_unix_ms: u64, wall_ms: u64) -> u64 {
     let wall_us = (start_unix_ms + wall_ms) as i64 * 1000;
     (unstep_us(steps, wall_us) / 1000 - start_unix_ms as i64).max(0) as u64
 }
 
 /// The same steps on a clock `offset_us` ahead of this machine's (the
 /// database's).
-pub fn shifted(steps: &[Step], offset_us: i64) -> Vec<Step> {
+pub(crate) fn shifted(steps: &[Step], offset_us: i64) -> Vec<Step> {
     steps.iter().map(|s| Step { wall_us: s.wall_us + offset_us, step_us: s.step_us }).collect()
 }
 

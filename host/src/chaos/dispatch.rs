@@ -19,10 +19,10 @@ use crate::coord::Dispatch;
 use crate::proto::{self, coordination_client::CoordinationClient};
 
 /// Targets the dispatch clients contend for.
-pub const TARGETS: usize = 8;
+pub(crate) const TARGETS: usize = 8;
 
 /// Pause of each dispatch client between calls.
-pub const DISPATCH_INTERVAL: Duration = Duration::from_millis(40);
+pub(crate) const DISPATCH_INTERVAL: Duration = Duration::from_millis(40);
 
 /// Longest one call may take (a paused node never answers): past a
 /// dispatch's own worst case, three claim attempts against a hung Redis at
@@ -102,7 +102,7 @@ impl DispatchLog {
 }
 
 /// One dispatch client.
-pub struct DispatchPlan {
+pub(crate) struct DispatchPlan {
     pub id: usize,
     /// The node it acts for: name and gRPC address.
     pub node: String,
@@ -114,12 +114,12 @@ pub struct DispatchPlan {
 }
 
 /// The targets, the same for every client.
-pub fn targets() -> Vec<String> {
+pub(crate) fn targets() -> Vec<String> {
     (0..TARGETS).map(|k| format!("chaos-target-{k}")).collect()
 }
 
 /// Runs until `stop` turns true.
-pub async fn run(plan: DispatchPlan, mut stop: watch::Receiver<bool>) -> DispatchLog {
+pub(crate) async fn run(plan: DispatchPlan, mut stop: watch::Receiver<bool>) -> DispatchLog {
     let mut log = DispatchLog { clients: 1, ..DispatchLog::default() };
     let options =
         Options { attempts: 1, attempt_timeout: CALL_TIMEOUT, connect_timeout: Duration::from_secs(1), ..Options::default() };

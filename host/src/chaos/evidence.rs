@@ -53,7 +53,7 @@ impl Basis {
 }
 
 /// The rows and grants of a run, and what their times are.
-pub struct Evidence {
+pub(crate) struct Evidence {
     pub rows: Vec<Row>,
     pub grants: Vec<Grant>,
     pub retirements: Vec<Retired>,
@@ -61,7 +61,7 @@ pub struct Evidence {
 }
 
 /// Reads the evidence of `streams` from the run's database at `url`.
-pub async fn read(store: &Store, url: &str, streams: &[String]) -> Result<Evidence, ChaosError> {
+pub(crate) async fn read(store: &Store, url: &str, streams: &[String]) -> Result<Evidence, ChaosError> {
     let why = match store.dialect() {
         Dialect::Postgres => match commit_timestamps_on(url).await? {
             true => return read_commit_times(url, streams).await,

@@ -44,7 +44,7 @@ fn written(row: &LedgerRow) -> Written {
 
 /// Judges the service's `rows` against the request ids its callers were
 /// told were stored (`acked`: request id → key), into `v`.
-pub fn check(acked: &BTreeMap<String, String>, rows: &[LedgerRow], v: &mut Verdict) {
+pub(crate) fn check(acked: &BTreeMap<String, String>, rows: &[LedgerRow], v: &mut Verdict) {
     let mut copies: HashMap<&str, Vec<i64>> = HashMap::new();
     for row in rows {
         copies.entry(&row.request_id).or_default().push(row.seq);

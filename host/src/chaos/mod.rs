@@ -34,23 +34,23 @@
 //! - [`matrix`]: the control and every planted bug on one seed, each judged
 //!   by the violation it must cause.
 
-pub mod checker;
-pub mod claims;
-pub mod clients;
-pub mod clock;
-pub mod dispatch;
-pub mod evidence;
-pub mod fault;
+pub(crate) mod checker;
+pub(crate) mod claims;
+pub(crate) mod clients;
+pub(crate) mod clock;
+pub(crate) mod dispatch;
+pub(crate) mod evidence;
+pub(crate) mod fault;
 pub mod lab;
-pub mod ledger;
+pub(crate) mod ledger;
 pub mod matrix;
-pub mod nemesis;
+pub(crate) mod nemesis;
 pub mod network;
-pub mod report;
-pub mod rng;
+pub(crate) mod report;
+pub(crate) mod rng;
 pub mod service;
-pub mod verdict;
-pub mod violation;
+pub(crate) mod verdict;
+pub(crate) mod violation;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -17,7 +17,7 @@ use super::rng::Rng;
 /// cluster cannot take now (`can_take` false: add-node once the spares ran
 /// out, move-shard while every node holds every shard) is passed over;
 /// `None` when no kind can be taken, which ends the run.
-pub fn draw(
+pub(crate) fn draw(
     bag: &mut Vec<FaultKind>,
     kinds: &[FaultKind],
     rng: &mut Rng,
@@ -157,7 +157,7 @@ async fn cluster_fault(lab: &mut Lab, rng: &mut Rng, kind: FaultKind) -> Result<
 
 /// Injects fault `index` of `kind`; returns its record and, for a fault that
 /// kills a node's leases, the death the checker judges takeovers by.
-pub async fn inject(
+pub(crate) async fn inject(
     lab: &mut Lab,
     rng: &mut Rng,
     index: usize,

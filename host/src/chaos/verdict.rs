@@ -41,7 +41,7 @@ const FLOOR_PERCENT: u128 = 20;
 /// parked for 2.5 s and 2 % for 8 s (910 ms armed per append), runs
 /// acknowledged one append per 4.4 to 5.4 client-seconds; a CI run came
 /// below the floor the single count gave (52 of 57).
-pub fn ack_floor(clients: usize, duration: Duration, interval: Duration, armed_pause: Duration) -> u64 {
+pub(crate) fn ack_floor(clients: usize, duration: Duration, interval: Duration, armed_pause: Duration) -> u64 {
     // Integer milliseconds: a floor must not move with float rounding.
     let cycle_ms = (interval + 3 * armed_pause + ASSUMED_APPEND_LATENCY).as_millis();
     let floor = clients as u128 * duration.as_millis() * FLOOR_PERCENT / (100 * cycle_ms);
@@ -128,7 +128,7 @@ impl std::fmt::Display for Failure {
 
 /// What a run is judged on beyond the checker's violations.
 #[derive(Clone, Copy)]
-pub struct Outcome<'a> {
+pub(crate) struct Outcome<'a> {
     pub violations: usize,
     pub rejected: usize,
     pub acknowledged: u64,
@@ -152,7 +152,7 @@ pub struct Outcome<'a> {
 }
 
 /// Every reason the run failed; empty when it passed.
-pub fn judge(o: &Outcome<'_>) -> Vec<Failure> {
+pub(crate) fn judge(o: &Outcome<'_>) -> Vec<Failure> {
     let mut failures = Vec::new();
     if o.violations > 0 {
         failures.push(Failure::Violations { count: o.violations });

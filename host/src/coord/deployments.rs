@@ -32,9 +32,9 @@ use super::keys::{InvalidInstanceId, Keys, validate_instance_id};
 use super::time::unix_now;
 
 /// TTL of an active deployment's document.
-pub const ACTIVE_TTL_SECS: u64 = 3600;
+pub(crate) const ACTIVE_TTL_SECS: u64 = 3600;
 /// TTL of a terminal deployment's document.
-pub const TERMINAL_TTL_SECS: u64 = 86400;
+pub(crate) const TERMINAL_TTL_SECS: u64 = 86400;
 
 /// Where a deployment is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -97,7 +97,7 @@ pub enum TransitionError {
 }
 
 /// The state machine: may a deployment in `from` move to `to`?
-pub fn transition(from: DeploymentState, to: DeploymentState) -> Result<(), TransitionError> {
+pub(crate) fn transition(from: DeploymentState, to: DeploymentState) -> Result<(), TransitionError> {
     use DeploymentState::*;
     if from.is_terminal() {
         return Err(TransitionError::Terminal { from });
@@ -162,7 +162,7 @@ pub struct DeploymentUpdate {
 }
 
 /// Applies `update` to `current` at time `now` (pure).
-pub fn apply_update(current: &Deployment, update: &DeploymentUpdate, now: u64) -> Result<Deployment, TransitionError> {
+pub(crate) fn apply_update(current: &Deployment, update: &DeploymentUpdate, now: u64) -> Result<Deployment, TransitionError> {
     let to = update.state.unwrap_or(current.state);
     transition(current.state, to)?;
     let mut next = current.clone();
@@ -239,7 +239,7 @@ return 1
 const MAX_CAS_ATTEMPTS: u32 = 16;
 
 /// Parses and normalises a deployment id (a UUID).
-pub fn parse_deployment_id(id: &str) -> Result<String, DeploymentError> {
+pub(crate) fn parse_deployment_id(id: &str) -> Result<String, DeploymentError> {
     Uuid::parse_str(id).map(|u| u.hyphenated().to_string()).map_err(|_| DeploymentError::InvalidId { id: id.to_string() })
 }
 
@@ -370,7 +370,7 @@ impl Deployments {
 }
 
 /// One deployment, if its record exists.
-pub async fn show(conn: &RedisConn, keys: &Keys, id: &str) -> Result<Option<Deployment>, DeploymentError> {
+pub(crate) async fn show(conn: &RedisConn, keys: &Keys, id: &str) -> Result<Option<Deployment>, DeploymentError> {
     let id = parse_deployment_id(id)?;
     let mut c = conn.get().await?;
     let raw: Option<String> = c.get(keys.deployment(&id)).await?;
@@ -400,7 +400,7 @@ pub struct Unreadable {
 /// Deployments matching `filter`, oldest first. Set members whose record
 /// has expired are dropped from the sets on the way; records that do not
 /// parse are skipped and listed in [`Listing::unreadable`].
-pub async fn list(conn: &RedisConn, keys: &Keys, filter: &ListFilter) -> Result<Listing, DeploymentError> {
+pub(crate) async fn list(conn: &RedisConn, keys: &Keys, filter: &ListFilter) -> Result<Listing, DeploymentError> {
     let mut c = conn.get().await?;
     let ids: Vec<String> = match (&filter.instance, filter.active_only) {
         (Some(inst), active_only) => {

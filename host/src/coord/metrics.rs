@@ -84,7 +84,7 @@ impl MetricsSnapshot {
 }
 
 /// Reads every figure; a Redis failure leaves the gauges `None`.
-pub async fn snapshot(conn: &RedisConn, keys: &Keys, instance_id: &str, counters: &CoordMetrics) -> MetricsSnapshot {
+pub(crate) async fn snapshot(conn: &RedisConn, keys: &Keys, instance_id: &str, counters: &CoordMetrics) -> MetricsSnapshot {
     let mut snap = MetricsSnapshot {
         fail_open_total: counters.fail_open_total.load(Ordering::Relaxed),
         deployments_orphaned_total: counters.deployments_orphaned_total.load(Ordering::Relaxed),

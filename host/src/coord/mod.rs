@@ -24,14 +24,14 @@
 //! also be built on their own from a [`RedisConn`] and [`Keys`].
 
 pub mod affinity;
-pub mod conn;
-pub mod deployments;
-pub mod fail_open;
+pub(crate) mod conn;
+pub(crate) mod deployments;
+pub(crate) mod fail_open;
 pub mod fail_open_window;
-pub mod keys;
-pub mod metrics;
-pub mod monitor;
-pub mod registry;
+pub(crate) mod keys;
+pub(crate) mod metrics;
+pub(crate) mod monitor;
+pub(crate) mod registry;
 mod time;
 
 use std::sync::Arc;

@@ -20,7 +20,7 @@ use super::metrics::CoordMetrics;
 use super::time::unix_now;
 
 /// The message a dead instance's deployments are failed with.
-pub fn orphaned_message(instance_id: &str) -> String {
+pub(crate) fn orphaned_message(instance_id: &str) -> String {
     format!("Deployment orphaned: instance {instance_id} died")
 }
 
@@ -219,7 +219,7 @@ impl Monitor {
 
 /// Sweeps every `interval` until `shutdown` turns true (or its sender is
 /// dropped). Logs what it removed; errors are logged, never fatal.
-pub fn spawn_monitor(monitor: Monitor, interval: Duration, mut shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
+pub(crate) fn spawn_monitor(monitor: Monitor, interval: Duration, mut shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

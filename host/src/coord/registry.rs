@@ -184,7 +184,7 @@ impl Registry {
 
 /// Every id in `{ns}:instances:index` with alive/stale and its stored info,
 /// sorted by id.
-pub async fn list_instances(conn: &RedisConn, keys: &Keys) -> Result<Vec<InstanceStatus>, RegistryError> {
+pub(crate) async fn list_instances(conn: &RedisConn, keys: &Keys) -> Result<Vec<InstanceStatus>, RegistryError> {
     let mut c = conn.get().await?;
     let mut ids: Vec<String> = c.smembers(keys.instances_index()).await?;
     ids.sort();
@@ -209,7 +209,7 @@ pub async fn list_instances(conn: &RedisConn, keys: &Keys) -> Result<Vec<Instanc
 /// had gone) and then refreshes this node's affinity claims. Failures are
 /// logged once when they start and once when they end, never fatal: when
 /// Redis returns, the next beat restores the registration.
-pub fn spawn_heartbeat(
+pub(crate) fn spawn_heartbeat(
     registry: Registry,
     affinity: Option<Affinity>,
     interval: Duration,

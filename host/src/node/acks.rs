@@ -43,7 +43,7 @@ impl Release {
 
 /// How the wait for the application's READY of a shard just taken ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ready {
+pub(crate) enum Ready {
     /// The application answered READY.
     Answered,
     /// No answer within the ready timeout; writes went on without it.
@@ -52,7 +52,7 @@ pub enum Ready {
 
 impl Ready {
     /// The label of the outcome in metrics.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Ready::Answered => "ready",
             Ready::TimedOut => "timed-out",

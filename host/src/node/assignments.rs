@@ -54,7 +54,7 @@ pub struct Assignment {
 }
 
 /// The map by shard id.
-pub type Shards = BTreeMap<String, Assignment>;
+pub(crate) type Shards = BTreeMap<String, Assignment>;
 
 /// The map at one version.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -67,7 +67,7 @@ pub struct Snapshot {
 
 /// What turns one map into the next.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Delta {
+pub(crate) struct Delta {
     /// Shards new or changed, whole.
     pub changed: Vec<Assignment>,
     /// Shards no longer in the map.
@@ -77,7 +77,7 @@ pub struct Delta {
 /// The map of `map`'s shards with the holders of `rows` (the lease table),
 /// names and addresses from `registry`. A row that is not live holds
 /// nothing; a shard without a row has epoch 0.
-pub fn assemble(map: &ShardMap, rows: &[LeaseRow], registry: &[NodeRecord]) -> Shards {
+pub(crate) fn assemble(map: &ShardMap, rows: &[LeaseRow], registry: &[NodeRecord]) -> Shards {
     let rows: BTreeMap<&str, &LeaseRow> = rows.iter().map(|r| (r.shard.as_str(), r)).collect();
     map.shards()
         .iter()
@@ -102,7 +102,7 @@ pub fn assemble(map: &ShardMap, rows: &[LeaseRow], registry: &[NodeRecord]) -> S
 /// The live holder of `row`, named and addressed by its registration in
 /// `registry` (by the row's name, without an address, when the node is not
 /// registered there yet); `None` when no live lease holds the shard.
-pub fn holder(row: &LeaseRow, registry: &[NodeRecord]) -> Option<Holder> {
+pub(crate) fn holder(row: &LeaseRow, registry: &[NodeRecord]) -> Option<Holder> {
     let uuid = row.holder.filter(|_| row.live)?;
     let registration = registry.iter().find(|n| n.id == uuid);
     Some(Holder {
@@ -116,20 +116,20 @@ pub fn holder(row: &LeaseRow, registry: &[NodeRecord]) -> Option<Holder> {
 /// when empty): each new map gives the stream a snapshot first, then the
 /// delta of its own shards, or nothing when none of them changed.
 #[derive(Debug, Default)]
-pub struct Sent {
+pub(crate) struct Sent {
     application: String,
     shards: Option<Shards>,
 }
 
 impl Sent {
     /// A stream of `application`'s shards (every application's when empty).
-    pub fn of(application: String) -> Sent {
+    pub(crate) fn of(application: String) -> Sent {
         Sent { application, shards: None }
     }
 
     /// The stream's next update for the map `latest`: (whether it is the
     /// snapshot, what changed), or `None` when nothing it shows changed.
-    pub fn next(&mut self, latest: &Shards) -> Option<(bool, Delta)> {
+    pub(crate) fn next(&mut self, latest: &Shards) -> Option<(bool, Delta)> {
         let mine: Shards = latest
             .iter()
             .filter(|(_, a)| self.application.is_empty() || a.application == self.application)
@@ -146,7 +146,7 @@ impl Sent {
 }
 
 /// The delta from `old` to `new`, in shard order.
-pub fn delta(old: &Shards, new: &Shards) -> Delta {
+pub(crate) fn delta(old: &Shards, new: &Shards) -> Delta {
     Delta {
         changed: new.iter().filter(|(id, a)| old.get(*id) != Some(a)).map(|(_, a)| a.clone()).collect(),
         removed: old.keys().filter(|id| !new.contains_key(*id)).cloned().collect(),
@@ -156,7 +156,7 @@ pub fn delta(old: &Shards, new: &Shards) -> Delta {
 /// How often a watched map is read again when no notice came: the notices
 /// of handoffs and takeovers make most changes arrive sooner; this catches
 /// a lease that lapsed with nobody taking it.
-pub fn reread_interval(renew: Duration) -> Duration {
+pub(crate) fn reread_interval(renew: Duration) -> Duration {
     (renew * 2).clamp(Duration::from_millis(250), Duration::from_secs(10))
 }
 

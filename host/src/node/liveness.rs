@@ -35,7 +35,7 @@ const WAIT: Duration = Duration::from_secs(1);
 
 /// How long a node waits for its own lock at start or after reconnecting:
 /// a peer holds it only for the moment it takes to judge it.
-pub const OWN_LOCK_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const OWN_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// How long the watcher's connect to a suspect's address may take before
 /// the suspect counts as silent. A live process's kernel answers a connect
@@ -45,7 +45,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// What a direct connect to a suspect's address found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Probe {
+pub(crate) enum Probe {
     /// Nothing listens there: the process is gone.
     Refused,
     /// Something accepted the connection: a process holds the port.
@@ -57,7 +57,7 @@ pub enum Probe {
 
 /// What the watcher concludes of a node whose session ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Confirmation {
+pub(crate) enum Confirmation {
     /// Dead: mark it down and free its leases; the reason for the log.
     Dead(&'static str),
     /// Alive: its session dropped under a live process, which takes its
@@ -72,7 +72,7 @@ pub enum Confirmation {
 /// clock). A refused connect is a death whatever the heartbeat (a crash);
 /// a port still held by a process that keeps its heartbeat is a live node;
 /// anything silent or stale waits for the heartbeat to lapse.
-pub fn confirm(probe: Probe, heartbeat_current: bool) -> Confirmation {
+pub(crate) fn confirm(probe: Probe, heartbeat_current: bool) -> Confirmation {
     match (probe, heartbeat_current) {
         (Probe::Refused, _) => Confirmation::Dead("its address refuses connections"),
         (Probe::Accepted, true) => Confirmation::Alive,
@@ -93,7 +93,7 @@ async fn probe(address: &str) -> Probe {
 
 /// The registration `me` watches: the next live one after it by (name, id),
 /// wrapping around; `None` when no other is live.
-pub fn watch_target(registry: &[NodeRecord], me: Uuid) -> Option<&NodeRecord> {
+pub(crate) fn watch_target(registry: &[NodeRecord], me: Uuid) -> Option<&NodeRecord> {
     let mut live: Vec<&NodeRecord> = registry.iter().filter(|r| r.live || r.id == me).collect();
     live.sort_by(|a, b| (&a.name, a.id).cmp(&(&b.name, b.id)));
     let at = live.iter().position(|r| r.id == me)?;

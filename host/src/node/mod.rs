@@ -24,25 +24,25 @@
 //! → `active` (after its first round) → `leaving` (SIGTERM or drain: hands
 //! every shard to the recipient the `drain` policy names) → deregistered.
 
-pub mod acks;
-pub mod assignments;
-pub mod control;
-pub mod drain;
+pub(crate) mod acks;
+pub(crate) mod assignments;
+pub(crate) mod control;
+pub(crate) mod drain;
 mod fallback;
 pub mod group_commit;
 pub mod journal;
-pub mod leases;
-pub mod liveness;
+pub(crate) mod leases;
+pub(crate) mod liveness;
 pub mod load;
 pub mod metrics;
 pub mod observed;
-pub mod peers;
+pub(crate) mod peers;
 pub mod plan;
 pub mod policy_hashes;
 pub mod rankings;
 mod records;
-pub mod round;
-pub mod routes;
+pub(crate) mod round;
+pub(crate) mod routes;
 pub mod shard_map;
 pub mod stored;
 

@@ -21,7 +21,7 @@ use crate::security::tls::{self, ClientTls, TlsError};
 use crate::upgrade::wire::BearerAuth;
 
 /// A channel to a peer that signs every call with the peer token.
-pub type PeerChannel = InterceptedService<Channel, BearerAuth>;
+pub(crate) type PeerChannel = InterceptedService<Channel, BearerAuth>;
 
 /// How long a connect to a peer may take before the call gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -169,11 +169,6 @@ impl Peers {
         }
     }
 }
-
-/// Whether a failed call's status says the request never left this node: the
-/// connection was refused or could not be made, so the peer saw nothing.
-/// (One rule for the node's forwards and the clients' retries.)
-pub use chitin_client::never_sent;
 
 /// One Peer call of [`super::Node::broadcast`].
 type PeerCall<M> = fn(

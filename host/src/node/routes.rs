@@ -16,25 +16,25 @@ use crate::lease::LeaseRow;
 
 /// A shard's holder as last read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Route {
+pub(crate) struct Route {
     pub holder: Uuid,
     pub expires_at: DateTime<Utc>,
 }
 
 #[derive(Default)]
-pub struct Routes {
+pub(crate) struct Routes {
     by_shard: Mutex<HashMap<String, Route>>,
 }
 
 impl Routes {
     /// The route of `shard`, while it has not run out at `now`.
-    pub fn get(&self, shard: &str, now: DateTime<Utc>) -> Option<Route> {
+    pub(crate) fn get(&self, shard: &str, now: DateTime<Utc>) -> Option<Route> {
         self.lock().get(shard).copied().filter(|r| r.expires_at > now)
     }
 
     /// Keeps the route a freshly read row gives: a live lease held by
     /// another node than `me`; any other row ends the shard's route.
-    pub fn learn(&self, row: &LeaseRow, me: Uuid) {
+    pub(crate) fn learn(&self, row: &LeaseRow, me: Uuid) {
         match (row.holder, row.expires_at) {
             (Some(holder), Some(expires_at)) if row.live && holder != me => {
                 self.lock().insert(row.shard.clone(), Route { holder, expires_at });
@@ -43,12 +43,12 @@ impl Routes {
         }
     }
 
-    pub fn forget(&self, shard: &str) {
+    pub(crate) fn forget(&self, shard: &str) {
         self.lock().remove(shard);
     }
 
     /// Every route ends (a node died: its shards move).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.lock().clear();
     }
 

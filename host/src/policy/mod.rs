@@ -39,8 +39,8 @@ pub mod fixture;
 pub(crate) mod metrics;
 pub mod plugin;
 pub mod sandbox;
-pub mod slot;
-pub mod wit;
+pub(crate) mod slot;
+pub(crate) mod wit;
 
 use std::path::PathBuf;
 

@@ -41,7 +41,7 @@ use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiVie
 use super::budget::MemoryBudget;
 use super::engine::engine;
 
-pub mod denied;
+pub(crate) mod denied;
 
 /// Bytes of guest stdout/stderr kept for error messages.
 const OUTPUT_CAPACITY: usize = 4096;

@@ -17,10 +17,10 @@ use super::plan::{Plan, Sequence, Step};
 use crate::topology::model::{ClusterConfig, LoadError};
 
 /// The format of the checkpoint file.
-pub const FORMAT: u32 = 1;
+pub(crate) const FORMAT: u32 = 1;
 
 /// The checkpoint file of the config file at `config`.
-pub fn path_for(config: &Path) -> PathBuf {
+pub(crate) fn path_for(config: &Path) -> PathBuf {
     let mut name = config.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "cluster_config.json".into());
     name.push(".rollout.json");
     config.with_file_name(name)
@@ -213,7 +213,7 @@ impl std::fmt::Display for Unfinished {
 }
 
 /// Decides between a fresh start, a resume and a refusal (pure).
-pub fn decide(existing: Option<&Checkpoint>, requested: &Sequence, file_version: u64) -> Decision {
+pub(crate) fn decide(existing: Option<&Checkpoint>, requested: &Sequence, file_version: u64) -> Decision {
     let Some(cp) = existing else { return Decision::Fresh };
     if cp.is_finished() {
         if &cp.sequence == requested && file_version == cp.final_version() && !cp.steps.is_empty() {

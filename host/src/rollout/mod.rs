@@ -14,7 +14,7 @@
 //!   (`chitin policy fixture`), each call built as the node and [`plan`]
 //!   build it.
 
-pub mod checkpoint;
+pub(crate) mod checkpoint;
 pub mod exec;
 pub mod plan;
 pub mod shadow;

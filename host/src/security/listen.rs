@@ -81,7 +81,7 @@ pub struct Counts {
 /// What one listener admits: its name for the log and metrics, its limit
 /// and deadlines, its counts.
 #[derive(Debug)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     /// `api` or `metrics`, as the log and the metrics' label say.
     name: &'static str,
     /// The settings key of the limit, for the log line that names it.
@@ -96,12 +96,12 @@ pub struct Bounds {
 
 impl Bounds {
     /// The gRPC listener's bounds.
-    pub fn api(limits: &LimitSettings, stats: Arc<ListenerStats>) -> Bounds {
+    pub(crate) fn api(limits: &LimitSettings, stats: Arc<ListenerStats>) -> Bounds {
         Bounds::new("api", "[limits] api_max_connections", limits.api_max_connections, limits, stats)
     }
 
     /// The HTTP listener's bounds.
-    pub fn metrics(limits: &LimitSettings, stats: Arc<ListenerStats>) -> Bounds {
+    pub(crate) fn metrics(limits: &LimitSettings, stats: Arc<ListenerStats>) -> Bounds {
         Bounds::new("metrics", "[limits] metrics_max_connections", limits.metrics_max_connections, limits, stats)
     }
 
@@ -192,7 +192,7 @@ impl Throttle {
 /// has owed its first bytes past the handshake deadline, or has been quiet
 /// past the idle deadline.
 #[derive(Debug)]
-pub struct Conn {
+pub(crate) struct Conn {
     tcp: TcpStream,
     accepted: Instant,
     last_read: Instant,
@@ -205,8 +205,9 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// The socket (for its options).
-    pub fn tcp(&self) -> &TcpStream {
+    /// The socket, for a test of its options.
+    #[cfg(test)]
+    pub(crate) fn tcp(&self) -> &TcpStream {
         &self.tcp
     }
 
@@ -302,13 +303,13 @@ impl tonic::transport::server::Connected for Conn {
 ///
 /// The accept loop runs in a task of its own and ends when this is dropped
 /// (the server stopped), closing the listening socket.
-pub struct Incoming<IO> {
+pub(crate) struct Incoming<IO> {
     ready: mpsc::Receiver<IO>,
 }
 
 impl Incoming<Conn> {
     /// Plain TCP connections of `listener` within `bounds`.
-    pub fn plain(listener: TcpListener, bounds: Bounds) -> Incoming<Conn> {
+    pub(crate) fn plain(listener: TcpListener, bounds: Bounds) -> Incoming<Conn> {
         Incoming::start(listener, bounds, |conn| std::future::ready(Some(conn)))
     }
 }
@@ -317,7 +318,7 @@ impl Incoming<TlsStream<Conn>> {
     /// TLS connections of `listener` within `bounds`, each handshaken with
     /// the config `config` gives when it arrives (a reload changes it for
     /// the next; the handshake bounded by the handshake deadline).
-    pub fn tls(listener: TcpListener, bounds: Bounds, config: LiveConfig) -> Incoming<TlsStream<Conn>> {
+    pub(crate) fn tls(listener: TcpListener, bounds: Bounds, config: LiveConfig) -> Incoming<TlsStream<Conn>> {
         let limit = bounds.handshake;
         Incoming::start(listener, bounds, move |conn: Conn| {
             let acceptor = TlsAcceptor::from(config());
@@ -354,12 +355,12 @@ impl<IO: Send + 'static> Incoming<IO> {
     }
 
     /// The next connection; `None` once the accept loop ended.
-    pub async fn next(&mut self) -> Option<IO> {
+    pub(crate) async fn next(&mut self) -> Option<IO> {
         self.ready.recv().await
     }
 
     /// The connections as the stream tonic's `serve_with_incoming` takes.
-    pub fn into_stream(self) -> impl tokio_stream::Stream<Item = std::io::Result<IO>> {
+    pub(crate) fn into_stream(self) -> impl tokio_stream::Stream<Item = std::io::Result<IO>> {
         use tokio_stream::StreamExt;
         tokio_stream::wrappers::ReceiverStream::new(self.ready).map(Ok)
     }

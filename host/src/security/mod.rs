@@ -17,7 +17,7 @@
 //!   leaf, `crate::redact`, so that the settings' refusals use it too).
 
 pub mod auth;
-pub mod listen;
+pub(crate) mod listen;
 pub mod tls;
 
 pub use crate::redact::{self, redact};

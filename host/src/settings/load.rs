@@ -26,7 +26,7 @@ pub(super) struct Origins {
 
 impl Origins {
     /// The origin of `key` (`section.key`) as messages name it.
-    pub fn of(&self, key: &str) -> String {
+    pub(super) fn of(&self, key: &str) -> String {
         match self.env.get(key) {
             Some(var) => env_origin(var),
             None => self.file.clone(),

@@ -27,10 +27,10 @@
 //! before a lease can expire and one failed renewal never loses it.
 
 pub mod exposure;
-pub mod load;
-pub mod redis_url;
-pub mod rules;
-pub mod types;
+pub(crate) mod load;
+pub(crate) mod redis_url;
+pub(crate) mod rules;
+pub(crate) mod types;
 
 use std::fmt;
 use std::path::PathBuf;

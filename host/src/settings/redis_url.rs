@@ -33,9 +33,9 @@ pub enum RedisTarget {
 }
 
 /// The scheme of a Sentinel URL.
-pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
+pub(crate) const SENTINEL_SCHEME: &str = "redis+sentinel://";
 /// The scheme of a Redis Cluster URL.
-pub const CLUSTER_SCHEME: &str = "redis+cluster://";
+pub(crate) const CLUSTER_SCHEME: &str = "redis+cluster://";
 
 /// The schemes of one server's URL.
 const SINGLE_SCHEMES: [&str; 4] = ["redis://", "rediss://", "unix://", "redis+unix://"];

@@ -12,11 +12,11 @@ use super::{Problem, Settings};
 /// The longest duration accepted, in seconds. Longer timings are typos (a
 /// lease that takes a day to fail over), and far longer ones would overflow
 /// `Duration`.
-pub const MAX_SECS: f64 = 86_400.0;
+pub(crate) const MAX_SECS: f64 = 86_400.0;
 
 /// The most handoffs a round may make: more is a typo, and a round that
 /// moves thousands of shards at once is a thundering herd.
-pub const MAX_HANDOFFS_PER_ROUND: u32 = 10_000;
+pub(crate) const MAX_HANDOFFS_PER_ROUND: u32 = 10_000;
 
 /// The database URL schemes a node can use, with whether cluster mode may.
 const DATABASE_SCHEMES: &[(&str, bool)] =

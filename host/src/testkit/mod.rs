@@ -16,13 +16,13 @@
 //!
 //! [`Settings`]: crate::settings::Settings
 
-pub mod db;
-pub mod http;
-pub mod node;
+pub(crate) mod db;
+pub(crate) mod http;
+pub(crate) mod node;
 pub mod ports;
 pub mod servers;
 pub mod settings;
-pub mod switch;
+pub(crate) mod switch;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -12,7 +12,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
 #[derive(Default, Clone, Copy)]
-pub struct FxHasher {
+pub(super) struct FxHasher {
     hash: u64,
 }
 
@@ -67,20 +67,20 @@ impl Hasher for FxHasher {
     }
 }
 
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
-pub type FastSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
+pub(super) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+pub(super) type FastSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
 
-pub fn map<K, V>(capacity: usize) -> FastMap<K, V> {
+pub(super) fn map<K, V>(capacity: usize) -> FastMap<K, V> {
     HashMap::with_capacity_and_hasher(capacity, Default::default())
 }
 
-pub fn set<K>(capacity: usize) -> FastSet<K> {
+pub(super) fn set<K>(capacity: usize) -> FastSet<K> {
     HashSet::with_capacity_and_hasher(capacity, Default::default())
 }
 
 /// Hashes a string once with [`FxHasher`].
 #[inline(always)]
-pub fn hash_str(s: &str) -> u64 {
+pub(super) fn hash_str(s: &str) -> u64 {
     let mut h = FxHasher::default();
     h.write(s.as_bytes());
     h.finish()
@@ -93,13 +93,13 @@ pub fn hash_str(s: &str) -> u64 {
 /// inlined: our crate is built at opt-level 1 for tests and benches, where a
 /// plain `#[inline]` leaves a call per comparison.
 #[inline(always)]
-pub fn str_eq(a: &str, b: &str) -> bool {
+pub(super) fn str_eq(a: &str, b: &str) -> bool {
     bytes_eq(a.as_bytes(), b.as_bytes())
 }
 
 /// [`str_eq`] on bytes.
 #[inline(always)]
-pub fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {
         return false;
@@ -129,7 +129,7 @@ pub fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
 /// The sort is a counting sort on the top bits of the hash followed by an
 /// insertion sort of each (tiny) bucket: two linear passes instead of a
 /// comparison sort, and the bucket offsets make a lookup one bucket scan.
-pub struct SortedIds {
+pub(crate) struct SortedIds {
     keys: Vec<(u64, u32)>,
     /// `keys[starts[b]..starts[b + 1]]` holds the hashes whose top bits are `b`.
     starts: Vec<u32>,
@@ -138,7 +138,7 @@ pub struct SortedIds {
 
 impl SortedIds {
     /// `ids` yields (position, id); positions are the caller's.
-    pub fn new<'a>(ids: impl Iterator<Item = (u32, &'a str)>) -> SortedIds {
+    pub(crate) fn new<'a>(ids: impl Iterator<Item = (u32, &'a str)>) -> SortedIds {
         let keys: Vec<(u64, u32)> = ids.map(|(pos, id)| (hash_str(id), pos)).collect();
         SortedIds::from_keys(keys)
     }
@@ -180,7 +180,7 @@ impl SortedIds {
 
     /// (first position, later position) of every repeated id, ordered by the
     /// later position. `id_of` gives the id at a position.
-    pub fn duplicates<'a>(&self, id_of: impl Fn(u32) -> &'a str) -> Vec<(u32, u32)> {
+    pub(crate) fn duplicates<'a>(&self, id_of: impl Fn(u32) -> &'a str) -> Vec<(u32, u32)> {
         let mut out = Vec::new();
         for run in self.keys.chunk_by(|a, b| a.0 == b.0) {
             for (j, &(_, later)) in run.iter().enumerate().skip(1) {
@@ -195,14 +195,14 @@ impl SortedIds {
     }
 
     /// The first position of `id`.
-    pub fn find<'a>(&self, id: &str, id_of: impl Fn(u32) -> &'a str) -> Option<u32> {
+    pub(crate) fn find<'a>(&self, id: &str, id_of: impl Fn(u32) -> &'a str) -> Option<u32> {
         self.find_in(id, 0..u32::MAX, id_of)
     }
 
     /// The first position of `id` within `range`; `id_of` is only asked
     /// about positions in `range`. One index over a whole config answers
     /// for each of its applications this way.
-    pub fn find_in<'a>(&self, id: &str, range: std::ops::Range<u32>, id_of: impl Fn(u32) -> &'a str) -> Option<u32> {
+    pub(crate) fn find_in<'a>(&self, id: &str, range: std::ops::Range<u32>, id_of: impl Fn(u32) -> &'a str) -> Option<u32> {
         let h = hash_str(id);
         let b = (h >> self.shift) as usize;
         self.keys[self.starts[b] as usize..self.starts[b + 1] as usize]

@@ -223,7 +223,7 @@ mod wire {
 
     #[derive(Serialize, Deserialize)]
     #[serde(deny_unknown_fields)]
-    pub struct Config {
+    pub(super) struct Config {
         #[serde(default)]
         pub applications: Vec<Application>,
         pub nodes: Vec<Node>,
@@ -234,7 +234,7 @@ mod wire {
 
     #[derive(Serialize, Deserialize)]
     #[serde(deny_unknown_fields)]
-    pub struct Application {
+    pub(super) struct Application {
         pub name: String,
         pub implementation: String,
         pub shards: Vec<Shard>,
@@ -245,7 +245,7 @@ mod wire {
 
     #[derive(Serialize, Deserialize)]
     #[serde(deny_unknown_fields)]
-    pub struct Shard {
+    pub(super) struct Shard {
         pub id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub lower_bound: Option<String>,
@@ -260,7 +260,7 @@ mod wire {
     }
 
     impl Config {
-        pub fn into_model(self) -> Result<super::ClusterConfig, LoadError> {
+        pub(super) fn into_model(self) -> Result<super::ClusterConfig, LoadError> {
             let mut errors = Vec::new();
             let applications = self
                 .applications
@@ -306,7 +306,7 @@ mod wire {
             Ok(super::ClusterConfig { applications, nodes: self.nodes, version: self.version, metadata: self.metadata })
         }
 
-        pub fn from_model(c: &super::ClusterConfig) -> Config {
+        pub(super) fn from_model(c: &super::ClusterConfig) -> Config {
             let non_empty = |s: String| if s.is_empty() { None } else { Some(s) };
             Config {
                 applications: c

@@ -9,14 +9,14 @@ use chitin_policy_sdk as sdk;
 use super::model::{ClusterConfig, Node, Shard, ShardState, metadata_value};
 
 /// The metadata key copied into `Node::zone`.
-pub const ZONE_KEY: &str = "zone";
+pub(crate) const ZONE_KEY: &str = "zone";
 
-pub fn node(n: &Node) -> sdk::Node {
+pub(crate) fn node(n: &Node) -> sdk::Node {
     node_in_state(n, sdk::NodeState::Active)
 }
 
 /// `n` in the state its caller knows it to be in.
-pub fn node_in_state(n: &Node, state: sdk::NodeState) -> sdk::Node {
+pub(crate) fn node_in_state(n: &Node, state: sdk::NodeState) -> sdk::Node {
     sdk::Node {
         id: n.id.clone(),
         address: n.grpc_address.clone(),
@@ -26,7 +26,7 @@ pub fn node_in_state(n: &Node, state: sdk::NodeState) -> sdk::Node {
     }
 }
 
-pub fn shard_state(s: ShardState) -> sdk::ShardState {
+pub(crate) fn shard_state(s: ShardState) -> sdk::ShardState {
     match s {
         ShardState::Active => sdk::ShardState::Active,
         ShardState::Splitting => sdk::ShardState::Splitting,
@@ -35,7 +35,7 @@ pub fn shard_state(s: ShardState) -> sdk::ShardState {
     }
 }
 
-pub fn shard(application: &str, s: &Shard) -> sdk::Shard {
+pub(crate) fn shard(application: &str, s: &Shard) -> sdk::Shard {
     sdk::Shard {
         id: s.id.clone(),
         application: application.to_owned(),
@@ -46,20 +46,20 @@ pub fn shard(application: &str, s: &Shard) -> sdk::Shard {
     }
 }
 
-pub fn nodes(c: &ClusterConfig) -> Vec<sdk::Node> {
+pub(crate) fn nodes(c: &ClusterConfig) -> Vec<sdk::Node> {
     c.nodes.iter().map(node).collect()
 }
 
 /// The config's nodes, each in the state `state_of(id)` says.
-pub fn nodes_with_states(c: &ClusterConfig, state_of: impl Fn(&str) -> sdk::NodeState) -> Vec<sdk::Node> {
+pub(crate) fn nodes_with_states(c: &ClusterConfig, state_of: impl Fn(&str) -> sdk::NodeState) -> Vec<sdk::Node> {
     c.nodes.iter().map(|n| node_in_state(n, state_of(&n.id))).collect()
 }
 
-pub fn shards(c: &ClusterConfig) -> Vec<sdk::Shard> {
+pub(crate) fn shards(c: &ClusterConfig) -> Vec<sdk::Shard> {
     c.shards().map(|(a, s)| shard(&a.name, s)).collect()
 }
 
-pub fn replicas(c: &ClusterConfig) -> Vec<sdk::Replica> {
+pub(crate) fn replicas(c: &ClusterConfig) -> Vec<sdk::Replica> {
     c.shards()
         .flat_map(|(_, s)| {
             s.replicas.iter().map(move |r| sdk::Replica { id: r.id.clone(), shard: s.id.clone(), node: r.node_id.clone() })
@@ -69,7 +69,7 @@ pub fn replicas(c: &ClusterConfig) -> Vec<sdk::Replica> {
 
 /// A `place-replicas` request for `new_shards`, which must already be in `c`
 /// (with no replicas).
-pub fn placement_request(c: &ClusterConfig, new_shards: Vec<String>, replication_factor: u32) -> sdk::PlacementRequest {
+pub(crate) fn placement_request(c: &ClusterConfig, new_shards: Vec<String>, replication_factor: u32) -> sdk::PlacementRequest {
     sdk::PlacementRequest { nodes: nodes(c), shards: shards(c), replicas: replicas(c), new_shards, replication_factor }
 }
 

@@ -67,7 +67,7 @@ impl Router {
 
 /// 32-bit FNV-1a (offset basis 0x811c9dc5, prime 0x01000193): the key hash
 /// of journal streams and of replica ids (defined in the client crate).
-pub use chitin_client::fnv1a;
+pub(crate) use chitin_client::fnv1a;
 
 #[cfg(test)]
 mod tests {

@@ -2,11 +2,11 @@
 
 use super::model::*;
 
-pub fn node(id: &str) -> Node {
+pub(crate) fn node(id: &str) -> Node {
     Node { id: id.into(), grpc_address: format!("{id}.internal:7000"), metadata: vec![] }
 }
 
-pub fn shard(id: &str, lower: u32, upper: u32, state: ShardState, parent: Option<&str>, nodes: &[&str]) -> Shard {
+pub(crate) fn shard(id: &str, lower: u32, upper: u32, state: ShardState, parent: Option<&str>, nodes: &[&str]) -> Shard {
     Shard {
         id: id.into(),
         lower,
@@ -20,7 +20,7 @@ pub fn shard(id: &str, lower: u32, upper: u32, state: ShardState, parent: Option
 
 /// Version 1, nodes n1..n4, application `A` (rf 3) with 4 active shards
 /// `A_00_3f`, `A_40_7f`, `A_80_bf`, `A_c0_ff` on n1, n2, n3.
-pub fn base() -> ClusterConfig {
+pub(crate) fn base() -> ClusterConfig {
     let q = 0x4000_0000u32;
     let shards = (0..4u32)
         .map(|i| {
@@ -43,17 +43,17 @@ pub fn base() -> ClusterConfig {
     }
 }
 
-pub fn app<'a>(c: &'a mut ClusterConfig, name: &str) -> &'a mut Application {
+pub(crate) fn app<'a>(c: &'a mut ClusterConfig, name: &str) -> &'a mut Application {
     c.applications.iter_mut().find(|a| a.name == name).expect("application")
 }
 
-pub fn shard_mut<'a>(c: &'a mut ClusterConfig, id: &str) -> &'a mut Shard {
+pub(crate) fn shard_mut<'a>(c: &'a mut ClusterConfig, id: &str) -> &'a mut Shard {
     c.applications.iter_mut().flat_map(|a| a.shards.iter_mut()).find(|s| s.id == id).expect("shard")
 }
 
 /// Marks `id` splitting and adds `n` equal activating children on its nodes,
 /// ids `<id>_c<k>`.
-pub fn start_split(c: &mut ClusterConfig, id: &str, n: u32) {
+pub(crate) fn start_split(c: &mut ClusterConfig, id: &str, n: u32) {
     let s = shard_mut(c, id);
     s.state = ShardState::Splitting;
     let (lo, hi) = (s.lower, s.upper);
@@ -72,7 +72,7 @@ pub fn start_split(c: &mut ClusterConfig, id: &str, n: u32) {
 }
 
 /// Completes a split started by [`start_split`]: parent inactive, children active.
-pub fn finish_split(c: &mut ClusterConfig, id: &str) {
+pub(crate) fn finish_split(c: &mut ClusterConfig, id: &str) {
     for a in &mut c.applications {
         for s in &mut a.shards {
             if s.id == id {

@@ -15,7 +15,7 @@
 pub mod expand;
 pub mod gates;
 pub mod store;
-pub mod version;
+pub(crate) mod version;
 pub mod wire;
 
 use uuid::Uuid;

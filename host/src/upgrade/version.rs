@@ -10,7 +10,7 @@ pub const BINARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The version a registration without a recorded version runs: 0.1.0
 /// records none.
-pub const UNRECORDED_VERSION: &str = "0.1.0";
+pub(crate) const UNRECORDED_VERSION: &str = "0.1.0";
 
 /// The highest wire protocol this binary speaks: one number per release
 /// line (0.1 → 1, 0.2 → 2).
@@ -96,7 +96,7 @@ pub enum JoinRefused {
 
 /// Whether a binary of line `binary` may join a cluster at `cluster`: the
 /// same line, or the one right after it.
-pub fn may_join(binary: Release, cluster: Release) -> Result<(), JoinRefused> {
+pub(crate) fn may_join(binary: Release, cluster: Release) -> Result<(), JoinRefused> {
     let version = BINARY_VERSION.to_string();
     if binary < cluster {
         Err(JoinRefused::Older { binary: version, cluster })

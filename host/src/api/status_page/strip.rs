@@ -6,7 +6,7 @@
 use super::{PageShard, tally};
 
 /// Most boxes one strip draws (a wider strip is no more readable).
-pub const MAX_SEGMENTS: usize = 256;
+pub(super) const MAX_SEGMENTS: usize = 256;
 
 /// A stretch of the key space drawn as one box.
 #[derive(Debug)]
@@ -28,17 +28,17 @@ impl<'a> Segment<'a> {
     }
 
     /// Its shards with no live holder.
-    pub fn unowned(&self) -> usize {
+    pub(super) fn unowned(&self) -> usize {
         self.shards.iter().filter(|s| s.holder.is_none()).count()
     }
 
     /// Whether any of its shards is being drained.
-    pub fn draining(&self) -> bool {
+    pub(super) fn draining(&self) -> bool {
         self.shards.iter().any(|s| s.draining)
     }
 
     /// Shards per holder, the holder of most first.
-    pub fn holders(&self) -> Vec<(&'a str, usize)> {
+    pub(super) fn holders(&self) -> Vec<(&'a str, usize)> {
         let mut counts = tally(self.shards.iter().filter_map(|s| s.holder.as_deref()));
         counts.sort_by_key(|h| std::cmp::Reverse(h.1));
         counts

@@ -39,7 +39,7 @@ use wasmtime_wasi::sockets::{WasiSockets, WasiSocketsView as _};
 use super::State;
 
 /// The interfaces linked here, without their `@version`.
-pub const INTERFACES: &[&str] = &[
+pub(crate) const INTERFACES: &[&str] = &[
     "wasi:filesystem/types",
     "wasi:filesystem/preopens",
     "wasi:sockets/network",
@@ -52,7 +52,7 @@ pub const INTERFACES: &[&str] = &[
 ];
 
 /// Links [`INTERFACES`] into `l`.
-pub fn add_to_linker(l: &mut Linker<State>) -> wasmtime::Result<()> {
+pub(crate) fn add_to_linker(l: &mut Linker<State>) -> wasmtime::Result<()> {
     // The constructors: ours, and they give nothing.
     preopens::add_to_linker::<State, Denied>(l, |_| Denied)?;
     tcp_create_socket::add_to_linker::<State, Denied>(l, |_| Denied)?;

@@ -21,16 +21,16 @@ pub const SUPPORTED_VERSIONS: &[&str] = &[latest::VERSION];
 
 /// A call's outcome: `Err` is a trap (or a host error), `Ok(Err)` the
 /// policy's refusal.
-pub type Answer<T> = wasmtime::Result<Result<T, sdk::PolicyError>>;
+pub(crate) type Answer<T> = wasmtime::Result<Result<T, sdk::PolicyError>>;
 
 /// Where one slot's exports are in a component, at its interface version.
-pub enum Indices {
+pub(crate) enum Indices {
     /// `chitin:policy@0.1.x`
     V0_1_0(since_v0_1_0::Indices),
 }
 
 /// One slot's exports in one instance, at its interface version.
-pub enum Exports {
+pub(crate) enum Exports {
     /// `chitin:policy@0.1.x`
     V0_1_0(since_v0_1_0::Exports),
 }
@@ -38,7 +38,7 @@ pub enum Exports {
 impl Indices {
     /// Finds the exports of `slot` at `version`, one of [`SUPPORTED_VERSIONS`]
     /// (as [`super::Plugin::slot_version`] returns it).
-    pub fn new(version: &str, slot: Slot, pre: &InstancePre<State>) -> wasmtime::Result<Self> {
+    pub(crate) fn new(version: &str, slot: Slot, pre: &InstancePre<State>) -> wasmtime::Result<Self> {
         match version {
             since_v0_1_0::VERSION => since_v0_1_0::Indices::new(slot, pre).map(Indices::V0_1_0),
             other => wasmtime::bail!("interface version {other} is not supported by this host"),
@@ -46,7 +46,7 @@ impl Indices {
     }
 
     /// The exports in `instance`.
-    pub fn load(&self, store: &mut Store<State>, instance: &Instance) -> wasmtime::Result<Exports> {
+    pub(crate) fn load(&self, store: &mut Store<State>, instance: &Instance) -> wasmtime::Result<Exports> {
         match self {
             Indices::V0_1_0(i) => i.load(store, instance).map(Exports::V0_1_0),
         }
@@ -55,42 +55,50 @@ impl Indices {
 
 impl Exports {
     /// `instance-id.resolve`.
-    pub fn resolve(&self, store: &mut Store<State>, ctx: sdk::InstanceContext) -> Answer<String> {
+    pub(crate) fn resolve(&self, store: &mut Store<State>, ctx: sdk::InstanceContext) -> Answer<String> {
         match self {
             Exports::V0_1_0(e) => e.resolve(store, ctx),
         }
     }
 
     /// `placement.place-replicas`.
-    pub fn place_replicas(&self, store: &mut Store<State>, req: sdk::PlacementRequest) -> Answer<Vec<sdk::ShardPlacement>> {
+    pub(crate) fn place_replicas(
+        &self,
+        store: &mut Store<State>,
+        req: sdk::PlacementRequest,
+    ) -> Answer<Vec<sdk::ShardPlacement>> {
         match self {
             Exports::V0_1_0(e) => e.place_replicas(store, req),
         }
     }
 
     /// `placement.rebalance`.
-    pub fn rebalance(&self, store: &mut Store<State>, req: sdk::RebalanceRequest) -> Answer<Vec<sdk::ReplicaMove>> {
+    pub(crate) fn rebalance(&self, store: &mut Store<State>, req: sdk::RebalanceRequest) -> Answer<Vec<sdk::ReplicaMove>> {
         match self {
             Exports::V0_1_0(e) => e.rebalance(store, req),
         }
     }
 
     /// `placement.preferred-holders`.
-    pub fn preferred_holders(&self, store: &mut Store<State>, req: sdk::RankingRequest) -> Answer<Vec<sdk::HolderRanking>> {
+    pub(crate) fn preferred_holders(
+        &self,
+        store: &mut Store<State>,
+        req: sdk::RankingRequest,
+    ) -> Answer<Vec<sdk::HolderRanking>> {
         match self {
             Exports::V0_1_0(e) => e.preferred_holders(store, req),
         }
     }
 
     /// `split.split-points`.
-    pub fn split_points(&self, store: &mut Store<State>, req: sdk::SplitRequest) -> Answer<Vec<u32>> {
+    pub(crate) fn split_points(&self, store: &mut Store<State>, req: sdk::SplitRequest) -> Answer<Vec<u32>> {
         match self {
             Exports::V0_1_0(e) => e.split_points(store, req),
         }
     }
 
     /// `drain.plan-drain`.
-    pub fn plan_drain(&self, store: &mut Store<State>, req: sdk::DrainRequest) -> Answer<Vec<Vec<sdk::Handoff>>> {
+    pub(crate) fn plan_drain(&self, store: &mut Store<State>, req: sdk::DrainRequest) -> Answer<Vec<Vec<sdk::Handoff>>> {
         match self {
             Exports::V0_1_0(e) => e.plan_drain(store, req),
         }

@@ -17,7 +17,7 @@ wasmtime::component::bindgen!({
 });
 
 /// The interface version these bindings speak.
-pub const VERSION: &str = "0.1.0";
+pub(super) const VERSION: &str = "0.1.0";
 
 use self::chitin::policy::types as wit;
 use exports::chitin::policy::{drain, instance_id, placement, split};
@@ -31,7 +31,7 @@ chitin_policy_sdk::__policy_conversions!(
 );
 
 /// Where one slot's exports are in a component, found once per component.
-pub enum Indices {
+pub(crate) enum Indices {
     /// `instance-id`
     InstanceId(instance_id::GuestIndices),
     /// `placement`
@@ -43,7 +43,7 @@ pub enum Indices {
 }
 
 /// One slot's exports in one instance.
-pub enum Exports {
+pub(crate) enum Exports {
     /// `instance-id`
     InstanceId(instance_id::Guest),
     /// `placement`
@@ -56,7 +56,7 @@ pub enum Exports {
 
 impl Indices {
     /// Finds the exports of `slot` in the component `pre` instantiates.
-    pub fn new(slot: Slot, pre: &InstancePre<State>) -> wasmtime::Result<Self> {
+    pub(crate) fn new(slot: Slot, pre: &InstancePre<State>) -> wasmtime::Result<Self> {
         Ok(match slot {
             Slot::InstanceId => Indices::InstanceId(instance_id::GuestIndices::new(pre)?),
             Slot::Placement => Indices::Placement(placement::GuestIndices::new(pre)?),
@@ -66,7 +66,7 @@ impl Indices {
     }
 
     /// The exports in `instance`.
-    pub fn load(&self, store: &mut Store<State>, instance: &Instance) -> wasmtime::Result<Exports> {
+    pub(crate) fn load(&self, store: &mut Store<State>, instance: &Instance) -> wasmtime::Result<Exports> {
         Ok(match self {
             Indices::InstanceId(i) => Exports::InstanceId(i.load(&mut *store, instance)?),
             Indices::Placement(i) => Exports::Placement(i.load(&mut *store, instance)?),
@@ -92,7 +92,7 @@ impl Exports {
     }
 
     /// `instance-id.resolve`.
-    pub fn resolve(&self, store: &mut Store<State>, ctx: sdk::InstanceContext) -> Answer<String> {
+    pub(crate) fn resolve(&self, store: &mut Store<State>, ctx: sdk::InstanceContext) -> Answer<String> {
         match self {
             Exports::InstanceId(g) => answer(g.call_resolve(store, &ctx.conv())),
             _ => wrong_slot(self.slot(), Slot::InstanceId),
@@ -100,7 +100,11 @@ impl Exports {
     }
 
     /// `placement.place-replicas`.
-    pub fn place_replicas(&self, store: &mut Store<State>, req: sdk::PlacementRequest) -> Answer<Vec<sdk::ShardPlacement>> {
+    pub(crate) fn place_replicas(
+        &self,
+        store: &mut Store<State>,
+        req: sdk::PlacementRequest,
+    ) -> Answer<Vec<sdk::ShardPlacement>> {
         match self {
             Exports::Placement(g) => answer(g.call_place_replicas(store, &req.conv())),
             _ => wrong_slot(self.slot(), Slot::Placement),
@@ -108,7 +112,7 @@ impl Exports {
     }
 
     /// `placement.rebalance`.
-    pub fn rebalance(&self, store: &mut Store<State>, req: sdk::RebalanceRequest) -> Answer<Vec<sdk::ReplicaMove>> {
+    pub(crate) fn rebalance(&self, store: &mut Store<State>, req: sdk::RebalanceRequest) -> Answer<Vec<sdk::ReplicaMove>> {
         match self {
             Exports::Placement(g) => answer(g.call_rebalance(store, &req.conv())),
             _ => wrong_slot(self.slot(), Slot::Placement),
@@ -116,7 +120,11 @@ impl Exports {
     }
 
     /// `placement.preferred-holders`.
-    pub fn preferred_holders(&self, store: &mut Store<State>, req: sdk::RankingRequest) -> Answer<Vec<sdk::HolderRanking>> {
+    pub(crate) fn preferred_holders(
+        &self,
+        store: &mut Store<State>,
+        req: sdk::RankingRequest,
+    ) -> Answer<Vec<sdk::HolderRanking>> {
         match self {
             Exports::Placement(g) => answer(g.call_preferred_holders(store, &req.conv())),
             _ => wrong_slot(self.slot(), Slot::Placement),
@@ -124,7 +132,7 @@ impl Exports {
     }
 
     /// `split.split-points`.
-    pub fn split_points(&self, store: &mut Store<State>, req: sdk::SplitRequest) -> Answer<Vec<u32>> {
+    pub(crate) fn split_points(&self, store: &mut Store<State>, req: sdk::SplitRequest) -> Answer<Vec<u32>> {
         match self {
             Exports::Split(g) => answer(g.call_split_points(store, &req.conv())),
             _ => wrong_slot(self.slot(), Slot::Split),
@@ -132,7 +140,7 @@ impl Exports {
     }
 
     /// `drain.plan-drain`.
-    pub fn plan_drain(&self, store: &mut Store<State>, req: sdk::DrainRequest) -> Answer<Vec<Vec<sdk::Handoff>>> {
+    pub(crate) fn plan_drain(&self, store: &mut Store<State>, req: sdk::DrainRequest) -> Answer<Vec<Vec<sdk::Handoff>>> {
         match self {
             Exports::Drain(g) => answer(g.call_plan_drain(store, &req.conv())),
             _ => wrong_slot(self.slot(), Slot::Drain),
