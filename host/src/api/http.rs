@@ -39,8 +39,13 @@ pub(crate) fn router(control: Arc<Control>) -> Router {
 }
 
 /// A request whose answer took longer than `[limits] request_timeout_secs`.
-fn timed_out(_: std::time::Duration) -> Response {
-    (StatusCode::REQUEST_TIMEOUT, "request timed out ([limits] request_timeout_secs)\n").into_response()
+/// The health routes read the stores: a stuck one is the usual cause.
+fn timed_out(limit: std::time::Duration) -> Response {
+    let body = format!(
+        "request timed out after {limit:?} ([limits] request_timeout_secs); a store the node reads (its database, \
+         Redis) may be stuck or unreachable: /livez answers without them\n"
+    );
+    (StatusCode::REQUEST_TIMEOUT, body).into_response()
 }
 
 async fn unknown_path(uri: Uri) -> Response {
@@ -238,6 +243,7 @@ mod tests {
         assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
         assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
         let body = axum::body::to_bytes(response.into_body(), 1024).await.unwrap();
-        assert_eq!(&body[..], b"request timed out ([limits] request_timeout_secs)\n");
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.starts_with("request timed out after 200ms ([limits] request_timeout_secs)"), "{body}");
     }
 }

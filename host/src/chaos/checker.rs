@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use super::clients::{Abandoned, Ack};
 use super::clock::{Step, unstep_us};
 use super::violation::{Owner, Takeover, Verdict, Violation};
+use crate::lease::Via;
 
 /// A stored journal entry. Times are microseconds since the Unix epoch by
 /// the database clock.
@@ -44,16 +45,15 @@ pub(crate) struct Row {
 }
 
 /// One entry of the lease history: `epoch` of `shard` granted to `holder`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug)]
 pub(crate) struct Grant {
     pub shard: String,
     pub epoch: i64,
     pub holder: String,
     pub acquired_us: i64,
-    /// Written by the shard's holder as it handed the shard over (a
-    /// handoff, or a split's child), not by a taker.
-    #[serde(default)]
-    pub via_handover: bool,
+    /// Taken, or written by the shard's holder as it handed the shard over
+    /// (a handoff, or a split's child).
+    pub via: Via,
 }
 
 /// A split parent's retirement, from `chitin_shard_retirements`: `epoch`
@@ -241,7 +241,7 @@ fn check_takeovers(grants: &[Grant], deaths: &[Death], bounds: Bounds, steps: &[
             // A handover after the fault's time is the stalled node's own
             // act in the moment before the fault took hold (its holder
             // writes it): nobody judged it dead.
-            let taken = first.is_some_and(|g| !g.via_handover);
+            let taken = first.is_some_and(|g| g.via == Via::Acquire);
             // On a wall clock that never stepped ([`super::clock`]).
             let ms = next.map(|t| ((unstep_us(steps, t) - unstep_us(steps, d.at_us)).max(0) / 1000) as u64);
             let bound_ms = if d.crash { bounds.crash_ms } else { bounds.stall_ms };
@@ -470,7 +470,7 @@ mod tests {
     }
 
     fn grant(epoch: i64, holder: &str, at: i64) -> Grant {
-        Grant { shard: "s".into(), epoch, holder: holder.into(), acquired_us: at, via_handover: false }
+        Grant { shard: "s".into(), epoch, holder: holder.into(), acquired_us: at, via: Via::Acquire }
     }
 
     #[test]
@@ -550,7 +550,7 @@ mod tests {
         // A handover the stalled node itself wrote just after the fault's
         // recorded time (a CI run's paused node, 16 ms) is no takeover.
         let mut handed = after(16);
-        handed[1].via_handover = true;
+        handed[1].via = Via::Handover;
         let own = check_no_abandoned(&[], &[], &handed, &[died(false)]);
         assert_eq!((own.early_takeovers, own.takeovers.len()), (0, 1), "{:?}", own.violations);
     }
@@ -575,7 +575,7 @@ mod tests {
     }
 
     fn granted(shard: &str, epoch: i64, holder: &str, at: i64) -> Grant {
-        Grant { shard: shard.into(), epoch, holder: holder.into(), acquired_us: at, via_handover: false }
+        Grant { shard: shard.into(), epoch, holder: holder.into(), acquired_us: at, via: Via::Acquire }
     }
 
     fn retired(shard: &str, epoch: i64, at: i64) -> Retired {

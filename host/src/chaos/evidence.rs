@@ -14,7 +14,7 @@
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
-use crate::lease::{Dialect, Store, Via};
+use crate::lease::{Dialect, LeaseError, Store, Via};
 
 use super::ChaosError;
 use super::checker::{Grant, Retired, Row};
@@ -134,14 +134,10 @@ async fn read_commit_times(url: &str, streams: &[String]) -> Result<Evidence, Ch
         .collect();
     let grants = granted
         .into_iter()
-        .map(|(shard, epoch, holder, via, statement, commit)| Grant {
-            shard,
-            epoch,
-            holder,
-            acquired_us: at(statement, commit),
-            via_handover: via == Via::Handover.as_str(),
+        .map(|(shard, epoch, holder, via, statement, commit)| {
+            Ok(Grant { shard, epoch, holder, acquired_us: at(statement, commit), via: Via::from_column(&via)? })
         })
-        .collect();
+        .collect::<Result<_, LeaseError>>()?;
     let retirements = retired
         .into_iter()
         .map(|(shard, epoch, statement, commit)| Retired { shard, epoch, retired_us: at(statement, commit) })
@@ -172,7 +168,7 @@ async fn read_statement_times(store: &Store, streams: &[String], why: String) ->
         .await?
         .into_iter()
         .map(|h| Grant {
-            via_handover: h.via == Via::Handover,
+            via: h.via,
             shard: h.shard,
             epoch: h.epoch,
             holder: h.holder_name,

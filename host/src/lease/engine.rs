@@ -909,10 +909,7 @@ where
                     epoch: r.try_get("epoch")?,
                     holder: B::uuid(r, "holder")?.ok_or_else(|| LeaseError::Corrupt("history without holder".into()))?,
                     holder_name: r.try_get("holder_name")?,
-                    via: {
-                        let word: String = r.try_get("via")?;
-                        Via::from_column(&word).ok_or_else(|| LeaseError::Corrupt(format!("a grant via `{word}`")))?
-                    },
+                    via: Via::from_column(&r.try_get::<String, _>("via")?)?,
                     acquired_at: required_time::<B>(r, "acquired_at")?,
                 })
             })

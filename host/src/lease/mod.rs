@@ -401,9 +401,15 @@ impl Via {
         }
     }
 
-    /// The grant a `via` column names; `None` for a word no migration allows.
-    pub fn from_column(word: &str) -> Option<Via> {
-        [Via::Acquire, Via::Handover].into_iter().find(|v| v.as_str() == word)
+    /// The grant a `via` column names; a word no migration allows is an
+    /// error that says where it came from.
+    pub fn from_column(word: &str) -> Result<Via, LeaseError> {
+        [Via::Acquire, Via::Handover].into_iter().find(|v| v.as_str() == word).ok_or_else(|| {
+            LeaseError::Corrupt(format!(
+                "chitin_lease_history.via holds `{word}`, which this release never writes (it writes `acquire` or \
+                 `handover`): the table was changed by hand, or a newer chitin wrote it (upgrade this node)"
+            ))
+        })
     }
 }
 

@@ -40,7 +40,8 @@ fn a_grants_via_is_a_word_every_dialects_migration_allows() {
         assert!(migration.contains(&check), "a migration's CHECK differs from `Via`: {check}");
     }
     for via in [Via::Acquire, Via::Handover] {
-        assert_eq!(Via::from_column(via.as_str()), Some(via));
+        assert_eq!(Via::from_column(via.as_str()).unwrap(), via);
     }
-    assert_eq!(Via::from_column("stolen"), None);
+    let refused = Via::from_column("stolen").unwrap_err().to_string();
+    assert!(refused.contains("chitin_lease_history.via holds `stolen`") && refused.contains("changed by hand"), "{refused}");
 }

@@ -142,6 +142,36 @@ fn module_path(rel: &Path) -> Vec<String> {
 /// Every edge between two second-level modules of one top-level module
 /// (`(chaos, checker) -> (chaos, claims)`), from `super::` and
 /// `crate::<top>::` paths outside comments and test blocks.
+/// `line` without its `//` comment; a `//` inside a string literal (a URL)
+/// is code, and what follows it on the line is read. (A quote as a char
+/// literal opens no string.)
+fn without_comment(line: &str) -> &str {
+    let (mut in_string, mut escaped, mut slash) = (false, false, false);
+    for (i, c) in line.replace("'\"'", "'.'").char_indices() {
+        match c {
+            '/' if !in_string && slash => return &line[..i - 1],
+            '"' if !escaped => in_string = !in_string,
+            _ => {}
+        }
+        slash = c == '/';
+        escaped = in_string && c == '\\' && !escaped;
+    }
+    line
+}
+
+#[test]
+fn a_comment_ends_a_line_but_a_url_in_a_string_does_not() {
+    for (line, code) in [
+        ("use super::a; // super::b", "use super::a; "),
+        ("let u = \"http://x\"; super::a::f()", "let u = \"http://x\"; super::a::f()"),
+        ("let q = \"a\\\"//\"; // super::b", "let q = \"a\\\"//\"; "),
+        ("/// doc", ""),
+        ("match c { '\"' => x, _ => y } // super::b", "match c { '\"' => x, _ => y } "),
+    ] {
+        assert_eq!(without_comment(line), code, "{line}");
+    }
+}
+
 fn inner_imports(src: &Path) -> BTreeMap<(String, String), BTreeSet<(String, String)>> {
     let files = rust_files(src);
     let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(f)).collect();
@@ -156,14 +186,7 @@ fn inner_imports(src: &Path) -> BTreeMap<(String, String), BTreeSet<(String, Str
         }
         let Some(from) = second(&me) else { continue };
         let text = std::fs::read_to_string(src.join(rel)).unwrap();
-        let code: String = text
-            .split("#[cfg(test)]")
-            .next()
-            .unwrap()
-            .lines()
-            .map(|l| l.split("//").next().unwrap())
-            .collect::<Vec<_>>()
-            .join("\n");
+        let code: String = text.split("#[cfg(test)]").next().unwrap().lines().map(without_comment).collect::<Vec<_>>().join("\n");
         for (i, _) in code.match_indices("super::").chain(code.match_indices("crate::")) {
             if code[..i].ends_with("::") {
                 continue; // the second `super::` of `super::super::`, counted with the first
