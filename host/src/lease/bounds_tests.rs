@@ -3,7 +3,8 @@
 //! half a TTL: the server ends the idle transaction, and the taker's lock
 //! wait is bounded and ends its attempt (the next round tries again). And
 //! the heartbeat never waits for the pool: it has a connection of its own. PostgreSQL and MariaDB (MySQL has no
-//! idle-transaction timeout: see `mysql`).
+//! idle-transaction timeout: see `mysql`). A liveness watcher that falls
+//! silent holding a peer's lock lets go of it within its idle bound.
 
 use std::time::{Duration, Instant};
 
@@ -137,6 +138,31 @@ async fn heartbeat_scenario(url: &str) -> Result<()> {
     Ok(())
 }
 
+/// A watcher that falls silent while it holds a peer's liveness lock (cut
+/// off or paused in the moment of judging it; after a server restart every
+/// watcher takes the free locks it waits on before their nodes take them
+/// back) lets go of it once its idle bound ends its server session: the
+/// peer's own session opens then. Without the bound the watch's session
+/// lasts minutes (MySQL's `wait_timeout`; on PostgreSQL until keepalives
+/// fail, and on loopback they never do), the peer's wait runs out, and the
+/// peer takes no lease meanwhile.
+async fn silent_watcher_scenario(url: &str) -> Result<()> {
+    let ttl = Duration::from_secs(2);
+    let options = StoreOptions { lease_ttl: ttl, liveness_timeout: Duration::from_secs(30), ..StoreOptions::default() };
+    let s = Store::connect_with(url, options).await?;
+    s.migrate().await?;
+    let peer = s.register_node("peer", "a1").await?;
+    let mut watch = s.open_watch().await?;
+    anyhow::ensure!(watch.wait(peer, Duration::ZERO).await?, "the peer has no session yet: its lock is free");
+    // The watcher sends nothing more, as one cut off sends nothing.
+    let wait = super::session::watch_idle_bound(ttl) + Duration::from_secs(5);
+    let session = s.open_session(peer, ttl, wait).await.context("the peer's own session, behind the silent watcher")?;
+    assert!(watch.release().await.is_err(), "the server ended the silent watch's session");
+    session.close().await;
+    s.close().await;
+    Ok(())
+}
+
 /// Runs `scenario` on a fresh database of the server at `admin`, dropped
 /// after.
 async fn on_fresh_database<F: std::future::Future<Output = Result<()>>>(admin: &str, scenario: impl FnOnce(String) -> F) {
@@ -173,4 +199,14 @@ async fn postgres_heartbeat_never_waits_for_the_pool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_heartbeat_never_waits_for_the_pool() {
     on_fresh_database(&mysql_admin(), |url| async move { heartbeat_scenario(&url).await }).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_silent_watcher_lets_go_of_a_peers_lock() {
+    on_fresh_database(&postgres_admin(), |url| async move { silent_watcher_scenario(&url).await }).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_silent_watcher_lets_go_of_a_peers_lock() {
+    on_fresh_database(&mysql_admin(), |url| async move { silent_watcher_scenario(&url).await }).await
 }

@@ -260,6 +260,40 @@ impl Conn {
         }
         Ok(())
     }
+
+    /// Has the server end this session after `idle` without a statement
+    /// (after [`Conn::keep_alive`], whose MySQL bound it replaces). Only
+    /// PostgreSQL 14 and later have `idle_session_timeout`; before it the
+    /// keepalives end the session of a vanished host.
+    async fn bound_idle(&mut self, idle: Duration) -> Result<(), LeaseError> {
+        match self {
+            Conn::Pg(c) => {
+                let version: i32 =
+                    sqlx::query_scalar("SELECT current_setting('server_version_num')::int").fetch_one(&mut *c).await?;
+                if version >= 140_000 {
+                    let set = format!("SET idle_session_timeout = '{}ms'", idle.as_millis());
+                    sqlx::query(sqlx::AssertSqlSafe(set)).execute(c).await?;
+                }
+            }
+            Conn::My(c) => {
+                let set = format!("SET SESSION wait_timeout = {}", idle.as_secs().max(1));
+                sqlx::query(sqlx::AssertSqlSafe(set)).execute(c).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How long a watch's server session may sit idle before the server ends
+/// it: half a TTL, a second at least (MySQL counts whole seconds). A watch
+/// holds a peer's lock only for the moment of judging it, and after a server
+/// restart it takes every free lock it waits on before their nodes take
+/// them back; a watcher cut off or paused in that moment would otherwise
+/// keep the peer out of its own session, so that the peer takes no lease,
+/// for as long as a vanished host's connection lasts (minutes). Shards
+/// whose preferred holder is that peer would wait as long.
+pub(crate) fn watch_idle_bound(ttl: Duration) -> Duration {
+    (ttl / 2).max(Duration::from_secs(1))
 }
 
 /// A node's own liveness session: its lock, held for the process's lifetime.
@@ -286,10 +320,13 @@ impl Store {
         Ok(LiveSession { conn, node, backend })
     }
 
-    /// A connection for waiting on peers' liveness locks.
+    /// A connection for waiting on peers' liveness locks. Its server session
+    /// ends after half a TTL idle ([`watch_idle_bound`]).
     pub async fn open_watch(&self) -> Result<Watch, LeaseError> {
+        let ttl = self.options().lease_ttl;
         let mut conn = Conn::open(self, "chitin-watch").await?;
-        conn.keep_alive(self.options().lease_ttl).await?;
+        conn.keep_alive(ttl).await?;
+        conn.bound_idle(watch_idle_bound(ttl)).await?;
         Ok(Watch { conn, holding: None })
     }
 
@@ -314,6 +351,9 @@ impl Store {
     /// flight); returns how many it held.
     pub async fn declare_dead(&self, watch: &mut Watch, node: Uuid) -> Result<usize, LeaseError> {
         watch.holds(node)?;
+        // The lock is the watch's session's: a judgement that outlasted the
+        // watch's idle bound lost it, and the node may hold it again.
+        watch.conn.backend().await?;
         let freed = self.leases_of(node).await?.len();
         self.deregister(node).await?;
         Ok(freed)

@@ -19,7 +19,6 @@
 //! own session drops keeps serving and takes its lock again at once.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -101,6 +100,18 @@ pub(crate) fn watch_target(registry: &[NodeRecord], me: Uuid) -> Option<&NodeRec
     (next.id != me).then_some(next)
 }
 
+/// Whether a node whose liveness session has been down for `down_for`
+/// (`None`: up) takes new leases. Not while a peer may be judging it dead;
+/// but judging takes a moment, so a session down longer than a TTL is no
+/// judgement under way: its lock is kept from the node (a peer's watch
+/// stopped on it, the node's own old session the server has not ended
+/// yet), and the shards that rank the node first would wait as long, since
+/// their other candidates leave them to it. Safety never rested on the
+/// lock (the fence and the heartbeat).
+pub(crate) fn may_take_leases(down_for: Option<Duration>, ttl: Duration) -> bool {
+    down_for.is_none_or(|down| down > ttl)
+}
+
 /// How often the node checks its own session: a dropped session is taken
 /// again within one check.
 fn check_interval(renew: Duration) -> Duration {
@@ -108,11 +119,17 @@ fn check_interval(renew: Duration) -> Duration {
 }
 
 impl Node {
-    /// Whether this node's liveness session is up (always, when the node
-    /// runs without one). While it is down the node serves the leases it
-    /// holds but takes no new one: a peer may be judging it this very moment.
-    pub fn session_up(&self) -> bool {
-        self.session_up.load(Ordering::Acquire)
+    /// Whether this node takes new leases: while its liveness session is
+    /// down it serves the leases it holds but takes no new one, for a TTL
+    /// at most ([`may_take_leases`]); always when it runs without one.
+    pub fn takes_new_leases(&self) -> bool {
+        let down_since = *self.session_down_since.lock().expect("session state poisoned");
+        may_take_leases(down_since.map(|at| at.elapsed()), self.settings.lease_ttl())
+    }
+
+    /// Records the session down (`Some(since)`) or up (`None`).
+    fn set_session_down(&self, since: Option<std::time::Instant>) {
+        *self.session_down_since.lock().expect("session state poisoned") = since;
     }
 
     /// Runs the liveness session and the watch of the next registration
@@ -142,16 +159,16 @@ impl Node {
                 Err(e) => {
                     // Safety rests on the fence and the heartbeat, not on
                     // this connection: serve on, take no new lease until the
-                    // lock is back, and take it back at once. A peer that
+                    // lock is back (a TTL at most), and take it back at once. A peer that
                     // finds it free meanwhile probes this node and finds it
                     // alive.
                     tracing::warn!(error = %e, "liveness session dropped; serving on and taking its lock again");
-                    self.session_up.store(false, Ordering::Release);
+                    self.set_session_down(Some(std::time::Instant::now()));
                     match self.reopen_session(&mut shutdown).await {
                         Some(fresh) => session = fresh,
                         None => break,
                     }
-                    self.session_up.store(true, Ordering::Release);
+                    self.set_session_down(None);
                     tracing::info!("liveness session back");
                     self.kick.notify_one();
                 }
@@ -314,6 +331,21 @@ mod tests {
         assert_eq!(probe(&open).await, Probe::Accepted);
         drop(listener);
         assert_eq!(probe(&open).await, Probe::Refused);
+    }
+
+    #[test]
+    fn a_node_without_its_session_takes_no_lease_for_a_ttl_then_takes_them_again() {
+        let ttl = Duration::from_secs(2);
+        for (down_for, takes) in [
+            (None, true),
+            (Some(Duration::ZERO), false),
+            (Some(Duration::from_millis(1_999)), false),
+            (Some(ttl), false),
+            (Some(Duration::from_millis(2_001)), true),
+            (Some(Duration::from_secs(60)), true),
+        ] {
+            assert_eq!(may_take_leases(down_for, ttl), takes, "down for {down_for:?}");
+        }
     }
 
     #[test]

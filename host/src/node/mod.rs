@@ -193,9 +193,10 @@ pub struct Node {
     started: std::time::Instant,
     /// The liveness session opened at start, until its task takes it.
     session: Mutex<Option<lease::session::LiveSession>>,
-    /// False while the liveness session is being taken again: the node
-    /// serves what it holds and takes nothing new.
-    session_up: std::sync::atomic::AtomicBool,
+    /// Since when the liveness session is being taken again (`None` while
+    /// it is up): the node serves what it holds and takes nothing new
+    /// meanwhile, for a TTL at most ([`liveness::may_take_leases`]).
+    session_down_since: Mutex<Option<std::time::Instant>>,
     /// The slots whose component differs from the cluster's, as last read.
     policy_mismatch: Mutex<Vec<policy_hashes::Mismatch>>,
     /// The embedded default, for a slot whose component fails.
@@ -282,7 +283,7 @@ impl Node {
             fatal: watch::channel(false).0,
             started: std::time::Instant::now(),
             session: Mutex::new(session),
-            session_up: std::sync::atomic::AtomicBool::new(true),
+            session_down_since: Mutex::new(None),
             policy_mismatch: Mutex::new(Vec::new()),
             lock_waited: Mutex::default(),
             fallback: Arc::default(),

@@ -234,7 +234,7 @@ impl super::Node {
     pub async fn on_notice(&self, shard: &str, epoch: i64, holder: uuid::Uuid) {
         if holder == self.uuid
             && self.is_ready()
-            && self.session_up()
+            && self.takes_new_leases()
             && self.takes_leases()
             && !self.leases.held_ids().contains(shard)
         {

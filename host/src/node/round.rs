@@ -61,7 +61,7 @@ impl Node {
             crate::upgrade::apply_gates(&self.store, crate::upgrade::store::cluster_version(&self.store).await?);
         }
         let registry = self.refresh_registry().await?;
-        if !self.session_up() {
+        if !self.takes_new_leases() {
             // Without its liveness session the node takes nothing: a peer may
             // be judging it dead this very moment.
             return Ok(());
