@@ -87,6 +87,12 @@ pub enum LeaseError {
     )]
     SessionLockHeld { node: Uuid, waited: std::time::Duration },
 
+    #[error(
+        "the liveness watch's database session gave no answer within {waited:?}: the server ended it while this \
+         node was cut off from it, or the server is gone; a new watch replaces it"
+    )]
+    WatchSilent { waited: std::time::Duration },
+
     #[error("node registration {0} is not live (down, or not seen within the liveness timeout)")]
     NodeNotLive(Uuid),
 

@@ -324,10 +324,18 @@ impl Store {
     /// ends after half a TTL idle ([`watch_idle_bound`]).
     pub async fn open_watch(&self) -> Result<Watch, LeaseError> {
         let ttl = self.options().lease_ttl;
-        let mut conn = Conn::open(self, "chitin-watch").await?;
-        conn.keep_alive(ttl).await?;
-        conn.bound_idle(watch_idle_bound(ttl)).await?;
-        Ok(Watch { conn, holding: None })
+        let idle = watch_idle_bound(ttl);
+        let answer_within = idle + Duration::from_secs(1);
+        // A connect from a node cut off from the server would wait out the
+        // kernel's SYN retries (minutes).
+        let conn = answered(answer_within, async {
+            let mut conn = Conn::open(self, "chitin-watch").await?;
+            conn.keep_alive(ttl).await?;
+            conn.bound_idle(idle).await?;
+            Ok(conn)
+        })
+        .await?;
+        Ok(Watch { conn, holding: None, answer_within })
     }
 
     /// Reads what `node`'s free lock, held by `watch` ([`Watch::wait`]
@@ -339,11 +347,16 @@ impl Store {
     /// death by a second signal before [`Store::declare_dead`].
     pub async fn session_ended(&self, watch: &mut Watch, node: Uuid) -> Result<Verdict, LeaseError> {
         watch.holds(node)?;
-        let now = watch.conn.server().await?;
-        Ok(match watch.conn.recorded(node).await? {
-            Some(recorded) if recorded.same_lifetime(&now) => Verdict::Ended,
-            recorded => Verdict::NoEvidence { recorded, now },
+        let within = watch.answer_within;
+        let conn = &mut watch.conn;
+        answered(within, async move {
+            let now = conn.server().await?;
+            Ok(match conn.recorded(node).await? {
+                Some(recorded) if recorded.same_lifetime(&now) => Verdict::Ended,
+                recorded => Verdict::NoEvidence { recorded, now },
+            })
         })
+        .await
     }
 
     /// Marks `node` down, its lock held by `watch`, and frees its leases for
@@ -353,7 +366,7 @@ impl Store {
         watch.holds(node)?;
         // The lock is the watch's session's: a judgement that outlasted the
         // watch's idle bound lost it, and the node may hold it again.
-        watch.conn.backend().await?;
+        answered(watch.answer_within, watch.conn.backend()).await?;
         let freed = self.leases_of(node).await?.len();
         self.deregister(node).await?;
         Ok(freed)
@@ -399,7 +412,18 @@ impl LiveSession {
 /// A connection that waits for peers' liveness locks, one at a time.
 pub struct Watch {
     conn: Conn,
+    /// The peer whose lock it holds.
     holding: Option<Uuid>,
+    /// How long a statement may go unanswered beyond its own wait. The
+    /// server ends a watch's session after its idle bound, and when it does
+    /// so while this node is cut off from it, the close may never arrive:
+    /// without a limit the watch would wait for an answer for good.
+    answer_within: Duration,
+}
+
+/// `statement`'s outcome, or [`LeaseError::WatchSilent`] after `within`.
+async fn answered<T>(within: Duration, statement: impl Future<Output = Result<T, LeaseError>>) -> Result<T, LeaseError> {
+    tokio::time::timeout(within, statement).await.map_err(|_| LeaseError::WatchSilent { waited: within })?
 }
 
 impl Watch {
@@ -407,7 +431,7 @@ impl Watch {
     /// ended, or it never recorded one; [`Store::session_ended`] tells which),
     /// false when the node still holds it. Release it with [`Watch::release`].
     pub async fn wait(&mut self, node: Uuid, wait: Duration) -> Result<bool, LeaseError> {
-        let got = self.conn.lock(node, wait).await?;
+        let got = answered(wait + self.answer_within, self.conn.lock(node, wait)).await?;
         if got {
             self.holding = Some(node);
         }
@@ -424,7 +448,7 @@ impl Watch {
     /// Releases the lock taken by [`Watch::wait`].
     pub async fn release(&mut self) -> Result<(), LeaseError> {
         if let Some(node) = self.holding.take() {
-            self.conn.unlock(node).await?;
+            answered(self.answer_within, self.conn.unlock(node)).await?;
         }
         Ok(())
     }

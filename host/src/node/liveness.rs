@@ -224,7 +224,11 @@ impl Node {
     /// (the target lives, or it died and the next one is due), false when
     /// there is nothing to watch or the free lock proved nothing yet.
     async fn watch_once(&self, slot: &mut Option<Watch>) -> Result<bool, crate::lease::LeaseError> {
-        let Some(target) = watch_target(&self.registry(), self.uuid).cloned() else { return Ok(false) };
+        let Some(target) = watch_target(&self.registry(), self.uuid).cloned() else {
+            // An idle watch's session ends at its bound: open one when needed.
+            *slot = None;
+            return Ok(false);
+        };
         let watch = match slot {
             Some(w) => w,
             None => slot.insert(self.store.open_watch().await?),
