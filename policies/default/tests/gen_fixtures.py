@@ -336,20 +336,27 @@ def pick_order(s):
     return (mix64(fnv1a64(s.encode())), s)
 
 
-def balanced_holders(rankings):
+def balanced_holders(rankings, kept=None):
     """Independent model of the default's choice of holders: consistent hashing
     with bounded loads over the rendezvous rank. `rankings` maps each shard to
-    its eligible replica nodes in rendezvous order (none empty); returns the
-    holder of each. With n shards on the k nodes of the rankings, a node may
-    lead n // k, and the first n % k nodes to go beyond lead one more. Shards
-    in pick order take their best-ranked node with room, else the shortest
-    chain of moves (breadth first) that ends at a node with room, else their
-    least loaded node (ties by rank)."""
+    its replica nodes in rendezvous order (none empty); returns the holder of
+    each. The shards of `kept` (shard -> node) stay where they are, and no
+    chain moves them. With n
+    shards on the k nodes of the rankings, a node may lead n // k, and the
+    first n % k nodes to go beyond lead one more. The other shards in pick
+    order take their best-ranked node with room, else the shortest chain of
+    moves (breadth first) that ends at a node with room, else their least
+    loaded node (ties by rank)."""
+    kept = kept or {}
     order = sorted(rankings, key=pick_order)
     nodes = sorted({n for r in rankings.values() for n in r})
     base, extra = divmod(len(order), len(nodes)) if nodes else (0, 0)
     led = {n: [] for n in nodes}
     holder = {}
+    for s in order:
+        if s in kept:
+            led[kept[s]].append(s)
+            holder[s] = kept[s]
 
     def room(n):
         above = sum(1 for m in nodes if len(led[m]) > base)
@@ -374,9 +381,9 @@ def balanced_holders(rankings):
             if not queue:
                 return None
             full = queue.pop(0)
-            offers = [(t, full) for t in sorted(led[full], key=order.index)]
+            offers = [(t, full) for t in sorted(led[full], key=order.index) if t not in kept]
 
-    for s in order:
+    for s in (s for s in order if s not in kept):
         least = min(rankings[s], key=lambda n: (len(led[n]), rankings[s].index(n)))
         for t, n in chain(s) or [(s, least)]:
             if t in holder:
@@ -390,11 +397,21 @@ def preferred(req):
     """The default's answer to a preferred-holders request: each shard's holder,
     then its other eligible replica nodes in rendezvous order; inactive shards
     take no share."""
+    def ranked_on(counted):
+        return {s["id"]: rank(s["id"], {r["node"] for r in req["replicas"] if r["shard"] == s["id"] and r["node"] in counted})
+                for s in req["shards"]}
+
+    def contested(ranked):
+        return {s["id"]: ranked[s["id"]] for s in req["shards"] if s["state"] != "inactive" and ranked[s["id"]]}
+
     eligible = {n["id"] for n in req["nodes"] if n["state"] in ("joining", "active")}
-    ranked = {s["id"]: rank(s["id"], {r["node"] for r in req["replicas"] if r["shard"] == s["id"] and r["node"] in eligible})
-              for s in req["shards"]}
-    holders = balanced_holders({s["id"]: ranked[s["id"]] for s in req["shards"]
-                                if s["state"] != "inactive" and ranked[s["id"]]})
+    ranked = ranked_on(eligible)
+    # Every node of the request keeps its seat: the balance over all of them
+    # first, then the shards of seats that are not eligible seated again
+    # among the eligible nodes around the others.
+    seats = balanced_holders(contested(ranked_on({n["id"] for n in req["nodes"]})))
+    kept = {s: n for s, n in seats.items() if n in ranked[s]}
+    holders = balanced_holders(contested(ranked), kept)
     out = []
     for s in req["shards"]:
         h = holders.get(s["id"])
@@ -465,6 +482,22 @@ fixture("placement-preferred-holders-node-joins-takes-its-share",
         "n4 joins hosting all 16 shards of preferred-holders-balanced: it leads its share, 4, every node now leads "
         "4, and only the shards n4 takes change their first node",
         "placement", "preferred-holders", joined_req, ok(joined))
+hundred = {f"s{i:02d}": ["n1", "n2", "n3", "n4", "n5"] for i in range(100)}
+five = ["n1", "n2", "n3", "n4", "n5"]
+all_up = preferred(rank_req(nodes(*five), [shard(s) for s in hundred], replicas(hundred)))
+seat_req = rank_req(nodes("n1:down", "n2", "n3", "n4", "n5"), [shard(s) for s in hundred], replicas(hundred))
+seat_kept = preferred(seat_req)
+moved = {s for s, n in first_places(all_up).items() if first_places(seat_kept)[s] != n}
+assert moved == {s for s, n in first_places(all_up).items() if n == "n1"} and len(moved) == 20, len(moved)
+assert sorted(leads(seat_kept, five[1:])) == [25, 25, 25, 25], leads(seat_kept, five[1:])
+# Without its seat (n1 out of the request) five more shards of the other nodes would slide.
+gone = preferred(rank_req(nodes(*five[1:]), [shard(s) for s in hundred], replicas(hundred)))
+assert len({s for s, n in first_places(all_up).items() if first_places(gone)[s] != n}) == 25
+fixture("placement-preferred-holders-down-node-keeps-its-seat",
+        "100 shards on 5 nodes, n1 down: exactly the 20 shards n1 led change their first node and the four others "
+        "lead 25 each; the shards of the nodes that stayed up stay where they were (n1 out of the request would "
+        "move 25), so n1 coming back takes exactly its 20 again",
+        "placement", "preferred-holders", seat_req, ok(seat_kept))
 retired = {**{f"s{i}": ["n1", "n2", "n3"] for i in range(1, 7)}, "old1": ["n1", "n2", "n3"], "old2": ["n1", "n2", "n3"]}
 retired_req = rank_req(nodes("n1", "n2", "n3"),
                        [shard(s, "inactive" if s.startswith("old") else "active") for s in retired], replicas(retired))
