@@ -1,6 +1,7 @@
 //! Policy benchmarks: each default policy through wasmtime against the same
 //! Rust logic called natively, in the same run; cold against cached loading;
-//! and the 10,000-shard placement. Prints a markdown table of figures and
+//! the 10,000-shard placement, and the balancing decision (preferred
+//! holders) at 100,000 shards on 100 nodes. Prints a markdown table of figures and
 //! ratios (the baseline of each row is named in it).
 //!
 //! Run: `cargo bench -p chitin --bench policies`
@@ -68,8 +69,10 @@ fn placement_request(shard_count: usize, node_count: usize) -> PlacementRequest 
     }
 }
 
-fn ranking_request() -> RankingRequest {
-    let req = placement_request(16, 5);
+/// A ranking request over `shard_count` shards placed at RF 3 on
+/// `node_count` nodes by the default placement.
+fn ranking_request(shard_count: usize, node_count: usize) -> RankingRequest {
+    let req = placement_request(shard_count, node_count);
     let placed = <Defaults as PlacementPolicy>::place_replicas(req.clone()).unwrap();
     let replicas = placed
         .iter()
@@ -126,7 +129,7 @@ fn main() {
     });
     row("place-replicas 1 shard / 5 nodes, warm", wasm, "native", native);
 
-    let ranking = ranking_request();
+    let ranking = ranking_request(16, 5);
     let native = measure(31, 500, || {
         black_box(<Defaults as PlacementPolicy>::preferred_holders(black_box(ranking.clone())).unwrap());
     });
@@ -186,6 +189,28 @@ fn main() {
     });
     row("place-replicas 10,000 shards x RF 3 on 100 nodes", wasm, "native", native);
 
+    // The balancing decision at the largest cluster the docs measure: every
+    // node active, then one down (its first places seated again around the
+    // others', which stay).
+    let huge = ranking_request(100_000, 100);
+    let mut one_down = huge.clone();
+    one_down.nodes[0].state = NodeState::Down;
+    let roomy = roomy_limits();
+    for (what, req) in [("all active", &huge), ("one node down", &one_down)] {
+        let native = measure(3, 1, || {
+            black_box(<Defaults as PlacementPolicy>::preferred_holders(black_box(req.clone())).unwrap());
+        });
+        let wasm = measure(3, 1, || {
+            black_box(roomy.preferred_holders(black_box(req.clone())).unwrap());
+        });
+        row(&format!("preferred-holders 100,000 shards x RF 3 on 100 nodes, {what}"), wasm, "native", native);
+    }
+    // Whether the default limits hold that call.
+    match policies.preferred_holders(huge.clone()) {
+        Ok(_) => println!("preferred-holders at 100,000 shards fits the default policy limits"),
+        Err(e) => println!("preferred-holders at 100,000 shards under the default policy limits: {e}"),
+    }
+
     println!("| measurement | time | baseline | baseline time | ratio |");
     println!("|---|---:|---|---:|---:|");
     for r in rows {
@@ -198,6 +223,13 @@ fn main() {
             r.figure.as_secs_f64() / r.baseline.as_secs_f64()
         );
     }
+}
+
+/// The embedded defaults with the widest limits the settings allow, so that
+/// a call's own cost is measured whatever the default limits.
+fn roomy_limits() -> Policies {
+    let settings = chitin::settings::PolicySettings { deadline_ms: 60_000, memory_limit_mib: 4_096, ..Default::default() };
+    Policies::load(&settings, None).unwrap()
 }
 
 fn fmt(d: Duration) -> String {

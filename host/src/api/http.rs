@@ -21,6 +21,7 @@ use serde_json::json;
 
 use crate::node::control::Control;
 use crate::node::metrics;
+use crate::settings::LimitSettings;
 
 use super::deadline;
 use super::grpc::UNPROVISIONED;
@@ -35,7 +36,14 @@ pub(crate) fn router(control: Arc<Control>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(unknown_path)
         .method_not_allowed_fallback(wrong_method);
-    deadline::bounded(routes, control.settings.limits.request_timeout(), timed_out).with_state(control)
+    within_limits(routes, &control.settings.limits).with_state(control)
+}
+
+/// `routes` under the listener's `[limits]` that a router carries (the
+/// connection limits are the server's): every answer within
+/// `request_timeout_secs`, or [`timed_out`].
+fn within_limits<S: Clone + Send + Sync + 'static>(routes: Router<S>, limits: &LimitSettings) -> Router<S> {
+    deadline::bounded(routes, limits.request_timeout(), timed_out)
 }
 
 /// A request whose answer took longer than `[limits] request_timeout_secs`.
@@ -236,7 +244,8 @@ mod tests {
                 "late"
             }),
         );
-        let slow = deadline::bounded(slow, Duration::from_millis(200), timed_out);
+        let limits = LimitSettings { request_timeout_secs: 0.2, ..LimitSettings::default() };
+        let slow = within_limits(slow, &limits);
         let started = Instant::now();
         let request = axum::http::Request::get("/slow").body(axum::body::Body::empty()).unwrap();
         let response = slow.oneshot(request).await.unwrap();

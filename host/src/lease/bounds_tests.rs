@@ -173,15 +173,25 @@ async fn on_fresh_database<F: std::future::Future<Output = Result<()>>>(admin: &
     outcome.expect("scenario");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_stuck_holder_is_bounded() {
-    on_fresh_database(&postgres_admin(), |url| async move { scenario(&url).await }).await
+/// A test on PostgreSQL and one on MariaDB running `scenario` on a fresh
+/// database each.
+macro_rules! on_both_servers {
+    ($scenario:ident => $postgres:ident, $mysql:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $postgres() {
+            on_fresh_database(&postgres_admin(), |url| async move { $scenario(&url).await }).await
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $mysql() {
+            on_fresh_database(&mysql_admin(), |url| async move { $scenario(&url).await }).await
+        }
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_stuck_holder_is_bounded() {
-    on_fresh_database(&mysql_admin(), |url| async move { scenario(&url).await }).await
-}
+on_both_servers!(scenario => postgres_stuck_holder_is_bounded, mysql_stuck_holder_is_bounded);
+on_both_servers!(heartbeat_scenario => postgres_heartbeat_never_waits_for_the_pool, mysql_heartbeat_never_waits_for_the_pool);
+on_both_servers!(silent_watcher_scenario => postgres_silent_watcher_lets_go_of_a_peers_lock, mysql_silent_watcher_lets_go_of_a_peers_lock);
 
 fn postgres_admin() -> String {
     std::env::var("CHITIN_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
@@ -189,24 +199,4 @@ fn postgres_admin() -> String {
 
 fn mysql_admin() -> String {
     std::env::var("CHITIN_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_heartbeat_never_waits_for_the_pool() {
-    on_fresh_database(&postgres_admin(), |url| async move { heartbeat_scenario(&url).await }).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_heartbeat_never_waits_for_the_pool() {
-    on_fresh_database(&mysql_admin(), |url| async move { heartbeat_scenario(&url).await }).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_silent_watcher_lets_go_of_a_peers_lock() {
-    on_fresh_database(&postgres_admin(), |url| async move { silent_watcher_scenario(&url).await }).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_silent_watcher_lets_go_of_a_peers_lock() {
-    on_fresh_database(&mysql_admin(), |url| async move { silent_watcher_scenario(&url).await }).await
 }

@@ -296,6 +296,16 @@ pub(crate) fn watch_idle_bound(ttl: Duration) -> Duration {
     (ttl / 2).max(Duration::from_secs(1))
 }
 
+/// How long a watch's statement (its connect included) may go unanswered
+/// beyond its own wait: a second past the idle bound. Past that bound the
+/// server has ended the watch's session, and when it did so while this
+/// node was cut off from it, the close may never arrive: without a limit
+/// the watch would wait for an answer for good, and watch nobody once the
+/// cut healed.
+pub(crate) fn watch_answer_limit(ttl: Duration) -> Duration {
+    watch_idle_bound(ttl) + Duration::from_secs(1)
+}
+
 /// A node's own liveness session: its lock, held for the process's lifetime.
 pub struct LiveSession {
     conn: Conn,
@@ -324,14 +334,13 @@ impl Store {
     /// ends after half a TTL idle ([`watch_idle_bound`]).
     pub async fn open_watch(&self) -> Result<Watch, LeaseError> {
         let ttl = self.options().lease_ttl;
-        let idle = watch_idle_bound(ttl);
-        let answer_within = idle + Duration::from_secs(1);
+        let answer_within = watch_answer_limit(ttl);
         // A connect from a node cut off from the server would wait out the
         // kernel's SYN retries (minutes).
         let conn = answered(answer_within, async {
             let mut conn = Conn::open(self, "chitin-watch").await?;
             conn.keep_alive(ttl).await?;
-            conn.bound_idle(idle).await?;
+            conn.bound_idle(watch_idle_bound(ttl)).await?;
             Ok(conn)
         })
         .await?;
@@ -414,10 +423,8 @@ pub struct Watch {
     conn: Conn,
     /// The peer whose lock it holds.
     holding: Option<Uuid>,
-    /// How long a statement may go unanswered beyond its own wait. The
-    /// server ends a watch's session after its idle bound, and when it does
-    /// so while this node is cut off from it, the close may never arrive:
-    /// without a limit the watch would wait for an answer for good.
+    /// How long a statement may go unanswered beyond its own wait
+    /// ([`watch_answer_limit`]).
     answer_within: Duration,
 }
 
@@ -476,6 +483,21 @@ mod tests {
             ("mysql:1000", "pg:1000", false),
         ] {
             assert_eq!(id(a).same_lifetime(&id(b)), same, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn a_watch_idles_half_a_ttl_and_waits_for_an_answer_a_second_longer() {
+        let ms = Duration::from_millis;
+        // (TTL, idle bound, answer limit)
+        for (ttl, idle, answer) in [
+            (ms(500), ms(1_000), ms(2_000)),
+            (ms(2_000), ms(1_000), ms(2_000)),
+            (ms(3_000), ms(1_500), ms(2_500)),
+            (ms(15_000), ms(7_500), ms(8_500)),
+        ] {
+            assert_eq!(watch_idle_bound(ttl), idle, "idle bound at TTL {ttl:?}");
+            assert_eq!(watch_answer_limit(ttl), answer, "answer limit at TTL {ttl:?}");
         }
     }
 

@@ -385,7 +385,7 @@ impl Node {
         };
         let facts = AppendFacts {
             me: self.uuid,
-            ready: self.is_ready() && self.takes_new_leases() && self.takes_leases(),
+            ready: self.is_ready() && self.takes_new_leases(),
             forwarded: append.forwarded,
             live_holder,
             epoch: row.as_ref().map_or(0, |r| r.epoch),

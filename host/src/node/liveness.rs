@@ -119,12 +119,13 @@ fn check_interval(renew: Duration) -> Duration {
 }
 
 impl Node {
-    /// Whether this node takes new leases: while its liveness session is
-    /// down it serves the leases it holds but takes no new one, for a TTL
-    /// at most ([`may_take_leases`]); always when it runs without one.
+    /// Whether this node takes new leases (it serves and hands over the
+    /// ones it holds either way): not while it runs other components than
+    /// the cluster's, nor while its liveness session is down, for a TTL at
+    /// most ([`may_take_leases`]); a node without a session is never down.
     pub fn takes_new_leases(&self) -> bool {
         let down_since = *self.session_down_since.lock().expect("session state poisoned");
-        may_take_leases(down_since.map(|at| at.elapsed()), self.settings.lease_ttl())
+        self.runs_cluster_components() && may_take_leases(down_since.map(|at| at.elapsed()), self.settings.lease_ttl())
     }
 
     /// Records the session down (`Some(since)`) or up (`None`).

@@ -317,9 +317,10 @@ impl Node {
         self.fallback.failing()
     }
 
-    /// Whether this node may take leases: its components are the cluster's,
-    /// or `policies.allow_mismatch` lets it run with others.
-    pub fn takes_leases(&self) -> bool {
+    /// Whether this node's components are the cluster's, or
+    /// `policies.allow_mismatch` lets it run with others: one that ranks
+    /// holders differently would pull leases back and forth.
+    fn runs_cluster_components(&self) -> bool {
         self.settings.policies.allow_mismatch || self.policy_mismatch.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
     }
 

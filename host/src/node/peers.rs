@@ -232,12 +232,7 @@ impl super::Node {
     /// A peer's notice: a lease handed to this node is taken up now (renewing
     /// it first proves it); any other change wakes waiting requests.
     pub async fn on_notice(&self, shard: &str, epoch: i64, holder: uuid::Uuid) {
-        if holder == self.uuid
-            && self.is_ready()
-            && self.takes_new_leases()
-            && self.takes_leases()
-            && !self.leases.held_ids().contains(shard)
-        {
+        if holder == self.uuid && self.is_ready() && self.takes_new_leases() && !self.leases.held_ids().contains(shard) {
             match self.leases.adopt(self.own_lease(shard, epoch)).await {
                 Ok(()) => tracing::info!(%shard, epoch, "took up a handed-over lease on notice"),
                 Err(e) => tracing::debug!(%shard, error = %e, "cannot take up a lease on notice"),

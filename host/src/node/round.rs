@@ -61,15 +61,11 @@ impl Node {
             crate::upgrade::apply_gates(&self.store, crate::upgrade::store::cluster_version(&self.store).await?);
         }
         let registry = self.refresh_registry().await?;
-        if !self.takes_new_leases() {
-            // Without its liveness session the node takes nothing: a peer may
-            // be judging it dead this very moment.
-            return Ok(());
-        }
         let registry = self.planning_registry(registry).await?;
-        // A node running other components than the cluster's would rank
-        // holders differently and pull leases back and forth: it takes none.
-        let takes = self.takes_leases();
+        // Without its liveness session a peer may be judging this node dead
+        // this very moment; with other components than the cluster's it
+        // would rank holders differently: either way it hands over, takes none.
+        let takes = self.takes_new_leases();
         let rankings = self.rankings(&registry).await?;
         let topology = self.topology();
 

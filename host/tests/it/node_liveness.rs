@@ -7,7 +7,8 @@
 //! pause of a node move nothing; a database restart or crash-restart marks
 //! no live node down; a live node whose liveness session is ended from
 //! outside (one, or every node's at once) is confirmed alive by its watcher
-//! and keeps its shards.
+//! and keeps its shards; a node kept from its own lock takes leases again
+//! after a TTL.
 
 use std::time::{Duration, Instant};
 
@@ -395,6 +396,56 @@ async fn a_live_node_whose_liveness_session_is_ended_keeps_its_shards_postgres()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_live_node_whose_liveness_session_is_ended_keeps_its_shards_mariadb() {
     one_session_ended_moves_nothing(Dialect::MySql).await.unwrap();
+}
+
+/// A node kept from its own liveness lock (its session ended and the lock
+/// taken by another session: its own old one that the server has not ended
+/// yet, a peer's watch fallen silent holding it) serves on and, a TTL after
+/// its session dropped, takes leases again: here the shards of a peer killed
+/// meanwhile, which it is the only node left to take. Without that they
+/// would wait as long as the lock is kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_kept_from_its_own_lock_takes_a_dead_peers_shards_after_a_ttl() {
+    let _serial = SERIAL.lock().await;
+    let mut c = Cluster::new(Dialect::Postgres, 3, 8, 2, at_defaults).await.unwrap();
+    c.wait_settled(Duration::from_secs(90)).await.unwrap();
+    let store = c.store().await;
+    let (kept, dead) = (c.nodes[0].name.clone(), c.nodes[1].name.clone());
+    let kept_id = registration(&store, &kept).await.unwrap().id;
+    // Paused, the node cannot take its lock back before this test does. The
+    // peer's watch may take it first: it finds the paused process's port
+    // open and its heartbeat current, and lets go at once.
+    c.nodes[0].pause().unwrap();
+    let ended = end_sessions(Dialect::Postgres, &c.db.as_ref().unwrap().url, &[kept_id]).await;
+    let ttl = Duration::from_secs(2);
+    let held = match ended {
+        Ok(()) => store.open_session(kept_id, ttl, Duration::from_secs(10)).await.map_err(anyhow::Error::from),
+        Err(e) => Err(e),
+    };
+    c.nodes[0].resume().unwrap();
+    let held = held.unwrap();
+    c.nodes[0].wait_logged("liveness session dropped", 1, Duration::from_secs(10)).await.unwrap();
+
+    let killed = Instant::now();
+    c.nodes[1].kill9().unwrap();
+    let deadline = killed + Duration::from_secs(30);
+    loop {
+        let rows = store.holders().await.unwrap();
+        if rows.len() == 8 && rows.iter().all(|l| l.live && l.holder_name.as_deref() == Some(kept.as_str())) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{kept}, kept from its own lock, did not take {dead}'s shards within 30 s of its kill: {rows:?}\n{}",
+            c.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("{kept}, kept from its own lock, holds every shard {:?} after {dead}'s kill", killed.elapsed());
+    assert!(!c.nodes[0].log_text().contains("liveness session back"), "the lock was not kept:\n{}", c.nodes[0].log_tail(30));
+    held.close().await;
+    store.close().await;
+    c.teardown().await.unwrap();
 }
 
 /// Every node's liveness session ended at once (a pooler or proxy restart):

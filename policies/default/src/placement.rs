@@ -322,6 +322,10 @@ fn seated_holders<'a>(
     let seats = balanced_holders(seated, &HashMap::new());
     let kept: HashMap<&str, &str> =
         seats.into_iter().filter(|(shard, node)| eligible.get(shard).is_some_and(|nodes| nodes.contains(node))).collect();
+    if kept.len() == eligible.len() {
+        // Every seat is eligible (no node leaving or down): nothing to re-seat.
+        return kept;
+    }
     balanced_holders(eligible, &kept)
 }
 
