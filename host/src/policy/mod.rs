@@ -207,6 +207,7 @@ impl Policies {
         let mut loaded: Vec<(PluginSource, std::sync::Arc<Plugin>)> = Vec::new();
         let mut runner = |slot: Slot| -> Result<SlotRunner, PolicyLoadError> {
             let source = settings.source(slot);
+            let limits = if source == PluginSource::Default { Limits::WIDEST } else { limits };
             // One component serving several slots is compiled once.
             let plugin = match loaded.iter().find(|(s, _)| *s == source) {
                 Some((_, p)) => p.clone(),
@@ -226,7 +227,7 @@ impl Policies {
         })
     }
 
-    /// The embedded default policies in every slot, with default limits and no disk cache.
+    /// The embedded default policies in every slot, without a disk cache.
     pub fn embedded_defaults() -> Result<Self, PolicyLoadError> {
         Self::load(&PolicySettings::default(), None)
     }

@@ -673,10 +673,12 @@ pub struct PolicySettings {
     /// records for its slot (during a deliberate, watched rollout of a new
     /// component); off, such a node serves and takes nothing.
     pub allow_mismatch: bool,
-    /// Deadline of one call, in milliseconds (1 … 60000).
+    /// Deadline of one call of a component file, in milliseconds (1 …
+    /// 60000); the embedded default runs under the widest limits
+    /// (`policy::Limits::WIDEST`).
     pub deadline_ms: u32,
-    /// Memory limit of one instance, in MiB (1 … 4096): all its linear
-    /// memories and tables together. `u32`, so that the conversion to bytes
+    /// Memory limit of one instance of a component file, in MiB (1 …
+    /// 4096): all its linear memories and tables together. `u32`, so that the conversion to bytes
     /// cannot overflow.
     pub memory_limit_mib: u32,
     /// Where precompiled components are cached; default `<data dir>/policy-cache`.

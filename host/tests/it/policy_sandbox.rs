@@ -70,6 +70,35 @@ fn a_trapping_plugin_reports_the_trap_and_its_panic_message() {
     defaults_still_serve();
 }
 
+/// `policies.deadline_ms` bounds component files; the embedded default, the
+/// same bytes, runs under the widest limits: at 5,000 shards on 50 nodes its
+/// ranking takes some milliseconds, past a 1 ms deadline.
+#[test]
+fn the_embedded_default_runs_under_the_widest_limits_and_a_file_under_the_settings() {
+    let (k, count) = (50, 5_000);
+    let nodes: Vec<Node> = (0..k).map(|i| Node { id: format!("n{i:02}"), state: NodeState::Active, ..Node::default() }).collect();
+    let shards: Vec<Shard> = (0..count).map(|i| Shard { id: format!("s{i:05}"), upper: u32::MAX, ..Shard::default() }).collect();
+    let replicas = (0..count)
+        .flat_map(|i| (0..3).map(move |r| (i, (i + r) % k)))
+        .map(|(i, n)| Replica { id: format!("s{i:05}_{n}"), shard: format!("s{i:05}"), node: format!("n{n:02}") })
+        .collect();
+    let req = RankingRequest { nodes, shards, replicas };
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("default-copy.wasm");
+    std::fs::write(&copy, chitin::policy::plugin::EMBEDDED_DEFAULTS).unwrap();
+    let with = |placement: String| {
+        let settings = chitin::settings::PolicySettings { placement, deadline_ms: 1, ..Default::default() };
+        chitin::policy::Policies::load(&settings, None).unwrap()
+    };
+
+    let embedded = with("default".into()).preferred_holders(req.clone()).expect("the embedded default answers");
+    assert_eq!(embedded.len(), count);
+    match with(copy.display().to_string()).preferred_holders(req) {
+        Err(PolicyCallError::Timeout { deadline_ms: 1, .. }) => {}
+        other => panic!("expected the file's call to stop at its 1 ms deadline, got {:?}", other.map(|r| r.len())),
+    }
+}
+
 #[test]
 fn a_looping_plugin_is_stopped_at_its_deadline() {
     let limits = Limits::new(Duration::from_millis(50), 64 << 20).unwrap();
