@@ -257,11 +257,10 @@ fn record(moves: &mut Vec<ReplicaMove>, shard: &str, replica: &str, source: &str
 pub fn preferred_holders(req: &RankingRequest) -> Vec<HolderRanking> {
     let view = RankingView::of(req);
     let holders = seated_holders(&view);
-    let at: FastMap<&str, usize> = view.shards.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
     req.shards
         .iter()
         .map(|s| {
-            let i = at[s.id.as_str()];
+            let i = view.shard_at[s.id.as_str()];
             let ranking = view.eligible_ranking(i);
             let holder = holders[i];
             let nodes = holder.into_iter().chain(ranking.filter(|n| Some(*n) != holder));
@@ -299,6 +298,7 @@ impl std::hash::Hasher for IdHasher {
 
 /// A node of a ranking request, once per id.
 struct NodeView<'a> {
+    /// The node's id.
     id: &'a str,
     /// Joining or active (in any of the request's entries for the id).
     eligible: bool,
@@ -306,6 +306,7 @@ struct NodeView<'a> {
 
 /// A shard of a ranking request, once per id.
 struct ShardView<'a> {
+    /// The shard's id.
     id: &'a str,
     /// Not `inactive` (in any of the request's entries for the id): it
     /// carries a lease, and so shares out first places.
@@ -318,8 +319,12 @@ struct ShardView<'a> {
 /// A ranking request read once into indices: every later step compares
 /// numbers, not ids (100,000 shards at factor 3 are 300,000 replicas).
 struct RankingView<'a> {
+    /// The request's nodes, in the order of their first entry.
     nodes: Vec<NodeView<'a>>,
+    /// The request's shards, in the order of their first entry.
     shards: Vec<ShardView<'a>>,
+    /// Each shard id's index into `shards`.
+    shard_at: FastMap<&'a str, usize>,
 }
 
 impl<'a> RankingView<'a> {
@@ -357,7 +362,7 @@ impl<'a> RankingView<'a> {
             weighted.sort_unstable();
             shard.ranked = weighted.into_iter().map(|(_, _, n)| n).collect();
         }
-        RankingView { nodes, shards }
+        RankingView { nodes, shards, shard_at }
     }
 
     /// Shard `i`'s eligible nodes in rendezvous order.
