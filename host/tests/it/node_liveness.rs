@@ -403,9 +403,10 @@ async fn a_live_node_whose_liveness_session_is_ended_keeps_its_shards_mariadb() 
 /// yet, a peer's watch fallen silent holding it) serves on and, a TTL after
 /// its session dropped, takes leases again: here the shards of a peer killed
 /// meanwhile, which it is the only node left to take. Without that they
-/// would wait as long as the lock is kept.
+/// would wait as long as the lock is kept. (That it takes none before the
+/// TTL is `liveness::may_take_leases`'s table test.)
 #[tokio::test(flavor = "multi_thread")]
-async fn a_node_kept_from_its_own_lock_takes_a_dead_peers_shards_after_a_ttl() {
+async fn a_node_kept_from_its_own_lock_takes_a_dead_peers_shards() {
     let _serial = SERIAL.lock().await;
     let mut c = Cluster::new(Dialect::Postgres, 3, 8, 2, at_defaults).await.unwrap();
     c.wait_settled(Duration::from_secs(90)).await.unwrap();

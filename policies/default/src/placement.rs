@@ -269,30 +269,24 @@ pub fn preferred_holders(req: &RankingRequest) -> Vec<HolderRanking> {
         .collect()
 }
 
-/// A hash map keyed by ids with FNV-1a finished by `mix64`: SipHash's
+/// A hash map keyed by ids hashed with FNV-1a and `mix64`: SipHash's
 /// resistance to chosen keys buys nothing inside a component that answers
 /// one request, and costs a tenth of a large ranking.
 type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
 
-/// FNV-1a over the bytes written, finished by `mix64` (hashbrown reads the
-/// top bits, which plain FNV-1a mixes poorly for short keys).
+/// The SDK's `fnv1a64` of each piece written, folded in with `mix64`
+/// (hashbrown reads the top bits, which plain FNV-1a mixes poorly for
+/// short keys).
+#[derive(Default)]
 struct IdHasher(u64);
-
-impl Default for IdHasher {
-    fn default() -> Self {
-        IdHasher(fnv1a64(b""))
-    }
-}
 
 impl std::hash::Hasher for IdHasher {
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        self.0 = mix64(self.0 ^ fnv1a64(bytes));
     }
 
     fn finish(&self) -> u64 {
-        mix64(self.0)
+        self.0
     }
 }
 
